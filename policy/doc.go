@@ -1,0 +1,9 @@
+// Package policy holds caphost's declarative models and their compilers: the
+// Redis configuration model (deployments, topology, roles, lanes, key
+// digests, programs), the closed command catalog, and later the capability
+// policies. Everything here is plain data plus validation: no I/O beyond
+// reading embedded files, no Redis client, no Wasm engine.
+//
+// Values produced here are validated once and then treated as frozen; a
+// change is a new value (a new revision), never a field-by-field mutation.
+package policy

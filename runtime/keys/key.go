@@ -1,0 +1,37 @@
+// Package keys owns every Redis key caphost renders. Keys have the shape
+//
+//	ca:<app>:<env>:<capability>:<region>:hv<n>:kv<n>:{<slotTag>}:<digest>:<kind>
+//
+// and are produced only by a Builder: identifying material is
+// length-prefixed and HMAC-SHA-256'd with versioned secret material, exactly
+// one hash tag is present, every segment is bounded and the kind comes from a
+// per-capability allowlist. Callers hold a Key value, never a string, so no
+// exported API elsewhere can accept a pre-rendered key.
+package keys
+
+// Key is a rendered, validated Redis key. The zero value is invalid. Only
+// this package constructs Keys; other runtime packages read the wire form
+// through Redis and the cluster slot through Slot.
+type Key struct {
+	s    string
+	slot uint16
+	kind string
+}
+
+// Redis returns the wire form of the key. It is meant for the runtime's own
+// command construction; it must never be logged (the digest is derived from
+// identifying material).
+func (k Key) Redis() string { return k.s }
+
+// Slot returns the Redis Cluster hash slot of the key.
+func (k Key) Slot() uint16 { return k.slot }
+
+// Kind returns the key's kind segment (for example "entry" or "bucket").
+func (k Key) Kind() string { return k.kind }
+
+// IsZero reports whether k was never built.
+func (k Key) IsZero() bool { return k.s == "" }
+
+// String redacts the key: keys carry digests of identifying material and
+// must not reach logs by accident.
+func (k Key) String() string { return "keys.Key(" + k.kind + ")" }
