@@ -1,0 +1,168 @@
+package policy
+
+import "time"
+
+// RedisConfig is the validated model of the `redis:` configuration block.
+// It is produced by host/config (YAML + CAPHOST_ environment overrides,
+// strict decoding, secrets resolved) and consumed by runtime.New. Only the
+// deployments that a selected role references are present: an unselected
+// deployment is never decoded and creates no client.
+type RedisConfig struct {
+	// Deployments by id (a bounded slug).
+	Deployments map[string]Deployment
+	// Roles binds each selected role to a deployment.
+	Roles map[Role]RoleBinding
+	// AllowUnsafeColocation permits a correctness role to share a deployment
+	// with the cache role; readiness then reports the downgrade.
+	AllowUnsafeColocation bool
+	// Programs selects how catalog programs reach the server.
+	Programs ProgramsConfig
+	// Keys configures the key builder (namespace and digest material).
+	Keys KeysConfig
+}
+
+// RoleBinding binds a role to a deployment.
+type RoleBinding struct {
+	Deployment string
+	// Required roles make readiness DOWN when unavailable; optional ones
+	// (typically cache) make it DEGRADED.
+	Required bool
+	// ExpectedEviction is the maxmemory-policy the startup probe expects
+	// (e.g. "noeviction", "allkeys-lfu"). Empty means the role's default.
+	ExpectedEviction string
+}
+
+// Deployment is one Redis deployment: a topology, credentials per lane,
+// transport security, timeouts, lanes and budgets.
+type Deployment struct {
+	ID       string
+	Topology Topology
+	// Database is the logical DB (always 0 on Cluster).
+	Database int
+	// ClientName is the bounded CLIENT SETNAME prefix (no host names, no user data).
+	ClientName string
+	// Auth holds the credential per lane. A lane without an entry uses Default.
+	Auth     map[Lane]Credential
+	Default  Credential
+	TLS      TLSConfig
+	Timeouts Timeouts
+	Lanes    map[Lane]LaneConfig
+	Budgets  Budgets
+}
+
+// Credential returns the credential a lane authenticates with.
+func (d Deployment) Credential(l Lane) Credential {
+	if c, ok := d.Auth[l]; ok {
+		return c
+	}
+	return d.Default
+}
+
+// Topology is a sum type: exactly one of *Standalone, *Sentinel, *Cluster.
+// The unexported method closes the set.
+type Topology interface {
+	TopologyKind() TopologyKind
+	isTopology()
+}
+
+// TopologyKind names a topology variant.
+type TopologyKind string
+
+// Topology variants.
+const (
+	TopologyStandalone TopologyKind = "standalone"
+	TopologySentinel   TopologyKind = "sentinel"
+	TopologyCluster    TopologyKind = "cluster"
+)
+
+// Standalone is a single endpoint.
+type Standalone struct {
+	Endpoint string // host:port
+}
+
+// Sentinel discovers the primary of MasterName through sentinels, which have
+// their own discovery credential and TLS settings.
+type Sentinel struct {
+	MasterName string
+	Endpoints  []string
+	Auth       Credential
+	TLS        TLSConfig
+}
+
+// Cluster is a Redis Cluster reached through seed endpoints (DB 0 only).
+type Cluster struct {
+	Seeds []string
+}
+
+func (*Standalone) TopologyKind() TopologyKind { return TopologyStandalone }
+func (*Sentinel) TopologyKind() TopologyKind   { return TopologySentinel }
+func (*Cluster) TopologyKind() TopologyKind    { return TopologyCluster }
+func (*Standalone) isTopology()                {}
+func (*Sentinel) isTopology()                  {}
+func (*Cluster) isTopology()                   {}
+
+// TLSConfig is transport security for one channel. Hostname verification is
+// on unless explicitly disabled.
+type TLSConfig struct {
+	Enabled bool
+	// SkipVerifyHostname disables hostname checks (the certificate chain is
+	// still verified). Defaults to false: verify.
+	SkipVerifyHostname bool
+	ServerName         string
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+}
+
+// Timeouts are finite bounds; none may be zero after validation.
+type Timeouts struct {
+	Connect  time.Duration
+	Command  time.Duration // read/write timeout for a command
+	Acquire  time.Duration // pool / in-flight admission wait
+	Shutdown time.Duration // drain timeout
+}
+
+// LaneConfig bounds one lane.
+type LaneConfig struct {
+	PoolSize    int
+	MaxInFlight int
+	// CommandTimeout overrides Timeouts.Command for this lane when > 0
+	// (blocking lanes need longer ones).
+	CommandTimeout time.Duration
+}
+
+// Budgets bound request and reply sizes on every command.
+type Budgets struct {
+	MaxRequestBytes int
+	MaxReplyBytes   int
+}
+
+// ProgramMode selects how catalog programs are deployed. There is never an
+// automatic fallback between modes.
+type ProgramMode string
+
+// Program modes.
+const (
+	ProgramsEvalshaManaged       ProgramMode = "evalsha-managed"
+	ProgramsFunctionsProvisioned ProgramMode = "functions-provisioned"
+)
+
+// ProgramsConfig configures the program catalog.
+type ProgramsConfig struct {
+	Mode ProgramMode
+}
+
+// KeysConfig configures the key builder.
+type KeysConfig struct {
+	App string
+	Env string
+	// HMAC holds the versioned key-digest material.
+	HMAC KeyMaterial
+}
+
+// KeyMaterial is versioned HMAC key material: one write version and a
+// bounded set of readable versions.
+type KeyMaterial struct {
+	WriteVersion int
+	Versions     map[int]Secret
+}
