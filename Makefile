@@ -1,0 +1,56 @@
+# caphost — the two commands a newcomer needs are `make demo` and `make test`.
+# Everything else here is for contributors.
+
+GO        ?= go
+BUILD     := build
+BIN       := $(BUILD)/caphost
+GUESTS    := $(notdir $(wildcard guests/*))
+TESTFLAGS ?= -race -count=1 -timeout 30m
+
+.PHONY: all build demo test test-short guests bench lint fmt ensure-redis clean
+
+all: build
+
+## build: the caphost binary
+build:
+	$(GO) build -o $(BIN) ./cmd/caphost
+
+## guests: every reference guest under guests/ as build/guests/<name>.wasm
+guests:
+	@mkdir -p $(BUILD)/guests
+	@for g in $(GUESTS); do \
+		[ -f guests/$$g/main.go ] || continue; \
+		echo "guest $$g"; \
+		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BUILD)/guests/$$g.wasm ./guests/$$g || exit 1; \
+	done
+
+## demo: the main job, against a private redis-server it starts (or $CAPHOST_REDIS_ADDR)
+demo: ensure-redis build
+	@bash examples/quickstart/demo.sh $(BIN)
+
+## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector
+test: ensure-redis
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) test $(TESTFLAGS) ./...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run . ./...
+
+## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
+bench: ensure-redis
+	cd bench && $(GO) run ./cmd/compare
+
+## lint: formatting and vet
+lint:
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+
+fmt:
+	gofmt -w .
+
+## ensure-redis: install redis-server from Debian when missing (tests start private servers; nothing is left running)
+ensure-redis:
+	@command -v redis-server >/dev/null 2>&1 || bash .ci/install-redis.sh
+
+clean:
+	rm -rf $(BUILD)

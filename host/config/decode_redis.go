@@ -1,0 +1,409 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/caphost/caphost/policy"
+)
+
+// Defaults applied when a key is absent. Timeouts and programs.mode have no
+// default on purpose: an operator must decide them.
+const (
+	DefaultClientName  = "caphost"
+	DefaultBudgetBytes = 1 << 20
+)
+
+// DefaultLanes returns the lane bounds used when lanes.<lane> (or one of its
+// keys) is absent.
+func DefaultLanes() map[policy.Lane]policy.LaneConfig {
+	return map[policy.Lane]policy.LaneConfig{
+		policy.LaneRegular:  {PoolSize: 16, MaxInFlight: 256},
+		policy.LaneScript:   {PoolSize: 8, MaxInFlight: 128},
+		policy.LaneBlocking: {PoolSize: 4, MaxInFlight: 4, CommandTimeout: 10 * time.Second},
+		policy.LanePubSub:   {PoolSize: 2, MaxInFlight: 64},
+		policy.LaneAdmin:    {PoolSize: 1, MaxInFlight: 1},
+	}
+}
+
+// CapabilityNames lists the capability blocks the schema knows.
+func CapabilityNames() []string {
+	return []string{"cache", "idempotency", "lease", "notify", "rate-limit", "session"}
+}
+
+// Capability providers.
+const (
+	ProviderRedis    = "redis"
+	ProviderDisabled = "disabled"
+)
+
+func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
+	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}}
+	d.known("", root, "capabilities", "redis", "server")
+
+	selected := map[policy.Role]string{} // role → why it is selected
+	if caps, ok := d.object("capabilities", root["capabilities"]); ok {
+		d.capabilities(caps, cfg, selected)
+	}
+	for _, r := range extra {
+		if !r.Valid() {
+			d.ps.Add("(option) roles", policy.RuleRolesUnknown, "unknown role %q (want one of cache, coordination, session)", string(r))
+			continue
+		}
+		if _, ok := selected[r]; !ok {
+			selected[r] = "explicitly selected"
+		}
+	}
+	if srv, ok := d.object("server", root["server"]); ok {
+		d.known("server", srv, "listen")
+		if s, ok := d.str("server.listen", srv["listen"]); ok {
+			cfg.Server.Listen = s
+		}
+	}
+	if err := policy.CheckEndpoint(cfg.Server.Listen); err != nil {
+		d.ps.Add("server.listen", policy.RuleServerListen, "%v", err)
+	}
+
+	redis, _ := d.object("redis", root["redis"])
+	d.known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles")
+	d.redis(redis, selected, &cfg.Redis)
+	return cfg
+}
+
+func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[policy.Role]string) {
+	names := make([]string, 0, len(caps))
+	for n := range caps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := "capabilities." + name
+		known := false
+		for _, k := range CapabilityNames() {
+			known = known || k == name
+		}
+		if !known {
+			d.ps.Add(p, policy.RuleCapabilityUnknown, "unknown capability (known: cache, idempotency, lease, notify, rate-limit, session)")
+			continue
+		}
+		block, ok := d.object(p, caps[name])
+		if !ok {
+			continue // absent or null: inactive
+		}
+		provider, ok := d.str(p+".provider", block["provider"])
+		if !ok {
+			if block["provider"] == nil {
+				d.ps.Add(p+".provider", policy.RuleCapabilityProvider, "required: redis or disabled")
+			}
+			continue
+		}
+		switch provider {
+		case ProviderDisabled:
+			continue // inactive: the rest of the block is not even looked at
+		case ProviderRedis:
+		default:
+			d.ps.Add(p+".provider", policy.RuleCapabilityProvider, "unknown provider (want redis or disabled)")
+			continue
+		}
+		c := Capability{Name: name, Provider: provider, Raw: map[string]any{}}
+		roleStr, ok := d.str(p+".redis-role", block["redis-role"])
+		switch {
+		case !ok && block["redis-role"] == nil:
+			d.ps.Add(p+".redis-role", policy.RuleCapabilityRole, "required with provider redis: cache, coordination or session")
+		case ok:
+			if r, err := policy.ParseRole(roleStr); err != nil {
+				d.ps.Add(p+".redis-role", policy.RuleCapabilityRole, "unknown role (want cache, coordination or session)")
+			} else {
+				c.RedisRole = r
+				if _, dup := selected[r]; !dup {
+					selected[r] = "selected by " + p
+				}
+			}
+		}
+		for k, v := range block {
+			if k != "provider" && k != "redis-role" {
+				c.Raw[k] = v
+			}
+		}
+		cfg.Capabilities[name] = c
+	}
+}
+
+func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, out *policy.RedisConfig) {
+	out.Deployments = map[string]policy.Deployment{}
+	out.Roles = map[policy.Role]policy.RoleBinding{}
+	if v, ok := d.boolean("redis.allow-unsafe-colocation", redis["allow-unsafe-colocation"]); ok {
+		out.AllowUnsafeColocation = v
+	}
+	roles, _ := d.object("redis.roles", redis["roles"])
+	for name := range roles {
+		if !policy.Role(name).Valid() {
+			d.ps.Add("redis.roles."+name, policy.RuleRolesUnknown, "unknown role (want one of cache, coordination, session)")
+		}
+	}
+	deps, _ := d.object("redis.deployments", redis["deployments"])
+	wanted := map[string]bool{}
+	for _, r := range policy.Roles() {
+		why, ok := selected[r]
+		if !ok {
+			continue // unselected: not decoded, not validated
+		}
+		p := "redis.roles." + string(r)
+		raw, present := roles[string(r)]
+		if !present {
+			d.ps.Add(p, policy.RuleRolesMissing, "role is %s but not configured", why)
+			continue
+		}
+		b, ok := d.object(p, raw)
+		if !ok {
+			if raw == nil {
+				d.ps.Add(p, policy.RuleRolesMissing, "role is %s but empty", why)
+			}
+			continue
+		}
+		d.known(p, b, "deployment", "expected-eviction", "required")
+		var rb policy.RoleBinding
+		rb.Deployment, _ = d.str(p+".deployment", b["deployment"])
+		rb.ExpectedEviction, _ = d.str(p+".expected-eviction", b["expected-eviction"])
+		if b["required"] == nil {
+			d.ps.Add(p+".required", policy.RuleRolesRequired, "must be set explicitly to true or false")
+		} else {
+			rb.Required, _ = d.boolean(p+".required", b["required"])
+		}
+		out.Roles[r] = rb
+		if rb.Deployment != "" {
+			wanted[rb.Deployment] = true
+		}
+	}
+	ids := make([]string, 0, len(wanted))
+	for id := range wanted {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		raw, ok := deps[id]
+		if !ok {
+			continue // policy reports roles.deployment
+		}
+		p := "redis.deployments." + id
+		m, ok := d.object(p, raw)
+		if !ok {
+			if raw == nil {
+				d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required")
+			}
+			continue
+		}
+		out.Deployments[id] = d.deployment(p, id, m)
+	}
+	if len(out.Roles) == 0 && len(selected) == 0 {
+		return // Redis unused: programs and keys are not decoded
+	}
+	if prog, ok := d.object("redis.programs", redis["programs"]); ok {
+		d.known("redis.programs", prog, "mode")
+		if s, ok := d.str("redis.programs.mode", prog["mode"]); ok {
+			out.Programs.Mode = policy.ProgramMode(s)
+		}
+	}
+	keys, _ := d.object("redis.keys", redis["keys"])
+	d.known("redis.keys", keys, "app", "env", "hmac")
+	out.Keys.App, _ = d.str("redis.keys.app", keys["app"])
+	out.Keys.Env, _ = d.str("redis.keys.env", keys["env"])
+	hmac, _ := d.object("redis.keys.hmac", keys["hmac"])
+	d.known("redis.keys.hmac", hmac, "versions", "write-version")
+	if hmac["write-version"] == nil {
+		d.ps.Add("redis.keys.hmac.write-version", policy.RuleKeysHMACWrite, "required")
+	} else {
+		out.Keys.HMAC.WriteVersion, _ = d.integer("redis.keys.hmac.write-version", hmac["write-version"])
+	}
+	versions, _ := d.object("redis.keys.hmac.versions", hmac["versions"])
+	out.Keys.HMAC.Versions = map[int]policy.Secret{}
+	vkeys := make([]string, 0, len(versions))
+	for k := range versions {
+		vkeys = append(vkeys, k)
+	}
+	sort.Strings(vkeys)
+	if len(vkeys) > policy.MaxHMACVersions {
+		// Do not resolve an unbounded number of secrets; policy reports the count.
+		vkeys = vkeys[:policy.MaxHMACVersions+1]
+	}
+	for _, k := range vkeys {
+		p := "redis.keys.hmac.versions." + k
+		n, err := strconv.Atoi(k)
+		if err != nil || strconv.Itoa(n) != k {
+			d.ps.Add(p, policy.RuleKeysHMACVersions, "version must be a positive integer")
+			continue
+		}
+		_, sec, _ := d.secret(p, versions[k])
+		out.Keys.HMAC.Versions[n] = sec
+	}
+}
+
+func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
+	d.known(p, m, "auth", "budgets", "client-name", "cluster", "database", "lanes", "sentinel", "standalone", "timeouts", "tls")
+	dep := policy.Deployment{
+		ID:         id,
+		ClientName: DefaultClientName,
+		Auth:       map[policy.Lane]policy.Credential{},
+		Lanes:      DefaultLanes(),
+		Budgets:    policy.Budgets{MaxRequestBytes: DefaultBudgetBytes, MaxReplyBytes: DefaultBudgetBytes},
+	}
+	var blocks []string
+	for _, k := range []string{"cluster", "sentinel", "standalone"} {
+		if _, ok := m[k]; ok {
+			blocks = append(blocks, k)
+		}
+	}
+	switch len(blocks) {
+	case 0:
+		d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required; none given")
+	case 1:
+		dep.Topology = d.topology(p+"."+blocks[0], blocks[0], m[blocks[0]])
+	default:
+		d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is allowed; found %v", blocks)
+	}
+	if v, ok := d.integer(p+".database", m["database"]); ok {
+		dep.Database = v
+	}
+	if v, ok := d.str(p+".client-name", m["client-name"]); ok {
+		dep.ClientName = v
+	}
+	if auth, ok := d.object(p+".auth", m["auth"]); ok {
+		allowed := []string{"default"}
+		for _, l := range policy.Lanes() {
+			allowed = append(allowed, string(l))
+		}
+		d.known(p+".auth", auth, allowed...)
+		if c, ok := d.credential(p+".auth.default", auth["default"]); ok {
+			dep.Default = c
+		}
+		for _, l := range policy.Lanes() {
+			if c, ok := d.credential(p+".auth."+string(l), auth[string(l)]); ok {
+				dep.Auth[l] = c
+			}
+		}
+	}
+	dep.TLS = d.tls(p+".tls", m["tls"])
+	if t, ok := d.object(p+".timeouts", m["timeouts"]); ok {
+		d.known(p+".timeouts", t, "acquire", "command", "connect", "shutdown")
+		dep.Timeouts.Connect, _ = d.duration(p+".timeouts.connect", t["connect"])
+		dep.Timeouts.Command, _ = d.duration(p+".timeouts.command", t["command"])
+		dep.Timeouts.Acquire, _ = d.duration(p+".timeouts.acquire", t["acquire"])
+		dep.Timeouts.Shutdown, _ = d.duration(p+".timeouts.shutdown", t["shutdown"])
+	}
+	if lanes, ok := d.object(p+".lanes", m["lanes"]); ok {
+		var allowed []string
+		for _, l := range policy.Lanes() {
+			allowed = append(allowed, string(l))
+		}
+		d.known(p+".lanes", lanes, allowed...)
+		for _, l := range policy.Lanes() {
+			lp := p + ".lanes." + string(l)
+			lm, ok := d.object(lp, lanes[string(l)])
+			if !ok {
+				continue
+			}
+			d.known(lp, lm, "command-timeout", "max-in-flight", "pool-size")
+			lc := dep.Lanes[l]
+			if v, ok := d.integer(lp+".pool-size", lm["pool-size"]); ok {
+				lc.PoolSize = v
+			}
+			if v, ok := d.integer(lp+".max-in-flight", lm["max-in-flight"]); ok {
+				lc.MaxInFlight = v
+			}
+			if v, ok := d.duration(lp+".command-timeout", lm["command-timeout"]); ok {
+				lc.CommandTimeout = v
+			}
+			dep.Lanes[l] = lc
+		}
+	}
+	if b, ok := d.object(p+".budgets", m["budgets"]); ok {
+		d.known(p+".budgets", b, "max-reply-bytes", "max-request-bytes")
+		if v, ok := d.integer(p+".budgets.max-request-bytes", b["max-request-bytes"]); ok {
+			dep.Budgets.MaxRequestBytes = v
+		}
+		if v, ok := d.integer(p+".budgets.max-reply-bytes", b["max-reply-bytes"]); ok {
+			dep.Budgets.MaxReplyBytes = v
+		}
+	}
+	return dep
+}
+
+func (d *decoder) topology(p, kind string, v any) policy.Topology {
+	m, ok := d.object(p, v)
+	if !ok {
+		if v == nil {
+			d.ps.Add(p, policy.RuleType, "must be a mapping, got null")
+		}
+		return nil
+	}
+	switch kind {
+	case "standalone":
+		d.known(p, m, "endpoint")
+		t := &policy.Standalone{}
+		t.Endpoint, _ = d.str(p+".endpoint", m["endpoint"])
+		return t
+	case "sentinel":
+		d.known(p, m, "auth", "endpoints", "master-name", "tls")
+		t := &policy.Sentinel{}
+		t.MasterName, _ = d.str(p+".master-name", m["master-name"])
+		t.Endpoints, _ = d.strList(p+".endpoints", m["endpoints"])
+		if c, ok := d.credential(p+".auth", m["auth"]); ok {
+			t.Auth = c
+		}
+		t.TLS = d.tls(p+".tls", m["tls"])
+		return t
+	default:
+		d.known(p, m, "seeds")
+		t := &policy.Cluster{}
+		t.Seeds, _ = d.strList(p+".seeds", m["seeds"])
+		return t
+	}
+}
+
+// tls decodes a TLS block. Hostname verification defaults to on. When TLS
+// is enabled the configured files must be readable now, so a typo fails at
+// startup rather than at the first handshake; paths are made absolute.
+func (d *decoder) tls(p string, v any) policy.TLSConfig {
+	var t policy.TLSConfig
+	m, ok := d.object(p, v)
+	if !ok {
+		return t
+	}
+	d.known(p, m, "ca-file", "cert-file", "enabled", "key-file", "server-name", "verify-hostname")
+	t.Enabled, _ = d.boolean(p+".enabled", m["enabled"])
+	if verify, ok := d.boolean(p+".verify-hostname", m["verify-hostname"]); ok {
+		t.SkipVerifyHostname = !verify
+	}
+	t.ServerName, _ = d.str(p+".server-name", m["server-name"])
+	file := func(key string) string {
+		s, ok := d.str(p+"."+key, m[key])
+		if !ok || s == "" {
+			return ""
+		}
+		s = d.resolvePath(s)
+		if t.Enabled {
+			if err := readable(s); err != nil {
+				d.ps.Add(p+"."+key, policy.RuleTLSFile, "%v", err)
+			}
+		}
+		return s
+	}
+	t.CAFile, t.CertFile, t.KeyFile = file("ca-file"), file("cert-file"), file("key-file")
+	return t
+}
+
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("file %s cannot be opened", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("file %s is not a regular file", path)
+	}
+	return nil
+}
