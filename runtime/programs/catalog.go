@@ -1,0 +1,169 @@
+package programs
+
+import (
+	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1; this is an id, not a security digest.
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed program-set.json lua/*.lua
+var embedded embed.FS // read-only by construction
+
+// Catalog is the verified program set: manifest plus sources plus the
+// generated Functions library. It is immutable after Load.
+type Catalog struct {
+	manifest   Manifest
+	programs   []Program // sorted by id
+	byID       map[string]int
+	bySHA1     map[string]int
+	byFunction map[string]int
+	library    string
+	digest     string
+}
+
+// Load decodes the embedded manifest and verifies that every manifest
+// program has a source whose sha256 and sha1 match, and that every embedded
+// source has a manifest entry.
+func Load() (*Catalog, error) {
+	return loadFS(embedded)
+}
+
+func loadFS(fsys fs.FS) (*Catalog, error) {
+	raw, err := fs.ReadFile(fsys, "program-set.json")
+	if err != nil {
+		return nil, fmt.Errorf("programs: read manifest: %w", err)
+	}
+	m, err := DecodeManifest(raw)
+	if err != nil {
+		return nil, err
+	}
+	c := &Catalog{
+		manifest:   *m,
+		byID:       make(map[string]int, len(m.Programs)),
+		bySHA1:     make(map[string]int, len(m.Programs)),
+		byFunction: make(map[string]int, len(m.Programs)),
+	}
+	var problems []string
+	for i, spec := range m.Programs {
+		src, err := fs.ReadFile(fsys, spec.Script)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("program %q: source %s missing", spec.ID, spec.Script))
+			continue
+		}
+		s256 := sha256.Sum256(src)
+		s1 := sha1.Sum(src) //nolint:gosec // Redis script id
+		if got := hex.EncodeToString(s256[:]); got != spec.SHA256 {
+			problems = append(problems, fmt.Sprintf("program %q: sha256 drift: manifest %s, source %s", spec.ID, spec.SHA256, got))
+		}
+		if got := hex.EncodeToString(s1[:]); got != spec.SHA1 {
+			problems = append(problems, fmt.Sprintf("program %q: sha1 drift: manifest %s, source %s", spec.ID, spec.SHA1, got))
+		}
+		c.programs = append(c.programs, Program{spec: spec, source: string(src)})
+		c.byID[spec.ID] = i
+		c.bySHA1[spec.SHA1] = i
+		c.byFunction[spec.Function] = i
+	}
+	files, err := fs.Glob(fsys, "lua/*.lua")
+	if err != nil {
+		return nil, fmt.Errorf("programs: list sources: %w", err)
+	}
+	for _, f := range files {
+		id := strings.TrimSuffix(strings.TrimPrefix(f, "lua/"), ".lua")
+		if _, ok := c.byID[id]; !ok {
+			problems = append(problems, fmt.Sprintf("source %s has no manifest entry", f))
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return nil, &ManifestError{Problems: problems}
+	}
+	c.library, c.digest = generateLibrary(&c.manifest, c.programs)
+	return c, nil
+}
+
+// ProgramSet returns the set name and version (e.g. "ca-redis-programs-v1", 1).
+func (c *Catalog) ProgramSet() (name string, version int) {
+	return c.manifest.ProgramSet, c.manifest.SetVersion
+}
+
+// Manifest returns a deep copy of the decoded manifest.
+func (c *Catalog) Manifest() Manifest {
+	m := c.manifest
+	m.Programs = make([]ProgramSpec, len(c.manifest.Programs))
+	for i, p := range c.manifest.Programs {
+		m.Programs[i] = p.clone()
+	}
+	return m
+}
+
+// Programs returns every program sorted by id.
+func (c *Catalog) Programs() []Program {
+	return append([]Program(nil), c.programs...)
+}
+
+// Program returns the program with the given id.
+func (c *Catalog) Program(id string) (Program, bool) {
+	i, ok := c.byID[id]
+	if !ok {
+		return Program{}, false
+	}
+	return c.programs[i], true
+}
+
+// AllowSHA reports whether sha1 is the script id of a catalog program. It
+// is the EVALSHA / SCRIPT LOAD allowlist of the command guard.
+func (c *Catalog) AllowSHA(sha1 string) bool {
+	_, ok := c.bySHA1[strings.ToLower(sha1)]
+	return ok
+}
+
+// AllowFunction reports whether name is a function of the catalog library
+// (including its read-only info function). It is the FCALL allowlist of the
+// command guard.
+func (c *Catalog) AllowFunction(name string) bool {
+	if name == c.manifest.Library.InfoFunction {
+		return true
+	}
+	_, ok := c.byFunction[name]
+	return ok
+}
+
+// Library returns the generated Functions library: its name, its exact code
+// (what FUNCTION LOAD receives) and its digest (lower-case hex sha256 of the
+// code that precedes the info function, which reports it).
+func (c *Catalog) Library() (name, code, digest string) {
+	return c.manifest.Library.Name, c.library, c.digest
+}
+
+// generateLibrary renders the library deterministically from the manifest
+// order and the verbatim source bytes: each source becomes the body of a
+// registered function whose parameters are named KEYS and ARGV, so the same
+// text runs unchanged under EVALSHA and FCALL.
+func generateLibrary(m *Manifest, progs []Program) (code, digest string) {
+	var b strings.Builder
+	b.WriteString("#!lua name=" + m.Library.Name + "\n")
+	b.WriteString("-- Generated by caphost runtime/programs from " + m.ProgramSet +
+		" v" + strconv.Itoa(m.SetVersion) + ". Do not edit: deploy with `caphost programs deploy`.\n")
+	for _, p := range progs {
+		b.WriteString("\n-- " + p.spec.ID + " sha256=" + p.spec.SHA256 + "\n")
+		b.WriteString("redis.register_function('" + p.spec.Function + "', function(KEYS, ARGV)\n")
+		b.WriteString(p.source)
+		if !strings.HasSuffix(p.source, "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString("end)\n")
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	digest = hex.EncodeToString(sum[:])
+	b.WriteString("\n-- Read-only identity of the deployed set, checked by Verify at start-up.\n")
+	b.WriteString("redis.register_function{function_name='" + m.Library.InfoFunction +
+		"', flags={'no-writes'}, callback=function(KEYS, ARGV) return {'" + m.ProgramSet + "', " +
+		strconv.Itoa(m.SetVersion) + ", '" + digest + "'} end}\n")
+	return b.String(), digest
+}

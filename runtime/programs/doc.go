@@ -1,0 +1,25 @@
+// Package programs owns caphost's atomic program catalog: the embedded Lua
+// sources under lua/, the program-set.json manifest that is the single
+// source of truth for every program's contract (KEYS/ARGV schema, complete
+// status enum, result shape, certainty, clock, ACL commands, digests), the
+// deterministic Redis Functions library generated from the same sources, and
+// the typed facades that run programs in one of two modes:
+//
+//   - evalsha-managed: EVALSHA; only on an exact NOSCRIPT reply, SCRIPT LOAD
+//     of the embedded source, a SHA check, and exactly one more EVALSHA. EVAL
+//     is never sent.
+//   - functions-provisioned: FCALL of the library that Deploy installs on
+//     every primary; Verify checks the deployed library byte for byte.
+//
+// There is never a fallback between the modes.
+//
+// What may change here: adding a program means adding lua/<id>.lua, a
+// manifest entry (with its sha256/sha1), a typed facade with its status enum
+// and golden vectors under testdata/programs/<id>.json; the drift tests fail
+// until all four agree. Existing programs are immutable once released: a
+// behaviour change is a new id (-v2), never an edit of a -v1 source.
+//
+// Callers never name a program, pass KEYS or see numeric statuses: facades
+// take keys.Key values and typed arguments and return typed results whose
+// status maps 1:1 to the manifest and to a certainty.Outcome.
+package programs

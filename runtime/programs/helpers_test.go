@@ -1,0 +1,236 @@
+package programs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+const vectorDir = "../../testdata/programs"
+
+func mustCatalog(t testing.TB) *Catalog {
+	t.Helper()
+	c, err := Load()
+	require.NoError(t, err)
+	return c
+}
+
+func testBuilder(t testing.TB) *keys.Builder {
+	t.Helper()
+	b, err := keys.NewBuilder(keys.Config{
+		App: "caphost", Env: "test",
+		Material: policy.KeyMaterial{WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret(bytes.Repeat([]byte{7}, 32))}},
+	})
+	require.NoError(t, err)
+	return b
+}
+
+// vectorKeys builds n same-slot keys (cache entry group) for one tag.
+func vectorKeys(t testing.TB, b *keys.Builder, tag string, n int) []keys.Key {
+	t.Helper()
+	kinds := []string{"entry", "refresh-lease"}
+	require.LessOrEqual(t, n, len(kinds))
+	ks, err := b.Group(keys.Spec{Capability: keys.CapCache, Region: "programs", KeyVersion: 1, Parts: [][]byte{[]byte(tag)}}, kinds[:n]...)
+	require.NoError(t, err)
+	return ks
+}
+
+// recorder is a go-redis hook recording command names ("evalsha",
+// "script load", "fcall", ...) in order. On a ClusterClient the hook is
+// inherited by node clients, so both levels record; tests use a standalone
+// client for exact traces.
+type recorder struct {
+	mu    sync.Mutex
+	names []string
+	after func(name string) // optional, runs after a command completed
+}
+
+func cmdName(cmd redis.Cmder) string {
+	name := strings.ToLower(cmd.Name())
+	if name == "script" || name == "function" {
+		if a := cmd.Args(); len(a) > 1 {
+			name += " " + strings.ToLower(fmt.Sprint(a[1]))
+		}
+	}
+	return name
+}
+
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmdName(cmd)
+		r.mu.Lock()
+		r.names = append(r.names, name)
+		r.mu.Unlock()
+		err := next(ctx, cmd)
+		if r.after != nil {
+			r.after(name)
+		}
+		return err
+	}
+}
+
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.mu.Lock()
+		for _, c := range cmds {
+			r.names = append(r.names, "pipeline:"+cmdName(c))
+		}
+		r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns and clears the recorded names, dropping connection set-up
+// commands (hello, client ...) which are not part of the program protocol.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, n := range r.names {
+		if n == "hello" || strings.HasPrefix(n, "client") || n == "auth" || n == "ping" {
+			continue
+		}
+		out = append(out, n)
+	}
+	r.names = nil
+	return out
+}
+
+func standaloneClient(t testing.TB, s *redistest.Server) *redis.Client {
+	t.Helper()
+	user, pass := s.AdminUser()
+	c := redis.NewClient(&redis.Options{
+		Addr: s.Addr(), Username: user, Password: pass,
+		DisableIdentity: true, MaxRetries: -1, PoolSize: 4,
+		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
+	t.Helper()
+	user, pass := cl.AdminUser()
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Seeds(), Username: user, Password: pass,
+		DisableIdentity: true, MaxRetries: -1, PoolSize: 4,
+		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ---- golden vector fixtures ----
+
+type vectorFile struct {
+	Program string   `json:"program"`
+	Vectors []vector `json:"vectors"`
+}
+
+type vector struct {
+	Name   string      `json:"name"`
+	Doc    string      `json:"doc"`
+	Covers []string    `json:"covers"`
+	Setup  []stateItem `json:"setup"`
+	Steps  []vstep     `json:"steps"`
+	State  []stateItem `json:"state"`
+}
+
+type vstep struct {
+	Args   []any `json:"args"`
+	Raw    bool  `json:"raw"`
+	Keys   int   `json:"keys"`
+	Expect struct {
+		Status string `json:"status"`
+		Values []any  `json:"values"`
+	} `json:"expect"`
+}
+
+type stateItem struct {
+	Key       int               `json:"key"`
+	String    any               `json:"string"`
+	TTLMillis int64             `json:"ttlMillis"`
+	Hash      map[string]string `json:"hash"`
+	Absent    bool              `json:"absent"`
+	Type      string            `json:"type"`
+	PTTL      *struct {
+		Min int64 `json:"min"`
+		Max int64 `json:"max"`
+	} `json:"pttl"`
+	NoTTL bool `json:"noTtl"`
+}
+
+func loadVectorFile(t testing.TB, path string) vectorFile {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	dec.UseNumber() // integers up to 2^53 must stay exact
+	var f vectorFile
+	require.NoError(t, dec.Decode(&f), path)
+	return f
+}
+
+func loadVectors(t testing.TB) []vectorFile {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(vectorDir, "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	out := make([]vectorFile, 0, len(paths))
+	for _, p := range paths {
+		f := loadVectorFile(t, p)
+		require.Equal(t, strings.TrimSuffix(filepath.Base(p), ".json"), f.Program, p)
+		out = append(out, f)
+	}
+	return out
+}
+
+// fixtureBytes turns a fixture value into bytes: a string, {"fill": c,
+// "len": n} or {"sha1Of": text} (the lower-hex revision of text).
+func fixtureBytes(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return []byte(x), nil
+	case json.Number:
+		return []byte(x.String()), nil
+	case map[string]any:
+		if s, ok := x["sha1Of"].(string); ok {
+			return []byte(Revision([]byte(s))), nil
+		}
+		c, ok1 := x["fill"].(string)
+		n, ok2 := x["len"].(json.Number)
+		if ok1 && ok2 {
+			l, err := n.Int64()
+			if err != nil {
+				return nil, err
+			}
+			return bytes.Repeat([]byte(c), int(l)), nil
+		}
+	}
+	return nil, fmt.Errorf("unsupported fixture bytes %#v", v)
+}
+
+func fixtureInt(v any) (int64, error) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("want a JSON integer, have %#v", v)
+	}
+	return n.Int64()
+}

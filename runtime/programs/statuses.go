@@ -1,0 +1,343 @@
+// Status enums of the catalog programs. Each maps 1:1 (name, code,
+// outcome) to program-set.json; TestFacadeStatusesMatchManifest fails on
+// any drift.
+
+package programs
+
+import "github.com/caphost/caphost/runtime/certainty"
+
+// RefreshClaimStatus is the status enum of cache-refresh-claim-v1.
+type RefreshClaimStatus uint8
+
+// Statuses of cache-refresh-claim-v1 (codes as in the manifest).
+const (
+	// RefreshClaimAcquired is ACQUIRED (code 1, APPLIED).
+	RefreshClaimAcquired RefreshClaimStatus = iota + 1
+	// RefreshClaimContended is CONTENDED (code 2, CONFLICT).
+	RefreshClaimContended
+	// RefreshClaimAlreadyOwned is ALREADY_OWNED (code 3, APPLIED).
+	RefreshClaimAlreadyOwned
+	// RefreshClaimWrongType is WRONG_TYPE (code 4, REJECTED).
+	RefreshClaimWrongType
+	// RefreshClaimInvalid is INVALID (code 5, REJECTED).
+	RefreshClaimInvalid
+)
+
+func refreshClaimStatuses() []statusDef {
+	return []statusDef{
+		{"ACQUIRED", certainty.Applied},
+		{"CONTENDED", certainty.Conflict},
+		{"ALREADY_OWNED", certainty.Applied},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s RefreshClaimStatus) String() string { return statusName(refreshClaimStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s RefreshClaimStatus) Outcome() certainty.Outcome {
+	return statusOutcome(refreshClaimStatuses(), uint8(s))
+}
+
+// RefreshReleaseStatus is the status enum of cache-refresh-release-v1.
+type RefreshReleaseStatus uint8
+
+// Statuses of cache-refresh-release-v1 (codes as in the manifest).
+const (
+	// RefreshReleaseReleased is RELEASED (code 1, APPLIED).
+	RefreshReleaseReleased RefreshReleaseStatus = iota + 1
+	// RefreshReleaseAbsent is ABSENT (code 2, NOT_APPLIED).
+	RefreshReleaseAbsent
+	// RefreshReleaseNotOwner is NOT_OWNER (code 3, CONFLICT).
+	RefreshReleaseNotOwner
+	// RefreshReleaseWrongType is WRONG_TYPE (code 4, REJECTED).
+	RefreshReleaseWrongType
+	// RefreshReleaseInvalid is INVALID (code 5, REJECTED).
+	RefreshReleaseInvalid
+)
+
+func refreshReleaseStatuses() []statusDef {
+	return []statusDef{
+		{"RELEASED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s RefreshReleaseStatus) String() string { return statusName(refreshReleaseStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s RefreshReleaseStatus) Outcome() certainty.Outcome {
+	return statusOutcome(refreshReleaseStatuses(), uint8(s))
+}
+
+// CompareAndDeleteStatus is the status enum of compare-and-delete-v1.
+type CompareAndDeleteStatus uint8
+
+// Statuses of compare-and-delete-v1 (codes as in the manifest).
+const (
+	// CompareAndDeleteDeleted is DELETED (code 1, APPLIED).
+	CompareAndDeleteDeleted CompareAndDeleteStatus = iota + 1
+	// CompareAndDeleteAbsent is ABSENT (code 2, NOT_APPLIED).
+	CompareAndDeleteAbsent
+	// CompareAndDeleteNotOwner is NOT_OWNER (code 3, CONFLICT).
+	CompareAndDeleteNotOwner
+	// CompareAndDeleteWrongType is WRONG_TYPE (code 4, REJECTED).
+	CompareAndDeleteWrongType
+	// CompareAndDeleteInvalid is INVALID (code 5, REJECTED).
+	CompareAndDeleteInvalid
+)
+
+func compareAndDeleteStatuses() []statusDef {
+	return []statusDef{
+		{"DELETED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s CompareAndDeleteStatus) String() string {
+	return statusName(compareAndDeleteStatuses(), uint8(s))
+}
+
+// Outcome returns the certainty the status reports.
+func (s CompareAndDeleteStatus) Outcome() certainty.Outcome {
+	return statusOutcome(compareAndDeleteStatuses(), uint8(s))
+}
+
+// CompareAndExpireStatus is the status enum of compare-and-expire-v1.
+type CompareAndExpireStatus uint8
+
+// Statuses of compare-and-expire-v1 (codes as in the manifest).
+const (
+	// CompareAndExpireRenewed is RENEWED (code 1, APPLIED).
+	CompareAndExpireRenewed CompareAndExpireStatus = iota + 1
+	// CompareAndExpireAbsent is ABSENT (code 2, NOT_APPLIED).
+	CompareAndExpireAbsent
+	// CompareAndExpireNotOwner is NOT_OWNER (code 3, CONFLICT).
+	CompareAndExpireNotOwner
+	// CompareAndExpireWrongType is WRONG_TYPE (code 4, REJECTED).
+	CompareAndExpireWrongType
+	// CompareAndExpireInvalid is INVALID (code 5, REJECTED).
+	CompareAndExpireInvalid
+)
+
+func compareAndExpireStatuses() []statusDef {
+	return []statusDef{
+		{"RENEWED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s CompareAndExpireStatus) String() string {
+	return statusName(compareAndExpireStatuses(), uint8(s))
+}
+
+// Outcome returns the certainty the status reports.
+func (s CompareAndExpireStatus) Outcome() certainty.Outcome {
+	return statusOutcome(compareAndExpireStatuses(), uint8(s))
+}
+
+// CompareAndSetStatus is the status enum of compare-and-set-with-ttl-v1.
+type CompareAndSetStatus uint8
+
+// Statuses of compare-and-set-with-ttl-v1 (codes as in the manifest).
+const (
+	// CompareAndSetStored is STORED (code 1, APPLIED).
+	CompareAndSetStored CompareAndSetStatus = iota + 1
+	// CompareAndSetAbsent is ABSENT (code 2, NOT_APPLIED).
+	CompareAndSetAbsent
+	// CompareAndSetRevisionConflict is REVISION_CONFLICT (code 3, CONFLICT).
+	CompareAndSetRevisionConflict
+	// CompareAndSetWrongType is WRONG_TYPE (code 4, REJECTED).
+	CompareAndSetWrongType
+	// CompareAndSetInvalid is INVALID (code 5, REJECTED).
+	CompareAndSetInvalid
+)
+
+func compareAndSetStatuses() []statusDef {
+	return []statusDef{
+		{"STORED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"REVISION_CONFLICT", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s CompareAndSetStatus) String() string { return statusName(compareAndSetStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s CompareAndSetStatus) Outcome() certainty.Outcome {
+	return statusOutcome(compareAndSetStatuses(), uint8(s))
+}
+
+// IncrementStatus is the status enum of increment-with-initial-ttl-v1.
+type IncrementStatus uint8
+
+// Statuses of increment-with-initial-ttl-v1 (codes as in the manifest).
+const (
+	// IncrementIncremented is INCREMENTED (code 1, APPLIED).
+	IncrementIncremented IncrementStatus = iota + 1
+	// IncrementLimitExceeded is LIMIT_EXCEEDED (code 2, NOT_APPLIED).
+	IncrementLimitExceeded
+	// IncrementOverflow is OVERFLOW (code 3, REJECTED).
+	IncrementOverflow
+	// IncrementWrongType is WRONG_TYPE (code 4, REJECTED).
+	IncrementWrongType
+	// IncrementInvalid is INVALID (code 5, REJECTED).
+	IncrementInvalid
+)
+
+func incrementStatuses() []statusDef {
+	return []statusDef{
+		{"INCREMENTED", certainty.Applied},
+		{"LIMIT_EXCEEDED", certainty.NotApplied},
+		{"OVERFLOW", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s IncrementStatus) String() string { return statusName(incrementStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s IncrementStatus) Outcome() certainty.Outcome {
+	return statusOutcome(incrementStatuses(), uint8(s))
+}
+
+// GenerationBumpStatus is the status enum of region-generation-bump-v1.
+type GenerationBumpStatus uint8
+
+// Statuses of region-generation-bump-v1 (codes as in the manifest).
+const (
+	// GenerationBumpBumped is BUMPED (code 1, APPLIED).
+	GenerationBumpBumped GenerationBumpStatus = iota + 1
+	// GenerationBumpAlreadyApplied is ALREADY_APPLIED (code 2, APPLIED).
+	GenerationBumpAlreadyApplied
+	// GenerationBumpWrongType is WRONG_TYPE (code 3, REJECTED).
+	GenerationBumpWrongType
+	// GenerationBumpInvalid is INVALID (code 4, REJECTED).
+	GenerationBumpInvalid
+)
+
+func generationBumpStatuses() []statusDef {
+	return []statusDef{
+		{"BUMPED", certainty.Applied},
+		{"ALREADY_APPLIED", certainty.Applied},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s GenerationBumpStatus) String() string { return statusName(generationBumpStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s GenerationBumpStatus) Outcome() certainty.Outcome {
+	return statusOutcome(generationBumpStatuses(), uint8(s))
+}
+
+// GenerationInitStatus is the status enum of region-generation-init-v1.
+type GenerationInitStatus uint8
+
+// Statuses of region-generation-init-v1 (codes as in the manifest).
+const (
+	// GenerationInitInitialized is INITIALIZED (code 1, APPLIED).
+	GenerationInitInitialized GenerationInitStatus = iota + 1
+	// GenerationInitExisting is EXISTING (code 2, NOT_APPLIED).
+	GenerationInitExisting
+	// GenerationInitWrongType is WRONG_TYPE (code 3, REJECTED).
+	GenerationInitWrongType
+	// GenerationInitInvalid is INVALID (code 4, REJECTED).
+	GenerationInitInvalid
+)
+
+func generationInitStatuses() []statusDef {
+	return []statusDef{
+		{"INITIALIZED", certainty.Applied},
+		{"EXISTING", certainty.NotApplied},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s GenerationInitStatus) String() string { return statusName(generationInitStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s GenerationInitStatus) Outcome() certainty.Outcome {
+	return statusOutcome(generationInitStatuses(), uint8(s))
+}
+
+// SetIfAbsentStatus is the status enum of set-if-absent-with-ttl-v1.
+type SetIfAbsentStatus uint8
+
+// Statuses of set-if-absent-with-ttl-v1 (codes as in the manifest).
+const (
+	// SetIfAbsentSet is SET (code 1, APPLIED).
+	SetIfAbsentSet SetIfAbsentStatus = iota + 1
+	// SetIfAbsentExists is EXISTS (code 2, NOT_APPLIED).
+	SetIfAbsentExists
+	// SetIfAbsentWrongType is WRONG_TYPE (code 3, REJECTED).
+	SetIfAbsentWrongType
+	// SetIfAbsentInvalid is INVALID (code 4, REJECTED).
+	SetIfAbsentInvalid
+)
+
+func setIfAbsentStatuses() []statusDef {
+	return []statusDef{
+		{"SET", certainty.Applied},
+		{"EXISTS", certainty.NotApplied},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s SetIfAbsentStatus) String() string { return statusName(setIfAbsentStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s SetIfAbsentStatus) Outcome() certainty.Outcome {
+	return statusOutcome(setIfAbsentStatuses(), uint8(s))
+}
+
+// facadeStatuses returns the Go status table of a program, nil when the
+// program has no facade.
+func facadeStatuses(id string) []statusDef {
+	switch id {
+	case "cache-refresh-claim-v1":
+		return refreshClaimStatuses()
+	case "cache-refresh-release-v1":
+		return refreshReleaseStatuses()
+	case "compare-and-delete-v1":
+		return compareAndDeleteStatuses()
+	case "compare-and-expire-v1":
+		return compareAndExpireStatuses()
+	case "compare-and-set-with-ttl-v1":
+		return compareAndSetStatuses()
+	case "increment-with-initial-ttl-v1":
+		return incrementStatuses()
+	case "region-generation-bump-v1":
+		return generationBumpStatuses()
+	case "region-generation-init-v1":
+		return generationInitStatuses()
+	case "set-if-absent-with-ttl-v1":
+		return setIfAbsentStatuses()
+	}
+	return nil
+}
