@@ -7,6 +7,12 @@
 // one hash tag is present, every segment is bounded and the kind comes from a
 // per-capability allowlist. Callers hold a Key value, never a string, so no
 // exported API elsewhere can accept a pre-rendered key.
+//
+// What may change here: new capabilities or kinds (extend the allowlists in
+// capability.go), bounds within the documented limits, and new readable HMAC
+// versions through configuration. The canonical digest encoding and the key
+// shape are a storage contract: changing either orphans every existing key,
+// so it requires a key-schema (kv) bump and a design change.
 package keys
 
 // Key is a rendered, validated Redis key. The zero value is invalid. Only
