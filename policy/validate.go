@@ -185,6 +185,7 @@ func Rules() []Rule {
 		RuleSecretLiteral, RuleSecretMalformed, RuleSecretEnvMissing, RuleSecretFile, RuleSecretEmpty, RuleSecretTooLarge,
 		RuleCapabilityUnknown, RuleCapabilityProvider, RuleCapabilityRole, RuleServerListen,
 	}
+	rs = append(rs, GuestRules()...)
 	sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
 	return rs
 }

@@ -164,7 +164,7 @@ func TestRulesListed(t *testing.T) {
 	for _, r := range rs {
 		assert.False(t, seen[r], "duplicate %s", r)
 		seen[r] = true
-		assert.Regexp(t, `^[a-z]+\.[a-z-]+$`, string(r))
+		assert.Regexp(t, `^[a-z]+\.[a-z0-9-]+$`, string(r))
 	}
-	assert.Len(t, rs, 46)
+	assert.Len(t, rs, 46+len(GuestRules()))
 }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/caphost/caphost/plugins/trust"
 	"github.com/caphost/caphost/policy"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/rawbytes"
@@ -33,6 +34,15 @@ type Config struct {
 	Capabilities map[string]Capability
 	// Server configures `caphost serve`.
 	Server Server
+	// Guests lists the guest modules; every module file was read and its
+	// sha256 pin (and signature, when configured) checked during Load.
+	Guests policy.GuestsConfig
+	// Security holds the guest trust settings.
+	Security policy.SecurityConfig
+	// TrustedKeys are the parsed security.trusted-keys, for the engine to
+	// verify module bytes again when it loads them (the file may change
+	// between Load and compilation).
+	TrustedKeys trust.TrustedKeys
 	// Source names where the configuration came from (the file path).
 	Source string
 }
@@ -93,7 +103,8 @@ func WithFS(fsys fs.FS) Option {
 
 // Load reads the YAML file at path, applies CAPHOST_ environment
 // overrides, decodes strictly and selectively, resolves secrets and
-// validates. On configuration problems it returns a *policy.ValidationError
+// validates, including reading every guest module and trusted key file and
+// checking sha256 pins and signatures. On configuration problems it returns a *policy.ValidationError
 // listing all of them (errors.Is(err, policy.ErrInvalid)); other errors
 // (unreadable file, cancelled context) are returned as they are.
 func Load(ctx context.Context, path string, opts ...Option) (*Config, error) {
@@ -158,7 +169,14 @@ func load(ctx context.Context, data []byte, source, base string, o options) (*Co
 	d := &decoder{lookup: o.lookup, base: base}
 	cfg := d.decode(k.Raw(), o.roles)
 	cfg.Source = source
-	all := mergeProblems(d.ps, cfg.Redis.Problems())
+	static := append(cfg.Redis.Problems(), policy.GuestProblems(cfg.Guests, cfg.Security)...)
+	all := mergeProblems(d.ps, static)
+	keys, fileProblems, err := verifyGuests(ctx, cfg, all)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TrustedKeys = keys
+	all = append(all, fileProblems...)
 	if err := all.Err(); err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ func problems(t *testing.T, err error) policy.Problems {
 func TestValidFixturesLoad(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(fixtures, "valid", "*.yaml"))
 	require.NoError(t, err)
-	require.Len(t, files, 6)
+	require.Len(t, files, 7)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var extra map[string]string
@@ -79,6 +79,7 @@ func TestValidFixturesLoad(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, filepath.Join(fixtures, "valid", filepath.Base(f)), cfg.Source)
 			require.NoError(t, cfg.Redis.Validate(), "the loaded model must satisfy policy on its own")
+			require.NoError(t, policy.ValidateGuests(cfg.Guests, cfg.Security))
 		})
 	}
 }
@@ -232,7 +233,7 @@ func TestEnvNameRoundTrip(t *testing.T) {
 	assert.Equal(t, "CAPHOST_REDIS__ROLES__CACHE__DEPLOYMENT", EnvName("redis.roles.cache.deployment"))
 	assert.Equal(t, "CAPHOST_REDIS__DEPLOYMENTS__CACHE_MAIN__LANES__REGULAR__POOL_SIZE", EnvName("redis.deployments.cache-main.lanes.regular.pool-size"))
 	for _, tmpl := range envTemplates {
-		p := strings.NewReplacer("{deployment}", "cache-main", "{role}", "cache", "{lane}", "pubsub", "{capability}", "rate-limit", "{version}", "2").Replace(tmpl)
+		p := strings.NewReplacer("{deployment}", "cache-main", "{role}", "cache", "{lane}", "pubsub", "{capability}", "rate-limit", "{version}", "2", "{module}", "rate-tiers").Replace(tmpl)
 		back, ok := EnvPath(EnvName(p))
 		require.True(t, ok, p)
 		assert.Equal(t, p, back)
@@ -399,6 +400,15 @@ func TestDocsListEveryRuleAndDefault(t *testing.T) {
 	for _, l := range policy.Lanes() {
 		c := DefaultLanes()[l]
 		assert.Contains(t, string(doc), fmt.Sprintf("| %s | %d | %d |", l, c.PoolSize, c.MaxInFlight), "lane default table out of date")
+	}
+	g := DefaultGuestLimits()
+	for _, row := range []string{
+		fmt.Sprintf("| memory-pages | %d |", g.MemoryPages), fmt.Sprintf("| call-timeout | %s |", g.CallTimeout),
+		fmt.Sprintf("| max-input-bytes | %d |", g.MaxInputBytes), fmt.Sprintf("| max-output-bytes | %d |", g.MaxOutputBytes),
+		fmt.Sprintf("| max-host-calls | %d |", g.MaxHostCalls), fmt.Sprintf("| pool-size | %d |", g.PoolSize),
+		fmt.Sprintf("| recycle-after | %d |", g.RecycleAfter),
+	} {
+		assert.Contains(t, string(doc), row, "guest limit default table out of date")
 	}
 	for _, n := range CapabilityNames() {
 		assert.Contains(t, string(doc), "`"+n+"`")

@@ -42,7 +42,7 @@ const (
 
 func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}}
-	d.known("", root, "capabilities", "redis", "server")
+	d.known("", root, "capabilities", "guests", "redis", "security", "server")
 
 	selected := map[policy.Role]string{} // role → why it is selected
 	if caps, ok := d.object("capabilities", root["capabilities"]); ok {
@@ -65,6 +65,13 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	}
 	if err := policy.CheckEndpoint(cfg.Server.Listen); err != nil {
 		d.ps.Add("server.listen", policy.RuleServerListen, "%v", err)
+	}
+
+	if g, ok := d.object("guests", root["guests"]); ok {
+		d.guests(g, &cfg.Guests)
+	}
+	if s, ok := d.object("security", root["security"]); ok {
+		d.security(s, &cfg.Security)
 	}
 
 	redis, _ := d.object("redis", root["redis"])

@@ -11,13 +11,14 @@ import (
 // EnvPrefix starts every environment override.
 const EnvPrefix = "CAPHOST_"
 
-// envTemplates lists the overridable paths. {deployment} and {version}
-// expand to the names present in the file; {role}, {lane} and
+// envTemplates lists the overridable paths. {deployment}, {version} and
+// {module} expand to the names present in the file; {role}, {lane} and
 // {capability} expand to their closed sets. With an injected lookup
 // (WithEnv) these are the only names consulted; with the process
-// environment every CAPHOST_REDIS__*, CAPHOST_CAPABILITIES__* and
-// CAPHOST_SERVER__* variable is applied as well, so a misspelt key surfaces
-// as an unknown key instead of being silently ignored.
+// environment every CAPHOST_REDIS__*, CAPHOST_CAPABILITIES__*,
+// CAPHOST_SERVER__*, CAPHOST_GUESTS__* and CAPHOST_SECURITY__* variable is
+// applied as well, so a misspelt key surfaces as an unknown key instead of
+// being silently ignored.
 var envTemplates = [...]string{
 	"redis.allow-unsafe-colocation",
 	"redis.programs.mode",
@@ -61,6 +62,11 @@ var envTemplates = [...]string{
 	"capabilities.{capability}.provider",
 	"capabilities.{capability}.redis-role",
 	"server.listen",
+	"guests.compile-cache-dir",
+	"guests.modules.{module}.path",
+	"guests.modules.{module}.sha256",
+	"guests.modules.{module}.signature",
+	"security.require-signed-guests",
 }
 
 // EnvName converts a configuration path to its override variable:
@@ -127,7 +133,7 @@ func applyEnv(k *koanf.Koanf, o options) {
 // ordinary variables that secret://env references may name.
 func isOverride(path string) bool {
 	top, _, nested := strings.Cut(path, ".")
-	return nested && (top == "redis" || top == "capabilities" || top == "server")
+	return nested && (top == "redis" || top == "capabilities" || top == "server" || top == "guests" || top == "security")
 }
 
 func expand(k *koanf.Koanf, tmpl string) []string { return expandFrom(k, tmpl, 0) }
@@ -157,6 +163,8 @@ func expandFrom(k *koanf.Koanf, tmpl string, from int) []string {
 		names = k.MapKeys("redis.deployments")
 	case "version":
 		names = k.MapKeys("redis.keys.hmac.versions")
+	case "module":
+		names = k.MapKeys("guests.modules")
 	}
 	var out []string
 	for _, n := range names {

@@ -43,6 +43,9 @@ func FuzzLoad(f *testing.F) {
 			if verr := cfg.Redis.Validate(); verr != nil {
 				t.Fatalf("loaded config fails policy: %v", verr)
 			}
+			if verr := policy.ValidateGuests(cfg.Guests, cfg.Security); verr != nil {
+				t.Fatalf("loaded guests fail policy: %v", verr)
+			}
 			return
 		}
 		var verr *policy.ValidationError

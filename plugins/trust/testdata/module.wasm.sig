@@ -1,0 +1,1 @@
+{"format":"caphost-guest-signature-v1","key":"65b60673d6ed884b","sha256":"93a44bbb96c751218e4c00d479e4c14358122a389acca16205b1e4d0dc5f9476","signature":"wOhDiQxwneuRugtYfsC5pCKS1TRuTIWZQhPABVM/KGOy/m1zUhnDrK2Rw6NUZlUDyj5nvdkCLKDsoJfebwznCA=="}

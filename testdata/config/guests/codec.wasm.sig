@@ -1,0 +1,1 @@
+{"format":"caphost-guest-signature-v1","key":"65b60673d6ed884b","sha256":"cd488cb3d02d1506be13bc5d8d5f5d2075a6eee1aa573b9ddebfeb9cacf36f62","signature":"JsHi4ELjj+rAKBJD+9GAvpQIbOaBBUbKK45AkBclyNzjpIZwT3lWrsvLbzaJ+QZAfpNeKnxkTuTa6Kvhfy1VDg=="}

@@ -1,0 +1,1 @@
+{"format":"caphost-guest-signature-v1"}

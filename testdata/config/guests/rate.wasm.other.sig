@@ -1,0 +1,1 @@
+{"format":"caphost-guest-signature-v1","key":"947561e3eb43b38b","sha256":"c7bea72ce7dc1ea2724af5ae97691f21ef5e172b9f1c9fdc8ef3d37a61d44b22","signature":"NMQcP4Hr53I8ilOfThmfDFonpDd5TNw+9+hSqBnq72mzbyRYdYC/Sl3TxOiZ5MWf4VBb55xue13Su6pQ39cWDQ=="}

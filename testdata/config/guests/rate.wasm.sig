@@ -1,0 +1,1 @@
+{"format":"caphost-guest-signature-v1","key":"65b60673d6ed884b","sha256":"c7bea72ce7dc1ea2724af5ae97691f21ef5e172b9f1c9fdc8ef3d37a61d44b22","signature":"DH7x9+gVJ1wVwbZzjh0/Kpv+wx5nQCabZI4wY8bffwlb5GASTU403tvE8Ftt8DDPaPCvL2BnDEj1aC8Sfvd1DA=="}
