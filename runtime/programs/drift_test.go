@@ -31,6 +31,9 @@ func facadeMethods() map[string]string {
 		"region-generation-bump-v1":     "RegionGenerationBump",
 		"cache-refresh-claim-v1":        "CacheRefreshClaim",
 		"cache-refresh-release-v1":      "CacheRefreshRelease",
+		"rate-fixed-window-v1":          "RateFixedWindow",
+		"rate-sliding-counter-v1":       "RateSlidingCounter",
+		"rate-token-bucket-v1":          "RateTokenBucket",
 	}
 }
 

@@ -144,12 +144,13 @@ type vectorFile struct {
 }
 
 type vector struct {
-	Name   string      `json:"name"`
-	Doc    string      `json:"doc"`
-	Covers []string    `json:"covers"`
-	Setup  []stateItem `json:"setup"`
-	Steps  []vstep     `json:"steps"`
-	State  []stateItem `json:"state"`
+	Name   string       `json:"name"`
+	Doc    string       `json:"doc"`
+	Covers []string     `json:"covers"`
+	Clock  *vectorClock `json:"clock"`
+	Setup  []stateItem  `json:"setup"`
+	Steps  []vstep      `json:"steps"`
+	State  []stateItem  `json:"state"`
 }
 
 type vstep struct {
@@ -173,7 +174,8 @@ type stateItem struct {
 		Min int64 `json:"min"`
 		Max int64 `json:"max"`
 	} `json:"pttl"`
-	NoTTL bool `json:"noTtl"`
+	NoTTL   bool   `json:"noTtl"`
+	HashLen *int64 `json:"hashLen"`
 }
 
 func loadVectorFile(t testing.TB, path string) vectorFile {

@@ -42,10 +42,15 @@ func TestDecodeManifestEmbedded(t *testing.T) {
 	assert.Equal(t, "ca-redis-programs-v1", m.ProgramSet)
 	assert.Equal(t, "7.0", m.MinimumRedisVersion)
 	assert.Equal(t, int64(2592000000), m.MaxTTLMillis)
-	assert.Len(t, m.Programs, 9)
+	assert.Len(t, m.Programs, 12)
 	for _, p := range m.Programs {
 		assert.Equal(t, "7.0", p.MinimumRedisVersion)
-		assert.Equal(t, "none", p.Clock)
+		// Only the rate programs read Redis TIME (once per call).
+		want := "none"
+		if strings.HasPrefix(p.ID, "rate-") {
+			want = "redis-time"
+		}
+		assert.Equal(t, want, p.Clock, p.ID)
 	}
 }
 

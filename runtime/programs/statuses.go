@@ -338,6 +338,49 @@ func facadeStatuses(id string) []statusDef {
 		return generationInitStatuses()
 	case "set-if-absent-with-ttl-v1":
 		return setIfAbsentStatuses()
+	case "rate-fixed-window-v1", "rate-sliding-counter-v1", "rate-token-bucket-v1":
+		return rateStatuses()
 	}
 	return nil
 }
+
+// RateStatus is the status enum shared by rate-fixed-window-v1,
+// rate-sliding-counter-v1 and rate-token-bucket-v1.
+type RateStatus uint8
+
+// Statuses of the rate programs (codes as in the manifest).
+const (
+	// RateAllowed is ALLOWED (code 1, APPLIED): the cost was consumed.
+	RateAllowed RateStatus = iota + 1
+	// RateDenied is DENIED (code 2, NOT_APPLIED): nothing was consumed.
+	RateDenied
+	// RateDedupReplay is DEDUP_REPLAY (code 3, APPLIED): the evaluation id
+	// was already decided; the result carries the original decision and
+	// nothing was consumed again.
+	RateDedupReplay
+	// RateClockUnsafe is CLOCK_UNSAFE (code 4, REJECTED): the server clock is
+	// behind the stored last observation by more than the allowed step.
+	RateClockUnsafe
+	// RateWrongType is WRONG_TYPE (code 5, REJECTED): the state or dedup key
+	// holds another type, another schema or another policy revision.
+	RateWrongType
+	// RateInvalid is INVALID (code 6, REJECTED).
+	RateInvalid
+)
+
+func rateStatuses() []statusDef {
+	return []statusDef{
+		{"ALLOWED", certainty.Applied},
+		{"DENIED", certainty.NotApplied},
+		{"DEDUP_REPLAY", certainty.Applied},
+		{"CLOCK_UNSAFE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s RateStatus) String() string { return statusName(rateStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s RateStatus) Outcome() certainty.Outcome { return statusOutcome(rateStatuses(), uint8(s)) }

@@ -19,7 +19,7 @@ import (
 )
 
 // facadeCall is the facade's view of a call for vector comparison.
-type facadeCall func(ctx context.Context, e *Executor, k keys.Key, a []any) (status string, outcome certainty.Outcome, values []any, err error)
+type facadeCall func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (status string, outcome certainty.Outcome, values []any, err error)
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
@@ -38,8 +38,9 @@ func facades() map[string]facadeCall {
 		n, err := fixtureInt(v)
 		return time.Duration(n) * time.Millisecond, err
 	}
-	return map[string]facadeCall{
-		"set-if-absent-with-ttl-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+	m := map[string]facadeCall{
+		"set-if-absent-with-ttl-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			v, err1 := fixtureBytes(a[0])
 			d, err2 := ttl(a[1])
 			op, err3 := fixtureBytes(a[2])
@@ -49,7 +50,8 @@ func facades() map[string]facadeCall {
 			r, err := e.SetIfAbsentWithTTL(ctx, k, v, d, op)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL), b2i(r.SameValue)}, err
 		},
-		"compare-and-delete-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"compare-and-delete-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			o, err := fixtureBytes(a[0])
 			if err != nil {
 				return "", 0, nil, err
@@ -57,7 +59,8 @@ func facades() map[string]facadeCall {
 			r, err := e.CompareAndDelete(ctx, k, o)
 			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
 		},
-		"compare-and-expire-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"compare-and-expire-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			o, err1 := fixtureBytes(a[0])
 			d, err2 := ttl(a[1])
 			if err := firstErr(err1, err2); err != nil {
@@ -66,7 +69,8 @@ func facades() map[string]facadeCall {
 			r, err := e.CompareAndExpire(ctx, k, o, d)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
 		},
-		"compare-and-set-with-ttl-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"compare-and-set-with-ttl-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			rev, err1 := fixtureBytes(a[0])
 			v, err2 := fixtureBytes(a[1])
 			d, err3 := ttl(a[2])
@@ -76,7 +80,8 @@ func facades() map[string]facadeCall {
 			r, err := e.CompareAndSetWithTTL(ctx, k, string(rev), v, d)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL), b2i(r.SameValue)}, err
 		},
-		"increment-with-initial-ttl-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"increment-with-initial-ttl-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			delta, err1 := fixtureInt(a[0])
 			limit, err2 := fixtureInt(a[1])
 			d, err3 := ttl(a[2])
@@ -86,7 +91,8 @@ func facades() map[string]facadeCall {
 			r, err := e.IncrementWithInitialTTL(ctx, k, delta, limit, d)
 			return r.Status.String(), r.Outcome(), []any{r.Value, ms(r.PTTL)}, err
 		},
-		"region-generation-init-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"region-generation-init-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			g, err := fixtureBytes(a[0])
 			if err != nil {
 				return "", 0, nil, err
@@ -94,7 +100,8 @@ func facades() map[string]facadeCall {
 			r, err := e.RegionGenerationInit(ctx, k, g)
 			return r.Status.String(), r.Outcome(), []any{string(r.Generation)}, err
 		},
-		"region-generation-bump-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"region-generation-bump-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			g, err1 := fixtureBytes(a[0])
 			op, err2 := fixtureBytes(a[1])
 			if err := firstErr(err1, err2); err != nil {
@@ -103,7 +110,8 @@ func facades() map[string]facadeCall {
 			r, err := e.RegionGenerationBump(ctx, k, g, op)
 			return r.Status.String(), r.Outcome(), []any{string(r.Generation)}, err
 		},
-		"cache-refresh-claim-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"cache-refresh-claim-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			o, err1 := fixtureBytes(a[0])
 			d, err2 := ttl(a[1])
 			op, err3 := fixtureBytes(a[2])
@@ -113,7 +121,8 @@ func facades() map[string]facadeCall {
 			r, err := e.CacheRefreshClaim(ctx, k, o, d, op)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
 		},
-		"cache-refresh-release-v1": func(ctx context.Context, e *Executor, k keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"cache-refresh-release-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			k := ks[0]
 			o, err := fixtureBytes(a[0])
 			if err != nil {
 				return "", 0, nil, err
@@ -122,6 +131,10 @@ func facades() map[string]facadeCall {
 			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
 		},
 	}
+	for id, f := range rateFacades() {
+		m[id] = f
+	}
+	return m
 }
 
 func firstErr(errs ...error) error {
@@ -196,8 +209,9 @@ func runAllVectors(t *testing.T, tg target) {
 				name := fmt.Sprintf("%s/%s/%s/%s", tg.name, mode, f.Program, v.Name)
 				t.Run(name, func(t *testing.T) {
 					ks := vectorKeys(t, b, name, 2)
+					anchor := vectorAnchor(ctx, t, tg.admin, v.Clock)
 					for _, it := range v.Setup {
-						applySetup(ctx, t, tg.admin, ks[it.Key-1], it)
+						applySetup(ctx, t, tg.admin, ks[it.Key-1], expandItem(it, anchor))
 					}
 					for i, st := range v.Steps {
 						var (
@@ -215,18 +229,18 @@ func runAllVectors(t *testing.T, tg target) {
 						} else {
 							call, ok := fac[f.Program]
 							require.True(t, ok, "no facade for %s", f.Program)
-							status, outcome, vals, err = call(ctx, e, ks[0], st.Args)
+							status, outcome, vals, err = call(ctx, e, ks, st.Args)
 						}
 						require.NoError(t, err, "step %d", i)
 						assert.Equal(t, st.Expect.Status, status, "step %d status", i)
 						assert.Equal(t, manifestOutcome(t, cat, f.Program, status), outcome, "step %d outcome", i)
 						require.Len(t, vals, len(st.Expect.Values), "step %d values", i)
 						for j, want := range st.Expect.Values {
-							assertValue(t, want, vals[j], fmt.Sprintf("step %d value %d", i, j))
+							assertValue(t, expandWant(t, want, anchor), vals[j], fmt.Sprintf("step %d value %d", i, j))
 						}
 					}
 					for _, it := range v.State {
-						assertState(ctx, t, tg.admin, ks[it.Key-1], it)
+						assertState(ctx, t, tg.admin, ks[it.Key-1], expandItem(it, anchor))
 					}
 				})
 			}
@@ -281,6 +295,16 @@ func assertState(ctx context.Context, t *testing.T, admin redis.UniversalClient,
 		got, err := admin.Get(ctx, k.Redis()).Result()
 		require.NoError(t, err)
 		assert.Equal(t, string(want), got, "stored value")
+	}
+	if it.Hash != nil {
+		got, err := admin.HGetAll(ctx, k.Redis()).Result()
+		require.NoError(t, err)
+		assert.Equal(t, it.Hash, got, "stored hash")
+	}
+	if it.HashLen != nil {
+		n, err := admin.HLen(ctx, k.Redis()).Result()
+		require.NoError(t, err)
+		assert.Equal(t, *it.HashLen, n, "hash length")
 	}
 	pttl, err := admin.PTTL(ctx, k.Redis()).Result()
 	require.NoError(t, err)

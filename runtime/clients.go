@@ -1,0 +1,255 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/caphost/caphost/policy"
+)
+
+// protocol is RESP2 on every client: RESP3 is what enables push frames and
+// with them go-redis' maintenance notifications and connection hand-off
+// (which re-route in-flight work); RESP2 also keeps reply shapes identical
+// for programs on every server version.
+const protocol = 2
+
+// dialerRetries is 1: one dial attempt bounded by Timeouts.Connect. Dial
+// retries are safe (nothing was sent) but would multiply the connect budget
+// behind the caller's back.
+const dialerRetries = 1
+
+// maxRedirects is -1, which go-redis v9.23.0 normalises to 0: one attempt
+// and no redirect loop. The Cluster loop (osscluster.go, process) re-sends a
+// command not only on MOVED/ASK/READONLY but also whenever shouldRetry says
+// so — EOF, non-dial network errors and read timeouts of non-blocking
+// commands — which would send a write that may already have been applied a
+// second time. go-redis offers no way to keep the redirect and drop the
+// network retry, so a MOVED/ASK reply surfaces as NOT_APPLIED (the server
+// did not execute it) and the slot map is reloaded in the background;
+// the caller decides whether to repeat.
+const maxRedirects = -1
+
+func disabledMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// laneTimeouts resolves the lane's command timeout (override or deployment default).
+func laneTimeouts(d policy.Deployment, lc policy.LaneConfig) (cmd time.Duration) {
+	if lc.CommandTimeout > 0 {
+		return lc.CommandTimeout
+	}
+	return d.Timeouts.Command
+}
+
+// clientName bounds CLIENT SETNAME to "<client-name>-<lane>" (slugs only:
+// validation rejects host names and user data in the prefix).
+func clientName(d policy.Deployment, l policy.Lane) string {
+	return d.ClientName + "-" + string(l)
+}
+
+// tlsConfig builds a *tls.Config from the model (nil when disabled).
+// Hostname verification stays on unless SkipVerifyHostname, in which case
+// the chain is still verified against the configured roots.
+func tlsConfig(t policy.TLSConfig) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("tls ca-file: no certificate found")
+		}
+		cfg.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.SkipVerifyHostname {
+		roots := cfg.RootCAs
+		// Chain verification without the name check: InsecureSkipVerify
+		// only disables Go's built-in check, VerifyConnection redoes the
+		// chain part.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: no server certificate")
+			}
+			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		}
+	}
+	return cfg, nil
+}
+
+// standaloneOptions are the options every plain (and Cluster node) client shares.
+func standaloneOptions(d policy.Deployment, l policy.Lane, tlsCfg *tls.Config) *redis.Options {
+	lc := d.Lanes[l]
+	cred := d.Credential(l)
+	cmdTimeout := laneTimeouts(d, lc)
+	o := &redis.Options{
+		ClientName:               clientName(d, l),
+		Protocol:                 protocol,
+		Username:                 cred.User,
+		Password:                 string(cred.Password.Reveal()),
+		DB:                       d.Database,
+		MaxRetries:               -1,
+		DialTimeout:              d.Timeouts.Connect,
+		DialerRetries:            dialerRetries,
+		ReadTimeout:              cmdTimeout,
+		WriteTimeout:             cmdTimeout,
+		ContextTimeoutEnabled:    true,
+		PoolSize:                 lc.PoolSize,
+		PoolTimeout:              d.Timeouts.Acquire,
+		MinIdleConns:             0,
+		MaxIdleConns:             lc.PoolSize,
+		MaxActiveConns:           lc.PoolSize,
+		PipelinePoolSize:         -1, // pipelines share the lane's bounded pool
+		TLSConfig:                tlsCfg,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: disabledMaint(),
+	}
+	return o
+}
+
+// newClient builds the go-redis client of one lane for the deployment's
+// topology. Hooks are added by the caller (and, for Cluster, by the node
+// factory passed here as nodeHooks).
+func newClient(d policy.Deployment, l policy.Lane, nodeHooks func(*redis.Client)) (redis.UniversalClient, error) {
+	dataTLS, err := tlsConfig(d.TLS)
+	if err != nil {
+		return nil, err
+	}
+	switch t := d.Topology.(type) {
+	case *policy.Standalone:
+		o := standaloneOptions(d, l, dataTLS)
+		o.Addr = t.Endpoint
+		return redis.NewClient(o), nil
+	case *policy.Sentinel:
+		return newFailover(d, l, t, dataTLS)
+	case *policy.Cluster:
+		return newCluster(d, l, t, dataTLS, nodeHooks), nil
+	}
+	return nil, fmt.Errorf("%w: deployment %q has no topology", ErrConfig, d.ID)
+}
+
+func newFailover(d policy.Deployment, l policy.Lane, t *policy.Sentinel, dataTLS *tls.Config) (redis.UniversalClient, error) {
+	sentinelTLS, err := tlsConfig(t.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("sentinel %w", err)
+	}
+	base := standaloneOptions(d, l, nil)
+	sentinels := make(map[string]bool, len(t.Endpoints))
+	for _, ep := range t.Endpoints {
+		sentinels[ep] = true
+	}
+	// go-redis uses one Dialer and one TLSConfig for sentinels and data
+	// nodes; the model gives sentinels their own TLS, so the dialer picks
+	// the configuration by address. Sentinels discovered at run time (not
+	// in the configured list) are dialled like data nodes.
+	dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := dataTLS
+		if sentinels[addr] {
+			cfg = sentinelTLS
+		}
+		nd := &net.Dialer{Timeout: d.Timeouts.Connect, KeepAlive: 30 * time.Second}
+		if cfg == nil {
+			return nd.DialContext(ctx, network, addr)
+		}
+		td := &tls.Dialer{NetDialer: nd, Config: cfg}
+		return td.DialContext(ctx, network, addr)
+	}
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            t.MasterName,
+		SentinelAddrs:         append([]string(nil), t.Endpoints...),
+		SentinelUsername:      t.Auth.User,
+		SentinelPassword:      string(t.Auth.Password.Reveal()),
+		ClientName:            base.ClientName,
+		Dialer:                dialer,
+		Protocol:              protocol,
+		Username:              base.Username,
+		Password:              base.Password,
+		DB:                    base.DB,
+		MaxRetries:            -1,
+		DialTimeout:           base.DialTimeout,
+		DialerRetries:         dialerRetries,
+		ReadTimeout:           base.ReadTimeout,
+		WriteTimeout:          base.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              base.PoolSize,
+		PoolTimeout:           base.PoolTimeout,
+		MinIdleConns:          0,
+		MaxIdleConns:          base.MaxIdleConns,
+		MaxActiveConns:        base.MaxActiveConns,
+		PipelinePoolSize:      -1,
+		DisableIdentity:       true,
+		// Primary only: replica reads are not read-your-writes.
+		ReplicaOnly:    false,
+		RouteByLatency: false,
+		RouteRandomly:  false,
+	}), nil
+}
+
+func newCluster(d policy.Deployment, l policy.Lane, t *policy.Cluster, dataTLS *tls.Config, nodeHooks func(*redis.Client)) *redis.ClusterClient {
+	base := standaloneOptions(d, l, dataTLS)
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:      append([]string(nil), t.Seeds...),
+		ClientName: base.ClientName,
+		// Every node client — the seeds and any node learnt later from a
+		// topology change — is built here, so it carries the admission hook
+		// and the guard too (go-redis does not inherit ClusterClient hooks).
+		NewClient: func(opt *redis.Options) *redis.Client {
+			opt.MaintNotificationsConfig = disabledMaint()
+			c := redis.NewClient(opt)
+			nodeHooks(c)
+			return c
+		},
+		MaxRedirects:          maxRedirects,
+		ReadOnly:              false,
+		RouteByLatency:        false,
+		RouteRandomly:         false,
+		Protocol:              protocol,
+		Username:              base.Username,
+		Password:              base.Password,
+		MaxRetries:            -1,
+		DialTimeout:           base.DialTimeout,
+		DialerRetries:         dialerRetries,
+		ReadTimeout:           base.ReadTimeout,
+		WriteTimeout:          base.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              base.PoolSize,
+		PoolTimeout:           base.PoolTimeout,
+		MinIdleConns:          0,
+		MaxIdleConns:          base.MaxIdleConns,
+		MaxActiveConns:        base.MaxActiveConns,
+		PipelinePoolSize:      -1,
+		TLSConfig:             dataTLS,
+		DisableIdentity:       true,
+		// The routing-policy layer may fan a command out to several shards
+		// and aggregate; a partial failure there has no single certainty.
+		// Legacy routing sends each command to exactly one node.
+		DisableRoutingPolicies:   true,
+		MaintNotificationsConfig: disabledMaint(),
+	})
+}

@@ -1,0 +1,52 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/guard"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Deployment is one role-selected Redis deployment with its lanes.
+type Deployment struct {
+	id       string
+	topology policy.TopologyKind
+	lanes    map[policy.Lane]*lane
+	programs *programs.Executor
+}
+
+// lane is one client and its guard.
+type lane struct {
+	name   policy.Lane
+	client redis.UniversalClient
+	guard  *guard.Guard
+}
+
+// ID returns the deployment id.
+func (d *Deployment) ID() string { return d.id }
+
+// Topology returns the deployment's topology kind.
+func (d *Deployment) Topology() policy.TopologyKind { return d.topology }
+
+// Programs returns the catalog-program executor bound to the script lane.
+func (d *Deployment) Programs() *programs.Executor { return d.programs }
+
+// Ping sends PING on the regular lane (readiness). The error, if any, is a
+// *certainty.Error.
+func (d *Deployment) Ping(ctx context.Context) error {
+	err := d.lanes[policy.LaneRegular].client.Ping(ctx).Err()
+	return certainty.Wrap("ping", err, false)
+}
+
+// client returns the go-redis client of lane l, for the startup probe and
+// tests inside this package only.
+func (d *Deployment) client(l policy.Lane) redis.UniversalClient {
+	if ln, ok := d.lanes[l]; ok {
+		return ln.client
+	}
+	return nil
+}

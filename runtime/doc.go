@@ -1,0 +1,18 @@
+// Package runtime owns caphost's Redis runtime core: it turns a validated
+// policy.RedisConfig into one go-redis client per selected deployment and
+// lane, installs the admission hook and the command guard on every client it
+// creates (including Cluster node clients), classifies every call's
+// execution certainty, and owns the single OPEN → DRAINING → CLOSED
+// lifecycle.
+//
+// What may change here: client construction (clients.go), admission and
+// certainty refinement (admission.go), the lifecycle (lifecycle.go) and the
+// public surface (runtime.go, deployment.go). The no-resend rules — every
+// client has MaxRetries -1, Cluster MaxRedirects -1, RESP2 without
+// maintenance notifications, primary-only routing — are invariants pinned
+// by tests; relaxing one needs a proof that no write can be sent twice.
+// probe.go is reserved for the startup probe (written by the lead).
+//
+// No exported API takes a raw command or a key string, and no go-redis client
+// escapes the package: capabilities use typed facades (Deployment.Programs).
+package runtime

@@ -1,0 +1,156 @@
+package programs
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// RateScale is the fixed-point scale of token amounts (micro-tokens): a
+// token bucket of 10 tokens has CapacityScaled 10*RateScale.
+const RateScale = 1_000_000
+
+// RateOptions are the parameters every rate program takes besides its
+// algorithm parameters.
+type RateOptions struct {
+	// PolicyRevision (1..64 bytes) is stored in the state; state written
+	// under another revision is refused (WRONG_TYPE), never reinterpreted.
+	// The caller also puts the revision in the key.
+	PolicyRevision string
+	// MaxClockStep is how far the server clock may be behind the stored
+	// last observation before the program answers CLOCK_UNSAFE; smaller
+	// regressions are clamped (time never goes backwards in state).
+	MaxClockStep time.Duration
+	// CleanupGrace is added to the state TTL beyond the algorithm horizon.
+	CleanupGrace time.Duration
+	// DedupTTL enables evaluation-id dedup when positive: a repeat of
+	// EvaluationID within it returns DEDUP_REPLAY with the original decision.
+	// Zero means at-least-once evaluation (a retry may charge twice).
+	DedupTTL time.Duration
+	// DedupMaxEntries bounds the ids remembered per subject (1..4096); when
+	// full, a new id evicts one random id. Ignored when DedupTTL is zero.
+	DedupMaxEntries int
+	// EvaluationID (1..128 bytes) identifies the evaluation; required when
+	// DedupTTL is positive. Keep it before the first send and reuse it for
+	// a retry after a timeout.
+	EvaluationID []byte
+}
+
+// args renders the common ARGV tail. With dedup off the program still
+// validates the tail, so neutral placeholders are sent.
+func (o RateOptions) args() []any {
+	id, maxEntries := o.EvaluationID, o.DedupMaxEntries
+	if o.DedupTTL == 0 {
+		if len(id) == 0 {
+			id = []byte("-")
+		}
+		if maxEntries == 0 {
+			maxEntries = 1
+		}
+	}
+	return []any{millis(o.MaxClockStep), millis(o.CleanupGrace), millis(o.DedupTTL), strconv.Itoa(maxEntries), id}
+}
+
+// FixedWindowRequest is one rate-fixed-window-v1 evaluation.
+type FixedWindowRequest struct {
+	// Limit (1..10^9) is the admitted cost per window.
+	Limit int64
+	// Cost (1..Limit) is this request's cost.
+	Cost int64
+	// Window is the window length (1 ms .. 30 days).
+	Window time.Duration
+	RateOptions
+}
+
+// SlidingCounterRequest is one rate-sliding-counter-v1 evaluation; the
+// fields mean what they mean for FixedWindowRequest.
+type SlidingCounterRequest struct {
+	Limit  int64
+	Cost   int64
+	Window time.Duration
+	RateOptions
+}
+
+// TokenBucketRequest is one rate-token-bucket-v1 evaluation. Token amounts
+// are micro-tokens (RateScale per token).
+type TokenBucketRequest struct {
+	// CapacityScaled is the bucket size; CapacityScaled*RefillPeriod(ms) must
+	// not exceed 2^52 and the full-refill horizon must not exceed 30 days.
+	CapacityScaled int64
+	// RefillScaled micro-tokens are added per RefillPeriod, pro rata.
+	RefillScaled int64
+	RefillPeriod time.Duration
+	// CostScaled (1..CapacityScaled) is this request's cost.
+	CostScaled int64
+	RateOptions
+}
+
+// RateResult is the decision of a rate program.
+type RateResult struct {
+	Status RateStatus
+	// ServerNowMillis is the Redis TIME the program read (before the clock
+	// clamp), 0 when it refused before reading the clock.
+	ServerNowMillis int64
+	// Allowed is the decision; on DEDUP_REPLAY it is the original decision.
+	Allowed bool
+	// Limit is the window limit, or the bucket capacity in micro-tokens.
+	Limit int64
+	// Remaining is what is left after this decision (micro-tokens for the
+	// token bucket; an approximation for the sliding counter).
+	Remaining int64
+	// RetryAfter is 0 when allowed, else the wait until the same request
+	// could pass with no other traffic.
+	RetryAfter time.Duration
+	// ResetAtMillis is the server time (ms) the limit resets: window end,
+	// the sliding state draining, or the bucket being full.
+	ResetAtMillis int64
+}
+
+// Outcome returns the certainty of the call.
+func (r RateResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+func rateResult(r reply) RateResult {
+	return RateResult{
+		Status: RateStatus(r.status), ServerNowMillis: r.serverNow, Allowed: r.int(0) == 1,
+		Limit: r.int(1), Remaining: r.int(2), RetryAfter: time.Duration(r.int(3)) * time.Millisecond, ResetAtMillis: r.int(4),
+	}
+}
+
+// RateFixedWindow evaluates a fixed-window limit on state, remembering the
+// decision under req.EvaluationID in dedup. state and dedup must share a
+// hash tag (build them with keys.Builder.Group).
+func (e *Executor) RateFixedWindow(ctx context.Context, state, dedup keys.Key, req FixedWindowRequest) (RateResult, error) {
+	args := append([]any{req.PolicyRevision, strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window)}, req.args()...)
+	r, err := e.run(ctx, "rate-fixed-window-v1", []keys.Key{state, dedup}, args...)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(r), nil
+}
+
+// RateSlidingCounter evaluates a sliding-window-counter limit (approximate:
+// certainty APPROXIMATE_ALGORITHM at the rate port).
+func (e *Executor) RateSlidingCounter(ctx context.Context, state, dedup keys.Key, req SlidingCounterRequest) (RateResult, error) {
+	args := append([]any{req.PolicyRevision, strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window)}, req.args()...)
+	r, err := e.run(ctx, "rate-sliding-counter-v1", []keys.Key{state, dedup}, args...)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(r), nil
+}
+
+// RateTokenBucket evaluates a token-bucket limit.
+func (e *Executor) RateTokenBucket(ctx context.Context, bucket, dedup keys.Key, req TokenBucketRequest) (RateResult, error) {
+	args := append([]any{
+		req.PolicyRevision, strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
+		millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10),
+	}, req.args()...)
+	r, err := e.run(ctx, "rate-token-bucket-v1", []keys.Key{bucket, dedup}, args...)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(r), nil
+}

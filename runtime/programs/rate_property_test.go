@@ -1,0 +1,277 @@
+package programs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs/internal/rateref"
+)
+
+// rateKeys builds the state and dedup keys of one rate subject: one
+// keys.Builder.Group, so both share a hash tag.
+func rateKeys(t testing.TB, b *keys.Builder, tag, kind string) (state, dedup keys.Key) {
+	t.Helper()
+	ks, err := b.Group(keys.Spec{Capability: keys.CapRate, Region: "policy-r1", KeyVersion: 1, Parts: [][]byte{[]byte(tag)}}, kind, "dedup")
+	require.NoError(t, err)
+	require.Equal(t, ks[0].Slot(), ks[1].Slot())
+	return ks[0], ks[1]
+}
+
+// rateAlgo adapts one algorithm to the property driver: call runs the Lua
+// program, ref the reference on the same server time, stored renders the
+// reference state as the hash the program must have written, shift moves
+// the last observation forward (a server clock stepping back).
+type rateAlgo struct {
+	name   string
+	kind   string
+	call   func(ctx context.Context, e *Executor, st, dd keys.Key, opts RateOptions, r *rand.Rand) (RateResult, func(now int64, c rateref.Common) (rateref.Decision, error), error)
+	stored func() map[string]string
+	shift  func(ms int64) bool
+}
+
+func rateCommon(o RateOptions) rateref.Common {
+	return rateref.Common{
+		MaxClockStepMillis: o.MaxClockStep.Milliseconds(), CleanupGraceMillis: o.CleanupGrace.Milliseconds(),
+		DedupTTLMillis: o.DedupTTL.Milliseconds(), DedupMaxEntries: int64(o.DedupMaxEntries), EvaluationID: string(o.EvaluationID),
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func newRateAlgos(seed uint64) []rateAlgo {
+	r := rand.New(rand.NewPCG(seed, 7))
+	var (
+		fw     rateref.FixedWindowState
+		sc     rateref.SlidingCounterState
+		tb     rateref.TokenBucketState
+		dedupF = &rateref.Dedup{}
+		dedupS = &rateref.Dedup{}
+		dedupT = &rateref.Dedup{}
+	)
+	limit := 3 + r.Int64N(18)
+	window := 40 + r.Int64N(160)
+	capacity := (2 + r.Int64N(18)) * rateref.Scale
+	refill := 1 + r.Int64N(capacity)
+	period := 50 + r.Int64N(400)
+	return []rateAlgo{
+		{
+			name: "fixed-window", kind: "window",
+			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+				p := rateref.FixedWindowParams{Limit: limit, Cost: 1 + r.Int64N(limit), WindowMillis: window}
+				if r.IntN(3) > 0 {
+					p.Cost = 1
+				}
+				res, err := e.RateFixedWindow(ctx, st, dd, FixedWindowRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) { return rateref.FixedWindow(&fw, dedupF, now, p, c) }, err
+			},
+			stored: func() map[string]string {
+				if !fw.Present {
+					return map[string]string{}
+				}
+				return map[string]string{"v": "1", "rev": "r1", "wid": itoa(fw.WindowID), "used": itoa(fw.Used), "ts": itoa(fw.Observed)}
+			},
+			shift: func(ms int64) bool { fw.Observed += ms; return fw.Present },
+		},
+		{
+			name: "sliding-counter", kind: "window",
+			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+				p := rateref.SlidingCounterParams{Limit: limit, Cost: 1 + r.Int64N(limit), WindowMillis: window}
+				if r.IntN(3) > 0 {
+					p.Cost = 1
+				}
+				res, err := e.RateSlidingCounter(ctx, st, dd, SlidingCounterRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+					return rateref.SlidingCounter(&sc, dedupS, now, p, c)
+				}, err
+			},
+			stored: func() map[string]string {
+				if !sc.Present {
+					return map[string]string{}
+				}
+				return map[string]string{"v": "1", "rev": "r1", "wid": itoa(sc.WindowID), "cur": itoa(sc.Current), "prev": itoa(sc.Previous), "ts": itoa(sc.Observed)}
+			},
+			shift: func(ms int64) bool { sc.Observed += ms; return sc.Present },
+		},
+		{
+			name: "token-bucket", kind: "bucket",
+			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+				p := rateref.TokenBucketParams{CapacityScaled: capacity, RefillScaled: refill, PeriodMillis: period, CostScaled: 1 + r.Int64N(capacity/2)}
+				res, err := e.RateTokenBucket(ctx, st, dd, TokenBucketRequest{
+					CapacityScaled: p.CapacityScaled, RefillScaled: p.RefillScaled, RefillPeriod: time.Duration(period) * time.Millisecond,
+					CostScaled: p.CostScaled, RateOptions: o,
+				})
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) { return rateref.TokenBucket(&tb, dedupT, now, p, c) }, err
+			},
+			stored: func() map[string]string {
+				if !tb.Present {
+					return map[string]string{}
+				}
+				return map[string]string{"v": "1", "rev": "r1", "tok": itoa(tb.TokensScaled), "ts": itoa(tb.Observed)}
+			},
+			shift: func(ms int64) bool { tb.Observed += ms; return tb.Present },
+		},
+	}
+}
+
+// TestRatePropertyLuaMatchesReference drives seeded random request streams
+// (random costs, gaps, evaluation-id repeats and a few server-clock steps
+// back) through the Lua programs on a real server and through rateref fed
+// with the server time each call reported, and compares every decision and
+// the stored state after every call.
+func TestRatePropertyLuaMatchesReference(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	client := standaloneClient(t, s)
+	admin := s.Admin()
+	cat := mustCatalog(t)
+	b := testBuilder(t)
+	ctx := context.Background()
+	require.NoError(t, Deploy(ctx, cat, admin))
+	const steps = 120
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(t, err)
+		for _, seed := range []uint64{1, 2} {
+			for _, algo := range newRateAlgos(seed) {
+				t.Run(fmt.Sprintf("%s/seed-%d/%s", mode, seed, algo.name), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(seed, 99))
+					st, dd := rateKeys(t, b, fmt.Sprintf("prop-%s-%d-%s", mode, seed, algo.name), algo.kind)
+					var ids []string
+					counts := map[rateref.Status]int{}
+					for i := range steps {
+						// Gaps: mostly back to back, sometimes a window's worth.
+						if g := r.IntN(10); g >= 6 {
+							time.Sleep(time.Duration(r.IntN(40*(g-5))) * time.Millisecond)
+						}
+						// A server clock stepping back by X is the stored
+						// observation moving X ahead of TIME: sometimes within
+						// the max step (clamp), sometimes beyond (CLOCK_UNSAFE).
+						if r.IntN(25) == 0 {
+							shift := 50 + r.Int64N(400)
+							if algo.shift(shift) {
+								ts, err := admin.HGet(ctx, st.Redis(), "ts").Int64()
+								require.NoError(t, err)
+								require.NoError(t, admin.HSet(ctx, st.Redis(), "ts", ts+shift).Err())
+							}
+						}
+						id := "ev-" + strconv.Itoa(i)
+						if len(ids) > 0 && r.IntN(6) == 0 {
+							id = ids[r.IntN(len(ids))] // a retry of an earlier evaluation
+						}
+						ids = append(ids, id)
+						opts := RateOptions{
+							PolicyRevision: "r1", MaxClockStep: 200 * time.Millisecond, CleanupGrace: 10 * time.Second,
+							DedupTTL: time.Minute, DedupMaxEntries: 4096, EvaluationID: []byte(id),
+						}
+						res, ref, err := algo.call(ctx, e, st, dd, opts, r)
+						require.NoError(t, err, "step %d", i)
+						want, err := ref(res.ServerNowMillis, rateCommon(opts))
+						require.NoError(t, err, "step %d", i)
+						counts[want.Status]++
+						got := rateref.Decision{
+							Status: rateref.Status(res.Status), Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
+							RetryAfterMillis: res.RetryAfter.Milliseconds(), ResetAtMillis: res.ResetAtMillis,
+						}
+						want.StateTTLMillis = 0
+						require.Equal(t, want, got, "step %d (id %s, now %d)", i, id, res.ServerNowMillis)
+						stored, err := admin.HGetAll(ctx, st.Redis()).Result()
+						require.NoError(t, err)
+						require.Equal(t, algo.stored(), stored, "step %d state", i)
+					}
+					// The stream must have exercised the interesting paths.
+					assert.Positive(t, counts[rateref.Allowed], "allowed")
+					assert.Positive(t, counts[rateref.Denied], "denied")
+					assert.Positive(t, counts[rateref.DedupReplay], "replayed")
+					t.Logf("statuses: %v", counts)
+				})
+			}
+		}
+	}
+}
+
+// TestRateConcurrencyExactAdmission hammers one subject from many
+// goroutines: the program's atomicity admits exactly the limit, never more
+// and never less, for the fixed window and the token bucket.
+func TestRateConcurrencyExactAdmission(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	user, pass := s.AdminUser()
+	client := redis.NewClient(&redis.Options{
+		Addr: s.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1, PoolSize: 8,
+		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, client)
+	require.NoError(t, err)
+	b := testBuilder(t)
+	ctx := context.Background()
+	const workers, perWorker, limit = 8, 50, 100
+	opts := func(id string) RateOptions {
+		return RateOptions{
+			PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second,
+			DedupTTL: time.Minute, DedupMaxEntries: 4096, EvaluationID: []byte(id),
+		}
+	}
+	cases := map[string]func(st, dd keys.Key, id string) (RateResult, error){
+		// A 30-day window: crossing a window boundary during the test is
+		// practically impossible.
+		"fixed-window": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateFixedWindow(ctx, st, dd, FixedWindowRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
+		},
+		// 100 tokens refilling 2 per 12.5 h: far below one token during the test.
+		"token-bucket": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateTokenBucket(ctx, st, dd, TokenBucketRequest{
+				CapacityScaled: limit * RateScale, RefillScaled: 2 * RateScale, RefillPeriod: 45_000 * time.Second,
+				CostScaled: RateScale, RateOptions: opts(id),
+			})
+		},
+	}
+	for name, call := range cases {
+		t.Run(name, func(t *testing.T) {
+			st, dd := rateKeys(t, b, "concurrency-"+name, map[string]string{"fixed-window": "window", "token-bucket": "bucket"}[name])
+			var allowed, denied atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range perWorker {
+						res, err := call(st, dd, fmt.Sprintf("w%d-%d", w, i))
+						if err != nil {
+							errs <- err
+							return
+						}
+						switch res.Status {
+						case RateAllowed:
+							allowed.Add(1)
+						case RateDenied:
+							denied.Add(1)
+						default:
+							errs <- fmt.Errorf("unexpected status %s", res.Status)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(limit), allowed.Load(), "exactly the limit is admitted")
+			assert.Equal(t, int64(workers*perWorker-limit), denied.Load())
+		})
+	}
+}

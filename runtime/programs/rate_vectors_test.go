@@ -1,0 +1,176 @@
+package programs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// vectorClock pins a vector to server time without any test-only path in
+// the programs: the runner computes an anchor T from Redis TIME —
+// T = floor((now+ahead)/align)*align + phase — and the vector stores T as the
+// state's last observation. T lies ahead of the server clock by less than
+// the vector's max clock step, so the program's own clamp makes
+// effectiveNow exactly T and every decision is deterministic.
+type vectorClock struct {
+	Align int64 `json:"align"`
+	Phase int64 `json:"phase"`
+	Ahead int64 `json:"ahead"`
+}
+
+// vectorAnchor returns T (0 when the vector has no clock).
+func vectorAnchor(ctx context.Context, t *testing.T, admin redis.UniversalClient, c *vectorClock) int64 {
+	t.Helper()
+	if c == nil {
+		return 0
+	}
+	now, err := admin.Time(ctx).Result()
+	require.NoError(t, err)
+	align, ahead := max(c.Align, 1), c.Ahead
+	if ahead == 0 {
+		ahead = 30_000
+	}
+	return (now.UnixMilli()+ahead)/align*align + c.Phase
+}
+
+// reAnchor matches {T}, {T+5}, {T-250}, {T/1000} and {T/1000-1}: T, optionally
+// floor-divided, plus an optional offset.
+var reAnchor = regexp.MustCompile(`\{T(?:/([0-9]+))?([+-][0-9]+)?\}`)
+
+func expandAnchor(s string, anchor int64) string {
+	return reAnchor.ReplaceAllStringFunc(s, func(m string) string {
+		sub := reAnchor.FindStringSubmatch(m)
+		v := anchor
+		if sub[1] != "" {
+			d, _ := strconv.ParseInt(sub[1], 10, 64)
+			v /= d
+		}
+		if sub[2] != "" {
+			o, _ := strconv.ParseInt(sub[2], 10, 64)
+			v += o
+		}
+		return strconv.FormatInt(v, 10)
+	})
+}
+
+func expandItem(it stateItem, anchor int64) stateItem {
+	if it.Hash == nil {
+		return it
+	}
+	h := make(map[string]string, len(it.Hash))
+	for f, v := range it.Hash {
+		h[expandAnchor(f, anchor)] = expandAnchor(v, anchor)
+	}
+	it.Hash = h
+	return it
+}
+
+// expandWant turns a whole-string anchor expression into an exact integer
+// expectation (also inside {"min","max"}).
+func expandWant(t *testing.T, want any, anchor int64) any {
+	t.Helper()
+	switch w := want.(type) {
+	case string:
+		if reAnchor.MatchString(w) && reAnchor.FindString(w) == w {
+			return json.Number(expandAnchor(w, anchor))
+		}
+	case map[string]any:
+		out := make(map[string]any, len(w))
+		for k, v := range w {
+			out[k] = expandWant(t, v, anchor)
+		}
+		return out
+	}
+	return want
+}
+
+// rateFixtureOptions decodes the common ARGV tail of a rate vector step.
+func rateFixtureOptions(a []any) (RateOptions, error) {
+	rev, err1 := fixtureBytes(a[0])
+	step, err2 := fixtureInt(a[len(a)-5])
+	grace, err3 := fixtureInt(a[len(a)-4])
+	dttl, err4 := fixtureInt(a[len(a)-3])
+	dmax, err5 := fixtureInt(a[len(a)-2])
+	id, err6 := fixtureBytes(a[len(a)-1])
+	if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+		return RateOptions{}, err
+	}
+	return RateOptions{
+		PolicyRevision: string(rev), MaxClockStep: time.Duration(step) * time.Millisecond,
+		CleanupGrace: time.Duration(grace) * time.Millisecond, DedupTTL: time.Duration(dttl) * time.Millisecond,
+		DedupMaxEntries: int(dmax), EvaluationID: id,
+	}, nil
+}
+
+func rateValues(r RateResult) []any {
+	return []any{b2i(r.Allowed), r.Limit, r.Remaining, ms(r.RetryAfter), r.ResetAtMillis}
+}
+
+func rateFacades() map[string]facadeCall {
+	ints := func(a []any, n int) ([]int64, error) {
+		out := make([]int64, n)
+		for i := range out {
+			v, err := fixtureInt(a[1+i])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	return map[string]facadeCall{
+		"rate-fixed-window-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 9 {
+				return "", 0, nil, fmt.Errorf("want 9 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 3)
+			o, err2 := rateFixtureOptions(a)
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateFixedWindow(ctx, ks[0], ks[1], FixedWindowRequest{
+				Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o,
+			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		"rate-sliding-counter-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 9 {
+				return "", 0, nil, fmt.Errorf("want 9 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 3)
+			o, err2 := rateFixtureOptions(a)
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateSlidingCounter(ctx, ks[0], ks[1], SlidingCounterRequest{
+				Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o,
+			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		"rate-token-bucket-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 10 {
+				return "", 0, nil, fmt.Errorf("want 10 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 4)
+			o, err2 := rateFixtureOptions(a)
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateTokenBucket(ctx, ks[0], ks[1], TokenBucketRequest{
+				CapacityScaled: n[0], RefillScaled: n[1], RefillPeriod: time.Duration(n[2]) * time.Millisecond,
+				CostScaled: n[3], RateOptions: o,
+			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+	}
+}
