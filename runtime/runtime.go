@@ -77,6 +77,10 @@ type Runtime struct {
 	// closes each exactly once.
 	registry []*registered
 	drain    time.Duration
+	// progs, mode and bindings are kept for the startup probe.
+	progs    *programs.Catalog
+	mode     policy.ProgramMode
+	bindings map[policy.Role]policy.RoleBinding
 
 	closeOnce sync.Once
 	closeErr  error
@@ -122,7 +126,8 @@ func New(ctx context.Context, cfg policy.RedisConfig, opts ...Option) (*Runtime,
 		return nil, fmt.Errorf("program catalog: %w", err)
 	}
 
-	r := &Runtime{log: o.log, gate: &gate{}, keys: kb, roles: make(map[policy.Role]*Deployment)}
+	r := &Runtime{log: o.log, gate: &gate{}, keys: kb, roles: make(map[policy.Role]*Deployment),
+		progs: progs, mode: cfg.Programs.Mode, bindings: cfg.Roles}
 	byID := make(map[string]*Deployment)
 	for _, role := range sortedRoles(cfg.Roles) {
 		b := cfg.Roles[role]

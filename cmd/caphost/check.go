@@ -17,20 +17,26 @@ func newCheckCmd(loadOpts []config.Option) *cobra.Command {
 		file     string
 		roles    []string
 		runProbe bool
+		allRoles bool
 	)
 	cmd := &cobra.Command{
 		Use:   "check --config FILE [--role ROLE ...] [--probe]",
 		Short: "Load and validate a configuration; list every problem",
 		Long: "check loads the configuration file with CAPHOST_ environment overrides, resolves secret\n" +
 			"references and validates everything, printing each problem as `path: message [rule]`.\n" +
-			"Exit status 1 when any problem is found. --role selects roles in addition to those the\n" +
-			"active capabilities name; --probe also connects to the selected Redis deployments.",
+			"Exit status 1 when any problem is found. Only roles that active capabilities name are decoded\n" +
+			"(an unselected role creates nothing, so it is not validated either); --role selects more,\n" +
+			"--all-roles selects every role declared under redis.roles. --probe also connects to the\n" +
+			"selected Redis deployments.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return usageError{errors.New("--config is required")}
 			}
 			opts := append([]config.Option(nil), loadOpts...)
+			if allRoles {
+				opts = append(opts, config.WithAllRoles())
+			}
 			for _, r := range roles {
 				role, err := policy.ParseRole(r)
 				if err != nil {
@@ -62,6 +68,7 @@ func newCheckCmd(loadOpts []config.Option) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (YAML)")
 	cmd.Flags().StringArrayVar(&roles, "role", nil, "select a Redis role explicitly (cache, coordination, session); repeatable")
+	cmd.Flags().BoolVar(&allRoles, "all-roles", false, "select every role declared under redis.roles")
 	cmd.Flags().BoolVar(&runProbe, "probe", false, "also probe the selected Redis deployments")
 	return cmd
 }

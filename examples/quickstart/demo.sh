@@ -62,10 +62,10 @@ cfg=$work/caphost-evalsha-managed.yaml
 fcfg=$work/caphost-functions-provisioned.yaml
 
 say "caphost check --config caphost.yaml   (validation only: every problem at once)"
-"$BIN" check --config "$cfg"
+"$BIN" check --config "$cfg" --all-roles
 
 say "caphost check --probe   (auth, topology, version, programs, ephemeral write/read, eviction policy)"
-"$BIN" check --config "$cfg" --probe
+"$BIN" check --config "$cfg" --all-roles --probe
 
 say "caphost programs list"
 "$BIN" programs list --config "$cfg"
@@ -80,6 +80,6 @@ say "caphost programs verify   (functions-provisioned: the library version and d
 "$BIN" programs verify --config "$fcfg"
 
 say "caphost check --probe   (functions-provisioned)"
-"$BIN" check --config "$fcfg" --probe
+"$BIN" check --config "$fcfg" --all-roles --probe
 
 say "done: stopped everything the demo started"

@@ -72,10 +72,11 @@ const DefaultListen = "127.0.0.1:8080"
 type Option func(*options)
 
 type options struct {
-	lookup  func(string) (string, bool)
-	environ func() []string
-	roles   []policy.Role
-	fsys    fs.FS
+	lookup   func(string) (string, bool)
+	environ  func() []string
+	roles    []policy.Role
+	allRoles bool
+	fsys     fs.FS
 }
 
 // WithEnv replaces the process environment (os.LookupEnv) for both
@@ -91,6 +92,13 @@ func WithEnv(lookup func(string) (string, bool)) Option {
 // `caphost check --role` and by runtime tests).
 func WithRoles(roles ...policy.Role) Option {
 	return func(o *options) { o.roles = append(o.roles, roles...) }
+}
+
+// WithAllRoles selects every role declared under redis.roles, as an
+// operator validating a whole file expects (`caphost check` without
+// --role). A service never uses it: it selects roles through capabilities.
+func WithAllRoles() Option {
+	return func(o *options) { o.allRoles = true }
 }
 
 // WithFS reads the configuration file from fsys instead of the operating
@@ -167,7 +175,11 @@ func load(ctx context.Context, data []byte, source, base string, o options) (*Co
 		return nil, err
 	}
 	d := &decoder{lookup: o.lookup, base: base}
-	cfg := d.decode(k.Raw(), o.roles)
+	roles := o.roles
+	if o.allRoles {
+		roles = append(roles, declaredRoles(k.Raw())...)
+	}
+	cfg := d.decode(k.Raw(), roles)
 	cfg.Source = source
 	static := append(cfg.Redis.Problems(), policy.GuestProblems(cfg.Guests, cfg.Security)...)
 	all := mergeProblems(d.ps, static)
@@ -220,4 +232,18 @@ var backticked = regexp.MustCompile("`[^`]*`")
 
 func hasPathPrefix(path, prefix string) bool {
 	return prefix != "" && len(path) > len(prefix) && path[:len(prefix)] == prefix && path[len(prefix)] == '.'
+}
+
+// declaredRoles lists the valid role names under redis.roles (invalid names
+// are reported by the decoder itself).
+func declaredRoles(root map[string]any) []policy.Role {
+	redis, _ := root["redis"].(map[string]any)
+	roles, _ := redis["roles"].(map[string]any)
+	var out []policy.Role
+	for _, r := range policy.Roles() {
+		if _, ok := roles[string(r)]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
 }

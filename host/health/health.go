@@ -186,7 +186,7 @@ func reason(err error) string {
 	case certainty.OverloadedBeforeSend:
 		return "overloaded"
 	case certainty.UnavailableBeforeSend:
-		if errors.Is(err, runtime.ErrClosed) {
+		if errors.Is(err, runtime.ErrLaneClosed) {
 			return "shutting-down"
 		}
 		return "unreachable"

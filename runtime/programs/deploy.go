@@ -67,9 +67,10 @@ func Deploy(ctx context.Context, c *Catalog, admin redis.UniversalClient) error 
 
 // LoadScripts eagerly SCRIPT LOADs every program source on every primary
 // and checks each returned sha1 (evalsha-managed mode; loading is otherwise
-// lazy, on NOSCRIPT).
-func LoadScripts(ctx context.Context, c *Catalog, admin redis.UniversalClient) error {
-	err := forEachPrimary(ctx, admin, func(ctx context.Context, node *redis.Client) error {
+// lazy, on NOSCRIPT). It runs on the script lane: SCRIPT LOAD is a
+// script-lane command, authorised for the identity that runs programs.
+func LoadScripts(ctx context.Context, c *Catalog, script redis.UniversalClient) error {
+	err := forEachPrimary(ctx, script, func(ctx context.Context, node *redis.Client) error {
 		for _, p := range c.programs {
 			sha, err := node.ScriptLoad(ctx, p.source).Result()
 			if err != nil {
@@ -130,34 +131,70 @@ func (r Report) OK() bool {
 }
 
 // Verify checks every primary. In functions-provisioned mode the library
-// must be present with exactly the generated code, and its info function
-// must report this set's name, version and digest. In evalsha-managed mode
-// it reports, per primary, the programs missing from the script cache
-// (LoadScripts loads them). A node that cannot be asked is an *Error; a
-// mismatch returns the report together with an error matching
-// ErrNotDeployed, so a caller that ignores the report still fails closed.
-func Verify(ctx context.Context, c *Catalog, mode policy.ProgramMode, admin redis.UniversalClient) (Report, error) {
+// must be present with exactly the generated code (FUNCTION LIST on the admin
+// lane), and its info function must report this set's name, version and
+// digest (FCALL_RO on the script lane, the lane and credential that run
+// programs). In evalsha-managed mode it reports, per primary, the programs
+// missing from the script cache (SCRIPT EXISTS on the script lane;
+// LoadScripts loads them). Lanes stay pure: admin commands on admin, script
+// commands on script. A node that cannot be asked is an *Error; a mismatch
+// returns the report together with an error matching ErrNotDeployed, so a
+// caller that ignores the report still fails closed.
+func Verify(ctx context.Context, c *Catalog, mode policy.ProgramMode, admin, script redis.UniversalClient) (Report, error) {
 	rep := Report{Mode: mode}
 	var mu sync.Mutex
-	var check func(ctx context.Context, node *redis.Client) (NodeReport, error)
+	byAddr := map[string]*NodeReport{}
+	node := func(addr string) *NodeReport {
+		mu.Lock()
+		defer mu.Unlock()
+		if n, ok := byAddr[addr]; ok {
+			return n
+		}
+		n := &NodeReport{Addr: addr}
+		byAddr[addr] = n
+		return n
+	}
+	var err error
 	switch mode {
 	case policy.ProgramsEvalshaManaged:
-		check = c.verifyScripts
+		err = forEachPrimary(ctx, script, func(ctx context.Context, cl *redis.Client) error {
+			missing, err := c.missingScripts(ctx, cl)
+			if err != nil {
+				return err
+			}
+			n := node(cl.Options().Addr)
+			mu.Lock()
+			n.MissingScripts = missing
+			mu.Unlock()
+			return nil
+		})
 	case policy.ProgramsFunctionsProvisioned:
-		check = c.verifyLibrary
+		err = forEachPrimary(ctx, admin, func(ctx context.Context, cl *redis.Client) error {
+			present, matches, err := c.listLibrary(ctx, cl)
+			if err != nil {
+				return err
+			}
+			n := node(cl.Options().Addr)
+			mu.Lock()
+			n.LibraryPresent, n.LibraryCodeMatches = present, matches
+			mu.Unlock()
+			return nil
+		})
+		if err == nil {
+			err = forEachPrimary(ctx, script, func(ctx context.Context, cl *redis.Client) error {
+				n := node(cl.Options().Addr)
+				if !n.LibraryPresent {
+					return nil
+				}
+				return c.libraryInfo(ctx, cl, n)
+			})
+		}
 	default:
 		return rep, fmt.Errorf("%w: %q", ErrMode, mode)
 	}
-	err := forEachPrimary(ctx, admin, func(ctx context.Context, node *redis.Client) error {
-		n, err := check(ctx, node)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		rep.Nodes = append(rep.Nodes, n)
-		mu.Unlock()
-		return nil
-	})
+	for _, n := range byAddr {
+		rep.Nodes = append(rep.Nodes, *n)
+	}
 	sort.Slice(rep.Nodes, func(i, j int) bool { return rep.Nodes[i].Addr < rep.Nodes[j].Addr })
 	if err != nil {
 		return rep, &Error{Program: "verify", Err: err}
@@ -168,55 +205,55 @@ func Verify(ctx context.Context, c *Catalog, mode policy.ProgramMode, admin redi
 	return rep, nil
 }
 
-func (c *Catalog) verifyScripts(ctx context.Context, node *redis.Client) (NodeReport, error) {
-	n := NodeReport{Addr: node.Options().Addr}
+func (c *Catalog) missingScripts(ctx context.Context, node *redis.Client) ([]string, error) {
 	shas := make([]string, len(c.programs))
 	for i, p := range c.programs {
 		shas[i] = p.spec.SHA1
 	}
 	exists, err := node.ScriptExists(ctx, shas...).Result()
 	if err != nil {
-		return n, err
+		return nil, err
 	}
 	if len(exists) != len(shas) {
-		return n, fmt.Errorf("SCRIPT EXISTS answered %d flags for %d scripts", len(exists), len(shas))
+		return nil, fmt.Errorf("SCRIPT EXISTS answered %d flags for %d scripts", len(exists), len(shas))
 	}
+	var missing []string
 	for i, ok := range exists {
 		if !ok {
-			n.MissingScripts = append(n.MissingScripts, c.programs[i].spec.ID)
+			missing = append(missing, c.programs[i].spec.ID)
 		}
 	}
-	return n, nil
+	return missing, nil
 }
 
-func (c *Catalog) verifyLibrary(ctx context.Context, node *redis.Client) (NodeReport, error) {
-	n := NodeReport{Addr: node.Options().Addr}
-	name, code, digest := c.Library()
+func (c *Catalog) listLibrary(ctx context.Context, node *redis.Client) (present, matches bool, err error) {
+	name, code, _ := c.Library()
 	libs, err := node.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: name, WithCode: true}).Result()
 	if err != nil {
-		return n, err
+		return false, false, err
 	}
 	for _, l := range libs {
 		if l.Name == name {
-			n.LibraryPresent = true
-			n.LibraryCodeMatches = l.Code == code
+			present, matches = true, l.Code == code
 		}
 	}
-	if !n.LibraryPresent {
-		return n, nil
-	}
+	return present, matches, nil
+}
+
+func (c *Catalog) libraryInfo(ctx context.Context, node *redis.Client, n *NodeReport) error {
+	_, _, digest := c.Library()
 	v, err := node.FCallRO(ctx, c.manifest.Library.InfoFunction, nil).Result()
 	if err != nil {
-		return n, err
+		return err
 	}
 	info, ok := v.([]any)
 	if !ok || len(info) != 3 {
-		return n, &CompatibilityError{Program: c.manifest.Library.InfoFunction, Reason: fmt.Sprintf("info reply %T", v)}
+		return &CompatibilityError{Program: c.manifest.Library.InfoFunction, Reason: fmt.Sprintf("info reply %T", v)}
 	}
 	n.InfoSet, _ = info[0].(string)
 	n.InfoVersion, _ = info[1].(int64)
 	n.InfoDigest, _ = info[2].(string)
 	setName, setVersion := c.ProgramSet()
 	n.InfoMatches = n.InfoSet == setName && n.InfoVersion == int64(setVersion) && n.InfoDigest == digest
-	return n, nil
+	return nil
 }

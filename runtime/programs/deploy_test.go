@@ -26,13 +26,13 @@ func programIDs(c *Catalog) []string {
 func checkVerifyBeforeDeploy(t *testing.T, c *Catalog, admin redis.UniversalClient, primaries int) {
 	ctx := context.Background()
 	require.NoError(t, admin.ScriptFlush(ctx).Err())
-	rep, err := Verify(ctx, c, policy.ProgramsEvalshaManaged, admin)
+	rep, err := Verify(ctx, c, policy.ProgramsEvalshaManaged, admin, admin)
 	require.ErrorIs(t, err, ErrNotDeployed)
 	require.Len(t, rep.Nodes, primaries)
 	for _, n := range rep.Nodes {
 		assert.Equal(t, programIDs(c), n.MissingScripts, n.Addr)
 	}
-	rep, err = Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin)
+	rep, err = Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin, admin)
 	require.ErrorIs(t, err, ErrNotDeployed)
 	require.Len(t, rep.Nodes, primaries)
 	for _, n := range rep.Nodes {
@@ -44,7 +44,7 @@ func checkVerifyBeforeDeploy(t *testing.T, c *Catalog, admin redis.UniversalClie
 func checkVerifyAfterDeploy(t *testing.T, c *Catalog, admin redis.UniversalClient, primaries int) {
 	ctx := context.Background()
 	require.NoError(t, Deploy(ctx, c, admin))
-	rep, err := Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin)
+	rep, err := Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin, admin)
 	require.NoError(t, err)
 	require.True(t, rep.OK())
 	require.Len(t, rep.Nodes, primaries)
@@ -56,7 +56,7 @@ func checkVerifyAfterDeploy(t *testing.T, c *Catalog, admin redis.UniversalClien
 		assert.Equal(t, digest, n.InfoDigest)
 	}
 	require.NoError(t, LoadScripts(ctx, c, admin))
-	rep, err = Verify(ctx, c, policy.ProgramsEvalshaManaged, admin)
+	rep, err = Verify(ctx, c, policy.ProgramsEvalshaManaged, admin, admin)
 	require.NoError(t, err)
 	require.Len(t, rep.Nodes, primaries)
 	for _, n := range rep.Nodes {
@@ -83,7 +83,7 @@ func TestDeployVerifyStandalone(t *testing.T) {
 	got, err := admin.FunctionLoadReplace(ctx, forged).Result()
 	require.NoError(t, err)
 	require.Equal(t, name, got)
-	rep, err := Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin)
+	rep, err := Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin, admin)
 	require.ErrorIs(t, err, ErrNotDeployed)
 	require.Len(t, rep.Nodes, 1)
 	assert.True(t, rep.Nodes[0].LibraryPresent)
@@ -96,11 +96,11 @@ func TestDeployVerifyStandalone(t *testing.T) {
 			require.NoError(t, admin.ScriptLoad(ctx, p.Source()).Err())
 		}
 	}
-	rep, err = Verify(ctx, c, policy.ProgramsEvalshaManaged, admin)
+	rep, err = Verify(ctx, c, policy.ProgramsEvalshaManaged, admin, admin)
 	require.ErrorIs(t, err, ErrNotDeployed)
 	assert.Equal(t, []string{"compare-and-expire-v1"}, rep.Nodes[0].MissingScripts)
 
-	_, err = Verify(ctx, c, "eval", admin)
+	_, err = Verify(ctx, c, "eval", admin, admin)
 	require.ErrorIs(t, err, ErrMode)
 }
 
@@ -110,6 +110,6 @@ func TestDeployRejectsUnsupportedClient(t *testing.T) {
 	c := mustCatalog(t)
 	err := Deploy(context.Background(), c, ring)
 	require.ErrorIs(t, err, ErrUnsupportedClient)
-	_, err = Verify(context.Background(), c, policy.ProgramsFunctionsProvisioned, ring)
+	_, err = Verify(context.Background(), c, policy.ProgramsFunctionsProvisioned, ring, ring)
 	require.ErrorIs(t, err, ErrUnsupportedClient)
 }
