@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -228,14 +227,18 @@ func (a *admission) release() {
 	a.gate.leave()
 }
 
-// describe returns a bounded label for cmd (catalog name or "unknown") and
+// PipelineLabel is the command label of a multi-command pipeline.
+const PipelineLabel = "pipeline"
+
+// describe returns a bounded label for cmd (the catalog's canonical name,
+// e.g. "GET" or "CONFIG|GET", or "unknown") and
 // whether it may mutate (unknown commands are treated as mutations).
 func (a *admission) describe(cmd redis.Cmder) (string, bool) {
 	e, ok := a.catalog.Lookup(cmd.Args())
 	if !ok {
 		return "unknown", true
 	}
-	return strings.ToLower(e.Name), !e.ReadOnly
+	return e.Name, !e.ReadOnly
 }
 
 func (a *admission) label(cmds []redis.Cmder) string {
@@ -243,5 +246,5 @@ func (a *admission) label(cmds []redis.Cmder) string {
 		n, _ := a.describe(cmds[0])
 		return n
 	}
-	return "pipeline"
+	return PipelineLabel
 }

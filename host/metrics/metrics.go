@@ -22,6 +22,11 @@ import (
 // unknownLabel replaces any label value outside its pre-registered set.
 const unknownLabel = "unknown"
 
+// pipelineLabel is the runtime's command label for multi-command pipelines
+// (runtime.PipelineLabel; not imported to keep this package's view of the
+// runtime to its Observer contract).
+const pipelineLabel = "pipeline"
+
 // Redis holds the runtime's instruments and implements runtime.Observer.
 type Redis struct {
 	commands   *prometheus.CounterVec   // deployment, lane, command, outcome
@@ -63,7 +68,7 @@ func NewRedis(reg prometheus.Registerer, deployments, commands []string) (*Redis
 			Help: "Commands admitted and not yet finished, per lane.",
 		}, []string{"deployment", "lane"}),
 		deployments: set(deployments),
-		commandSet:  set(commands),
+		commandSet:  set(append(slices.Clone(commands), pipelineLabel)),
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight} {
 		if err := reg.Register(c); err != nil {
