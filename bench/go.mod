@@ -3,3 +3,15 @@ module github.com/caphost/caphost/bench
 go 1.26.8
 
 replace github.com/caphost/caphost => ../
+
+require (
+	github.com/caphost/caphost v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -19,6 +19,11 @@
 // until all four agree. Existing programs are immutable once released: a
 // behaviour change is a new id (-v2), never an edit of a -v1 source.
 //
+// The rate-limit programs (fixed window, sliding counter, token bucket,
+// GCRA, sliding log) and the concurrency-permit programs read Redis TIME
+// once per call and are specified by the pure-Go reference
+// in internal/rateref; a formula change is a new program id there and here.
+//
 // Callers never name a program, pass KEYS or see numeric statuses: facades
 // take keys.Key values and typed arguments and return typed results whose
 // status maps 1:1 to the manifest and to a certainty.Outcome.

@@ -34,6 +34,11 @@ func facadeMethods() map[string]string {
 		"rate-fixed-window-v1":          "RateFixedWindow",
 		"rate-sliding-counter-v1":       "RateSlidingCounter",
 		"rate-token-bucket-v1":          "RateTokenBucket",
+		"rate-gcra-v1":                  "RateGCRA",
+		"rate-sliding-log-v1":           "RateSlidingLog",
+		"rate-concurrency-acquire-v1":   "RateConcurrencyAcquire",
+		"rate-concurrency-renew-v1":     "RateConcurrencyRenew",
+		"rate-concurrency-release-v1":   "RateConcurrencyRelease",
 	}
 }
 

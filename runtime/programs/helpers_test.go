@@ -168,6 +168,7 @@ type stateItem struct {
 	String    any               `json:"string"`
 	TTLMillis int64             `json:"ttlMillis"`
 	Hash      map[string]string `json:"hash"`
+	ZSet      map[string]string `json:"zset"` // member -> integer score`
 	Absent    bool              `json:"absent"`
 	Type      string            `json:"type"`
 	PTTL      *struct {

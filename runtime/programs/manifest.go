@@ -164,6 +164,12 @@ func retrySafeties() []string {
 	return []string{"safe-repeat", "inspect-or-repeat-desired-absent", "inspect-or-repeat-same-value", "repeat-same-operation", "not-retry-safe"}
 }
 
+// complexities admits O(1) and the one explicitly bounded form (§7.4 "O(1)
+// or an explicit small N"): a sorted set capped by a validated limit.
+func complexities() []string {
+	return []string{"O(1)", "O(log N + M), N <= M <= limit <= 10000"}
+}
+
 func timeoutCertainties() []string { return []string{"indeterminate", "not-applicable"} }
 
 // DecodeManifest strictly decodes and validates a program-set manifest:
@@ -310,8 +316,8 @@ func (s *ProgramSpec) validate(m *Manifest) []string {
 		}
 	}
 	p = append(p, validateStatuses(s.Statuses)...)
-	if s.Complexity != "O(1)" {
-		add("complexity %q: only O(1) programs are admitted", s.Complexity)
+	if !contains(complexities(), s.Complexity) {
+		add("complexity %q: only O(1) or an explicitly bounded N are admitted (%v)", s.Complexity, complexities())
 	}
 	if s.StateGrowth == "" || len(s.StateGrowth) > maxTextLen {
 		add("stateGrowth is required")

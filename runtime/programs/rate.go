@@ -154,3 +154,155 @@ func (e *Executor) RateTokenBucket(ctx context.Context, bucket, dedup keys.Key, 
 	}
 	return rateResult(r), nil
 }
+
+// GCRARequest is one rate-gcra-v1 evaluation: Limit units per Period with a
+// burst of Limit. GCRA is an advanced opt-in; its rounding (emission
+// interval rounded up to a microsecond) makes it deliberately not identical
+// to the token bucket.
+type GCRARequest struct {
+	// Limit (1..10^9) units per Period, also the burst.
+	Limit int64
+	// Period is 1 ms .. 30 days.
+	Period time.Duration
+	// Cost (1..Limit) is this request's cost.
+	Cost int64
+	RateOptions
+}
+
+// RateGCRA evaluates a GCRA limit.
+func (e *Executor) RateGCRA(ctx context.Context, state, dedup keys.Key, req GCRARequest) (RateResult, error) {
+	args := append([]any{req.PolicyRevision, strconv.FormatInt(req.Limit, 10), millis(req.Period), strconv.FormatInt(req.Cost, 10)}, req.args()...)
+	r, err := e.run(ctx, "rate-gcra-v1", []keys.Key{state, dedup}, args...)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(r), nil
+}
+
+// SlidingLogRequest is one rate-sliding-log-v1 evaluation: an exact
+// sliding window of at most Limit requests per Window, each of cost 1 (v1
+// does not expand a cost into members). State is one event per admitted
+// request, so Limit is capped at 10 000.
+type SlidingLogRequest struct {
+	// Limit (1..10000) is the number of requests admitted per Window.
+	Limit int64
+	// Window is 1 ms .. 30 days; the window is (now-Window, now].
+	Window time.Duration
+	RateOptions
+}
+
+// RateSlidingLog evaluates an exact sliding-log limit for one request.
+func (e *Executor) RateSlidingLog(ctx context.Context, log, dedup keys.Key, req SlidingLogRequest) (RateResult, error) {
+	args := append([]any{req.PolicyRevision, strconv.FormatInt(req.Limit, 10), millis(req.Window)}, req.args()...)
+	r, err := e.run(ctx, "rate-sliding-log-v1", []keys.Key{log, dedup}, args...)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(r), nil
+}
+
+// PermitAcquireRequest is one rate-concurrency-acquire-v1 call. The
+// concurrency limiter bounds requests in flight, not a rate; it is never
+// emulated with token-bucket cost.
+type PermitAcquireRequest struct {
+	// PolicyRevision (1..64 bytes) is stored in the state's sentinel.
+	PolicyRevision string
+	// MaxPermits (1..10000) bounds the live owners.
+	MaxPermits int64
+	// Owner (1..128 bytes, not starting with '!') is the caller's secret
+	// random token: mint it before the first send and reuse it to repeat,
+	// renew and release.
+	Owner []byte
+	// TTL (1 ms .. 30 days) bounds a leaked permit's life.
+	TTL          time.Duration
+	MaxClockStep time.Duration
+	CleanupGrace time.Duration
+}
+
+// PermitAcquireResult is the result of rate-concurrency-acquire-v1.
+type PermitAcquireResult struct {
+	Status          PermitAcquireStatus
+	ServerNowMillis int64
+	// InUse counts live permits after the call.
+	InUse      int64
+	MaxPermits int64
+	// ExpiresAtMillis is the owner's permit expiry (server time) on
+	// ACQUIRED and ALREADY_HELD.
+	ExpiresAtMillis int64
+	// RetryAfter is the wait until the earliest permit expires (CONTENDED).
+	RetryAfter time.Duration
+}
+
+// Outcome returns the certainty of the call.
+func (r PermitAcquireResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// RateConcurrencyAcquire takes a concurrency permit for req.Owner.
+func (e *Executor) RateConcurrencyAcquire(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	r, err := e.run(ctx, "rate-concurrency-acquire-v1", []keys.Key{permits}, req.PolicyRevision,
+		strconv.FormatInt(req.MaxPermits, 10), req.Owner, millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
+	if err != nil {
+		return PermitAcquireResult{}, err
+	}
+	return PermitAcquireResult{
+		Status: PermitAcquireStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0), MaxPermits: r.int(1),
+		ExpiresAtMillis: r.int(2), RetryAfter: time.Duration(r.int(3)) * time.Millisecond,
+	}, nil
+}
+
+// PermitRenewRequest is one rate-concurrency-renew-v1 call.
+type PermitRenewRequest struct {
+	PolicyRevision string
+	Owner          []byte
+	// TTL (1 ms .. 30 days) is the new life from now.
+	TTL          time.Duration
+	MaxClockStep time.Duration
+	CleanupGrace time.Duration
+}
+
+// PermitRenewResult is the result of rate-concurrency-renew-v1.
+type PermitRenewResult struct {
+	Status          PermitRenewStatus
+	ServerNowMillis int64
+	InUse           int64
+	// ExpiresAtMillis is the new expiry on RENEWED.
+	ExpiresAtMillis int64
+}
+
+// Outcome returns the certainty of the call.
+func (r PermitRenewResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// RateConcurrencyRenew extends req.Owner's live permit.
+func (e *Executor) RateConcurrencyRenew(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	r, err := e.run(ctx, "rate-concurrency-renew-v1", []keys.Key{permits}, req.PolicyRevision, req.Owner,
+		millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
+	if err != nil {
+		return PermitRenewResult{}, err
+	}
+	return PermitRenewResult{Status: PermitRenewStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0), ExpiresAtMillis: r.int(1)}, nil
+}
+
+// PermitReleaseRequest is one rate-concurrency-release-v1 call.
+type PermitReleaseRequest struct {
+	PolicyRevision string
+	Owner          []byte
+	MaxClockStep   time.Duration
+}
+
+// PermitReleaseResult is the result of rate-concurrency-release-v1.
+type PermitReleaseResult struct {
+	Status          PermitReleaseStatus
+	ServerNowMillis int64
+	InUse           int64
+}
+
+// Outcome returns the certainty of the call.
+func (r PermitReleaseResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// RateConcurrencyRelease returns req.Owner's permit; nobody else's.
+func (e *Executor) RateConcurrencyRelease(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	r, err := e.run(ctx, "rate-concurrency-release-v1", []keys.Key{permits}, req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
+	if err != nil {
+		return PermitReleaseResult{}, err
+	}
+	return PermitReleaseResult{Status: PermitReleaseStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0)}, nil
+}

@@ -40,6 +40,22 @@ type rateAlgo struct {
 	call   func(ctx context.Context, e *Executor, st, dd keys.Key, opts RateOptions, r *rand.Rand) (RateResult, func(now int64, c rateref.Common) (rateref.Decision, error), error)
 	stored func() map[string]string
 	shift  func(ms int64) bool
+	// read and redisShift override the hash defaults (the sliding log is a
+	// sorted set whose sentinel score is minus the last observation).
+	read       func(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error)
+	redisShift func(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error
+}
+
+func readHash(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
+	return admin.HGetAll(ctx, key).Result()
+}
+
+func shiftHash(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+	ts, err := admin.HGet(ctx, key, "ts").Int64()
+	if err != nil {
+		return err
+	}
+	return admin.HSet(ctx, key, "ts", ts+ms).Err()
 }
 
 func rateCommon(o RateOptions) rateref.Common {
@@ -60,13 +76,75 @@ func newRateAlgos(seed uint64) []rateAlgo {
 		dedupF = &rateref.Dedup{}
 		dedupS = &rateref.Dedup{}
 		dedupT = &rateref.Dedup{}
+		gc     rateref.GCRAState
+		dedupG = &rateref.Dedup{}
+		lg     rateref.SlidingLogState
+		dedupL = &rateref.Dedup{}
 	)
 	limit := 3 + r.Int64N(18)
 	window := 40 + r.Int64N(160)
 	capacity := (2 + r.Int64N(18)) * rateref.Scale
 	refill := 1 + r.Int64N(capacity)
 	period := 50 + r.Int64N(400)
+	gcraLimit, gcraPeriod := 2+r.Int64N(12), 60+r.Int64N(300)
+	logLimit, logWindow := 2+r.Int64N(15), 40+r.Int64N(160)
 	return []rateAlgo{
+		{
+			name: "sliding-log", kind: "log",
+			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, _ *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+				p := rateref.SlidingLogParams{Limit: logLimit, WindowMillis: logWindow}
+				res, err := e.RateSlidingLog(ctx, st, dd, SlidingLogRequest{Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond, RateOptions: o})
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+					return rateref.SlidingLog(&lg, dedupL, now, p, c)
+				}, err
+			},
+			stored: func() map[string]string {
+				if !lg.Present {
+					return map[string]string{}
+				}
+				out := map[string]string{"!v1:r1": itoa(-lg.Observed)}
+				for _, ev := range lg.Events {
+					out[ev.Member] = itoa(ev.Score)
+				}
+				return out
+			},
+			shift: func(ms int64) bool { lg.Observed += ms; return lg.Present },
+			read: func(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
+				zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
+				out := map[string]string{}
+				for _, z := range zs {
+					out[fmt.Sprint(z.Member)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+				}
+				return out, err
+			},
+			redisShift: func(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+				score, err := admin.ZScore(ctx, key, "!v1:r1").Result()
+				if err != nil {
+					return err
+				}
+				return admin.ZAdd(ctx, key, redis.Z{Score: score - float64(ms), Member: "!v1:r1"}).Err()
+			},
+		},
+		{
+			name: "gcra", kind: "bucket",
+			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+				p := rateref.GCRAParams{Limit: gcraLimit, PeriodMillis: gcraPeriod, Cost: 1 + r.Int64N(gcraLimit)}
+				if r.IntN(3) > 0 {
+					p.Cost = 1
+				}
+				res, err := e.RateGCRA(ctx, st, dd, GCRARequest{Limit: p.Limit, Period: time.Duration(p.PeriodMillis) * time.Millisecond, Cost: p.Cost, RateOptions: o})
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+					return rateref.GCRA(&gc, dedupG, now, p, c)
+				}, err
+			},
+			stored: func() map[string]string {
+				if !gc.Present {
+					return map[string]string{}
+				}
+				return map[string]string{"v": "1", "rev": "r1", "tat": itoa(gc.TATMicros), "ts": itoa(gc.Observed)}
+			},
+			shift: func(ms int64) bool { gc.Observed += ms; return gc.Present },
+		},
 		{
 			name: "fixed-window", kind: "window",
 			call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
@@ -75,7 +153,9 @@ func newRateAlgos(seed uint64) []rateAlgo {
 					p.Cost = 1
 				}
 				res, err := e.RateFixedWindow(ctx, st, dd, FixedWindowRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
-				return res, func(now int64, c rateref.Common) (rateref.Decision, error) { return rateref.FixedWindow(&fw, dedupF, now, p, c) }, err
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+					return rateref.FixedWindow(&fw, dedupF, now, p, c)
+				}, err
 			},
 			stored: func() map[string]string {
 				if !fw.Present {
@@ -113,7 +193,9 @@ func newRateAlgos(seed uint64) []rateAlgo {
 					CapacityScaled: p.CapacityScaled, RefillScaled: p.RefillScaled, RefillPeriod: time.Duration(period) * time.Millisecond,
 					CostScaled: p.CostScaled, RateOptions: o,
 				})
-				return res, func(now int64, c rateref.Common) (rateref.Decision, error) { return rateref.TokenBucket(&tb, dedupT, now, p, c) }, err
+				return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+					return rateref.TokenBucket(&tb, dedupT, now, p, c)
+				}, err
 			},
 			stored: func() map[string]string {
 				if !tb.Present {
@@ -139,32 +221,51 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 	b := testBuilder(t)
 	ctx := context.Background()
 	require.NoError(t, Deploy(ctx, cat, admin))
-	const steps = 120
+	const steps = 150
 	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
 		e, err := NewExecutor(cat, mode, client)
 		require.NoError(t, err)
-		for _, seed := range []uint64{1, 2} {
+		// One seed per mode keeps the suite fast; the streams run in
+		// parallel because they mostly sleep.
+		seed := map[policy.ProgramMode]uint64{policy.ProgramsEvalshaManaged: 1, policy.ProgramsFunctionsProvisioned: 2}[mode]
+		{
 			for _, algo := range newRateAlgos(seed) {
 				t.Run(fmt.Sprintf("%s/seed-%d/%s", mode, seed, algo.name), func(t *testing.T) {
+					t.Parallel()
 					r := rand.New(rand.NewPCG(seed, 99))
 					st, dd := rateKeys(t, b, fmt.Sprintf("prop-%s-%d-%s", mode, seed, algo.name), algo.kind)
-					var ids []string
+					read, redisShift := readHash, shiftHash
+					if algo.read != nil {
+						read, redisShift = algo.read, algo.redisShift
+					}
+					var (
+						ids  []string
+						undo int64
+					)
 					counts := map[rateref.Status]int{}
 					for i := range steps {
-						// Gaps: mostly back to back, sometimes a window's worth.
-						if g := r.IntN(10); g >= 6 {
-							time.Sleep(time.Duration(r.IntN(40*(g-5))) * time.Millisecond)
+						// Gaps: mostly back to back, sometimes up to 40 ms (windows
+						// are 40..200 ms, refill periods 50..450 ms).
+						if r.IntN(10) >= 7 {
+							time.Sleep(time.Duration(r.IntN(40)) * time.Millisecond)
 						}
 						// A server clock stepping back by X is the stored
-						// observation moving X ahead of TIME: sometimes within
-						// the max step (clamp), sometimes beyond (CLOCK_UNSAFE).
-						if r.IntN(25) == 0 {
-							shift := 50 + r.Int64N(400)
-							if algo.shift(shift) {
-								ts, err := admin.HGet(ctx, st.Redis(), "ts").Int64()
-								require.NoError(t, err)
-								require.NoError(t, admin.HSet(ctx, st.Redis(), "ts", ts+shift).Err())
+						// observation moving X ahead of TIME: mostly within the
+						// max step (clamp), sometimes beyond (CLOCK_UNSAFE), in
+						// which case the next step corrects the clock again.
+						shift := int64(0)
+						switch {
+						case undo != 0:
+							shift, undo = -undo, 0
+						case r.IntN(20) == 0:
+							shift = 10 + r.Int64N(150)
+							if r.IntN(3) == 0 {
+								shift = 300 + r.Int64N(100)
+								undo = shift
 							}
+						}
+						if shift != 0 && algo.shift(shift) {
+							require.NoError(t, redisShift(ctx, admin, st.Redis(), shift))
 						}
 						id := "ev-" + strconv.Itoa(i)
 						if len(ids) > 0 && r.IntN(6) == 0 {
@@ -186,7 +287,7 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 						}
 						want.StateTTLMillis = 0
 						require.Equal(t, want, got, "step %d (id %s, now %d)", i, id, res.ServerNowMillis)
-						stored, err := admin.HGetAll(ctx, st.Redis()).Result()
+						stored, err := read(ctx, admin, st.Redis())
 						require.NoError(t, err)
 						require.Equal(t, algo.stored(), stored, "step %d state", i)
 					}
@@ -194,6 +295,7 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 					assert.Positive(t, counts[rateref.Allowed], "allowed")
 					assert.Positive(t, counts[rateref.Denied], "denied")
 					assert.Positive(t, counts[rateref.DedupReplay], "replayed")
+					assert.Positive(t, counts[rateref.ClockUnsafe], "clock unsafe")
 					t.Logf("statuses: %v", counts)
 				})
 			}
@@ -275,3 +377,5 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 		})
 	}
 }
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }

@@ -64,14 +64,17 @@ func expandAnchor(s string, anchor int64) string {
 }
 
 func expandItem(it stateItem, anchor int64) stateItem {
-	if it.Hash == nil {
-		return it
+	expand := func(m map[string]string) map[string]string {
+		if m == nil {
+			return nil
+		}
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			out[expandAnchor(k, anchor)] = expandAnchor(v, anchor)
+		}
+		return out
 	}
-	h := make(map[string]string, len(it.Hash))
-	for f, v := range it.Hash {
-		h[expandAnchor(f, anchor)] = expandAnchor(v, anchor)
-	}
-	it.Hash = h
+	it.Hash, it.ZSet = expand(it.Hash), expand(it.ZSet)
 	return it
 }
 
@@ -156,6 +159,86 @@ func rateFacades() map[string]facadeCall {
 				Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o,
 			})
 			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		"rate-gcra-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 9 {
+				return "", 0, nil, fmt.Errorf("want 9 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 3)
+			o, err2 := rateFixtureOptions(a)
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateGCRA(ctx, ks[0], ks[1], GCRARequest{
+				Limit: n[0], Period: time.Duration(n[1]) * time.Millisecond, Cost: n[2], RateOptions: o,
+			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		"rate-sliding-log-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 8 {
+				return "", 0, nil, fmt.Errorf("want 8 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 2)
+			o, err2 := rateFixtureOptions(a)
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateSlidingLog(ctx, ks[0], ks[1], SlidingLogRequest{
+				Limit: n[0], Window: time.Duration(n[1]) * time.Millisecond, RateOptions: o,
+			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		"rate-concurrency-acquire-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 6 {
+				return "", 0, nil, fmt.Errorf("want 6 args, have %d", len(a))
+			}
+			rev, err1 := fixtureBytes(a[0])
+			maxPermits, err2 := fixtureInt(a[1])
+			owner, err3 := fixtureBytes(a[2])
+			ttl, err4 := fixtureInt(a[3])
+			step, err5 := fixtureInt(a[4])
+			grace, err6 := fixtureInt(a[5])
+			if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateConcurrencyAcquire(ctx, ks[0], PermitAcquireRequest{
+				PolicyRevision: string(rev), MaxPermits: maxPermits, Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
+				MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
+			})
+			return r.Status.String(), r.Outcome(), []any{r.InUse, r.MaxPermits, r.ExpiresAtMillis, ms(r.RetryAfter)}, err
+		},
+		"rate-concurrency-renew-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 5 {
+				return "", 0, nil, fmt.Errorf("want 5 args, have %d", len(a))
+			}
+			rev, err1 := fixtureBytes(a[0])
+			owner, err2 := fixtureBytes(a[1])
+			ttl, err3 := fixtureInt(a[2])
+			step, err4 := fixtureInt(a[3])
+			grace, err5 := fixtureInt(a[4])
+			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateConcurrencyRenew(ctx, ks[0], PermitRenewRequest{
+				PolicyRevision: string(rev), Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
+				MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
+			})
+			return r.Status.String(), r.Outcome(), []any{r.InUse, r.ExpiresAtMillis}, err
+		},
+		"rate-concurrency-release-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 3 {
+				return "", 0, nil, fmt.Errorf("want 3 args, have %d", len(a))
+			}
+			rev, err1 := fixtureBytes(a[0])
+			owner, err2 := fixtureBytes(a[1])
+			step, err3 := fixtureInt(a[2])
+			if err := firstErr(err1, err2, err3); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.RateConcurrencyRelease(ctx, ks[0], PermitReleaseRequest{
+				PolicyRevision: string(rev), Owner: owner, MaxClockStep: time.Duration(step) * time.Millisecond,
+			})
+			return r.Status.String(), r.Outcome(), []any{r.InUse}, err
 		},
 		"rate-token-bucket-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 10 {

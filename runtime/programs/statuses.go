@@ -338,14 +338,21 @@ func facadeStatuses(id string) []statusDef {
 		return generationInitStatuses()
 	case "set-if-absent-with-ttl-v1":
 		return setIfAbsentStatuses()
-	case "rate-fixed-window-v1", "rate-sliding-counter-v1", "rate-token-bucket-v1":
+	case "rate-concurrency-acquire-v1":
+		return permitAcquireStatuses()
+	case "rate-concurrency-renew-v1":
+		return permitRenewStatuses()
+	case "rate-concurrency-release-v1":
+		return permitReleaseStatuses()
+	case "rate-fixed-window-v1", "rate-sliding-counter-v1", "rate-token-bucket-v1", "rate-gcra-v1", "rate-sliding-log-v1":
 		return rateStatuses()
 	}
 	return nil
 }
 
 // RateStatus is the status enum shared by rate-fixed-window-v1,
-// rate-sliding-counter-v1 and rate-token-bucket-v1.
+// rate-sliding-counter-v1, rate-token-bucket-v1, rate-gcra-v1 and
+// rate-sliding-log-v1.
 type RateStatus uint8
 
 // Statuses of the rate programs (codes as in the manifest).
@@ -384,3 +391,114 @@ func (s RateStatus) String() string { return statusName(rateStatuses(), uint8(s)
 
 // Outcome returns the certainty the status reports.
 func (s RateStatus) Outcome() certainty.Outcome { return statusOutcome(rateStatuses(), uint8(s)) }
+
+// PermitAcquireStatus is the status enum of rate-concurrency-acquire-v1.
+type PermitAcquireStatus uint8
+
+// Statuses of rate-concurrency-acquire-v1 (codes as in the manifest).
+const (
+	// PermitAcquired is ACQUIRED (code 1, APPLIED).
+	PermitAcquired PermitAcquireStatus = iota + 1
+	// PermitAlreadyHeld is ALREADY_HELD (code 2, APPLIED): the owner holds a
+	// live permit (a repeat after a timeout lands here); it was not extended.
+	PermitAlreadyHeld
+	// PermitContended is CONTENDED (code 3, CONFLICT): all permits are held.
+	PermitContended
+	// PermitAcquireClockUnsafe is CLOCK_UNSAFE (code 4, REJECTED).
+	PermitAcquireClockUnsafe
+	// PermitAcquireWrongType is WRONG_TYPE (code 5, REJECTED).
+	PermitAcquireWrongType
+	// PermitAcquireInvalid is INVALID (code 6, REJECTED).
+	PermitAcquireInvalid
+)
+
+func permitAcquireStatuses() []statusDef {
+	return []statusDef{
+		{"ACQUIRED", certainty.Applied},
+		{"ALREADY_HELD", certainty.Applied},
+		{"CONTENDED", certainty.Conflict},
+		{"CLOCK_UNSAFE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s PermitAcquireStatus) String() string { return statusName(permitAcquireStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s PermitAcquireStatus) Outcome() certainty.Outcome {
+	return statusOutcome(permitAcquireStatuses(), uint8(s))
+}
+
+// PermitRenewStatus is the status enum of rate-concurrency-renew-v1.
+type PermitRenewStatus uint8
+
+// Statuses of rate-concurrency-renew-v1 (codes as in the manifest).
+const (
+	// PermitRenewed is RENEWED (code 1, APPLIED).
+	PermitRenewed PermitRenewStatus = iota + 1
+	// PermitRenewNotHeld is NOT_HELD (code 2, NOT_APPLIED): the owner holds
+	// no live permit (never acquired, expired or released); acquire again.
+	PermitRenewNotHeld
+	// PermitRenewClockUnsafe is CLOCK_UNSAFE (code 3, REJECTED).
+	PermitRenewClockUnsafe
+	// PermitRenewWrongType is WRONG_TYPE (code 4, REJECTED).
+	PermitRenewWrongType
+	// PermitRenewInvalid is INVALID (code 5, REJECTED).
+	PermitRenewInvalid
+)
+
+func permitRenewStatuses() []statusDef {
+	return []statusDef{
+		{"RENEWED", certainty.Applied},
+		{"NOT_HELD", certainty.NotApplied},
+		{"CLOCK_UNSAFE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s PermitRenewStatus) String() string { return statusName(permitRenewStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s PermitRenewStatus) Outcome() certainty.Outcome {
+	return statusOutcome(permitRenewStatuses(), uint8(s))
+}
+
+// PermitReleaseStatus is the status enum of rate-concurrency-release-v1.
+type PermitReleaseStatus uint8
+
+// Statuses of rate-concurrency-release-v1 (codes as in the manifest).
+const (
+	// PermitReleased is RELEASED (code 1, APPLIED).
+	PermitReleased PermitReleaseStatus = iota + 1
+	// PermitReleaseNotHeld is NOT_HELD (code 2, NOT_APPLIED): the desired
+	// absence holds (a repeat after a timeout lands here).
+	PermitReleaseNotHeld
+	// PermitReleaseClockUnsafe is CLOCK_UNSAFE (code 3, REJECTED).
+	PermitReleaseClockUnsafe
+	// PermitReleaseWrongType is WRONG_TYPE (code 4, REJECTED).
+	PermitReleaseWrongType
+	// PermitReleaseInvalid is INVALID (code 5, REJECTED).
+	PermitReleaseInvalid
+)
+
+func permitReleaseStatuses() []statusDef {
+	return []statusDef{
+		{"RELEASED", certainty.Applied},
+		{"NOT_HELD", certainty.NotApplied},
+		{"CLOCK_UNSAFE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s PermitReleaseStatus) String() string { return statusName(permitReleaseStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s PermitReleaseStatus) Outcome() certainty.Outcome {
+	return statusOutcome(permitReleaseStatuses(), uint8(s))
+}

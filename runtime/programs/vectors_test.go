@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -274,6 +275,13 @@ func applySetup(ctx context.Context, t *testing.T, admin redis.UniversalClient, 
 			require.NoError(t, admin.HSet(ctx, k.Redis(), f, v).Err())
 		}
 		require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Minute).Err())
+	case it.ZSet != nil:
+		for m, sc := range it.ZSet {
+			score, err := strconv.ParseFloat(sc, 64)
+			require.NoError(t, err)
+			require.NoError(t, admin.ZAdd(ctx, k.Redis(), redis.Z{Score: score, Member: m}).Err())
+		}
+		require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Minute).Err())
 	default:
 		t.Fatalf("unsupported setup item %+v", it)
 	}
@@ -300,6 +308,15 @@ func assertState(ctx context.Context, t *testing.T, admin redis.UniversalClient,
 		got, err := admin.HGetAll(ctx, k.Redis()).Result()
 		require.NoError(t, err)
 		assert.Equal(t, it.Hash, got, "stored hash")
+	}
+	if it.ZSet != nil {
+		zs, err := admin.ZRangeWithScores(ctx, k.Redis(), 0, -1).Result()
+		require.NoError(t, err)
+		got := map[string]string{}
+		for _, z := range zs {
+			got[fmt.Sprint(z.Member)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+		}
+		assert.Equal(t, it.ZSet, got, "stored sorted set")
 	}
 	if it.HashLen != nil {
 		n, err := admin.HLen(ctx, k.Redis()).Result()

@@ -1,6 +1,7 @@
 // Package rateref is the pure-Go reference implementation of caphost's
-// rate-limit catalog programs (rate-fixed-window-v1,
-// rate-sliding-counter-v1, rate-token-bucket-v1): the same state model,
+// rate-limit catalog programs (rate-fixed-window-v1, rate-sliding-counter-v1,
+// rate-token-bucket-v1, rate-gcra-v1, rate-sliding-log-v1 and the
+// rate-concurrency-* permit programs): the same state model,
 // fixed-point arithmetic, clock clamp and evaluation-id dedup as the Lua
 // sources, written from the formulas of the design (§20) so property tests
 // can drive identical request streams through both and compare every

@@ -211,3 +211,69 @@ func FuzzSlidingCounter(f *testing.F) {
 		}
 	})
 }
+
+// §20.7: a contract test pins that GCRA is NOT the token bucket. Both allow
+// 3 per second with a burst of 3; after the burst, at exactly one period,
+// the bucket is full again (3 admitted) while GCRA's rounded-up emission
+// interval admits only 2.
+func TestGCRAIsNotTokenBucket(t *testing.T) {
+	c := common("")
+	c.DedupTTLMillis = 0
+	c.EvaluationID = "-"
+	var g GCRAState
+	tb := TokenBucketState{}
+	gp := GCRAParams{Limit: 3, PeriodMillis: 1000, Cost: 1}
+	tp := TokenBucketParams{CapacityScaled: 3 * Scale, RefillScaled: 3 * Scale, PeriodMillis: 1000, CostScaled: Scale}
+	admitted := func(now int64) (gcra, bucket int) {
+		for range 3 {
+			if d, _ := GCRA(&g, &Dedup{}, now, gp, c); d.Allowed {
+				gcra++
+			}
+			if d, _ := TokenBucket(&tb, &Dedup{}, now, tp, c); d.Allowed {
+				bucket++
+			}
+		}
+		return gcra, bucket
+	}
+	gn, bn := admitted(10_000)
+	assert.Equal(t, 3, gn)
+	assert.Equal(t, 3, bn)
+	gn, bn = admitted(11_000)
+	assert.Equal(t, 2, gn, "GCRA")
+	assert.Equal(t, 3, bn, "token bucket")
+}
+
+func TestGCRA(t *testing.T) {
+	p := GCRAParams{Limit: 2, PeriodMillis: 1000, Cost: 1}
+	var st GCRAState
+	d := &Dedup{}
+	dec, err := GCRA(&st, d, 5000, p, common("a"))
+	require.NoError(t, err)
+	assert.Equal(t, Decision{Status: Allowed, Allowed: true, Limit: 2, Remaining: 1, ResetAtMillis: 5500, StateTTLMillis: 5500}, dec)
+	dec, _ = GCRA(&st, d, 5000, p, common("b"))
+	assert.Equal(t, int64(0), dec.Remaining)
+	dec, _ = GCRA(&st, d, 5000, p, common("c"))
+	assert.Equal(t, Decision{Status: Denied, Limit: 2, Remaining: 0, RetryAfterMillis: 500, ResetAtMillis: 6000}, dec)
+	dec, _ = GCRA(&st, d, 5500, p, common("d"))
+	assert.Equal(t, Allowed, dec.Status, "exactly one emission interval later")
+	_, err = GCRA(&st, d, 1, GCRAParams{Limit: 2, PeriodMillis: 1000, Cost: 3}, common("e"))
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// §20.10 sliding-log row: an event scored exactly now-window is trimmed
+// (the interval's lower bound is exclusive).
+func TestSlidingLogNormative(t *testing.T) {
+	p := SlidingLogParams{Limit: 2, WindowMillis: 1000}
+	st := SlidingLogState{Present: true, Observed: 4000, Events: []LogEvent{{4000, "4000:0"}, {4500, "4500:1"}}}
+	d := &Dedup{}
+	dec, err := SlidingLog(&st, d, 4999, p, common("a"))
+	require.NoError(t, err)
+	assert.Equal(t, Decision{Status: Denied, Limit: 2, RetryAfterMillis: 1, ResetAtMillis: 5500}, dec)
+	dec, err = SlidingLog(&st, d, 5000, p, common("b"))
+	require.NoError(t, err)
+	assert.Equal(t, Allowed, dec.Status, "the event at exactly now-window no longer counts")
+	assert.Equal(t, int64(0), dec.Remaining)
+	assert.Equal(t, []LogEvent{{4500, "4500:1"}, {5000, "5000:1"}}, st.Events, "trimmed on admit")
+	_, err = SlidingLog(&st, d, 5000, SlidingLogParams{Limit: MaxLogLimit + 1, WindowMillis: 1}, common("c"))
+	require.ErrorIs(t, err, ErrInvalid)
+}
