@@ -11,8 +11,11 @@
 // client has MaxRetries -1, Cluster MaxRedirects -1, RESP2 without
 // maintenance notifications, primary-only routing — are invariants pinned
 // by tests; relaxing one needs a proof that no write can be sent twice.
-// probe.go is reserved for the startup probe (written by the lead).
+// probe.go is the startup probe; operate.go the operator actions on the
+// program catalog; ops.go the typed single-key primitives (GET, SET PX,
+// UNLINK) that capabilities build on.
 //
 // No exported API takes a raw command or a key string, and no go-redis client
-// escapes the package: capabilities use typed facades (Deployment.Programs).
+// escapes the package: capabilities use typed facades (Deployment.Programs,
+// Deployment.Get/SetWithTTL/Delete).
 package runtime
