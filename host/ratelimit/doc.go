@@ -1,0 +1,18 @@
+// Package ratelimit owns caphost's rate-limit capability: the Limiter that
+// evaluates compiled rate policies (policy.RatePolicySet) against the Redis
+// rate programs, the outcome model (Evaluated, Degraded, Unavailable,
+// Indeterminate), the failure modes (fail-closed, a bounded local emergency
+// limiter, explicit fail-open, shadow), evaluation-id dedup and its single
+// reconciling retry, hierarchical evaluation, Prometheus metrics, policy
+// selection (Selector, StaticSelector) and the net/http middleware.
+//
+// Raw subject values (tenant, principal, API key, client IP, ...) enter only
+// through Request.Subject and leave only as an HMAC digest inside a
+// keys.Key: they are never stored, logged, put in errors or metric labels,
+// or shown to a selector guest.
+//
+// What may change here: new algorithms' wiring (once the program exists
+// and policy admits it), HTTP mapping details, metrics (bounded labels
+// only). What must not: the outcome mapping rules of §19/§21 (a timeout is
+// never an allow; program, codec and config errors never fall back).
+package ratelimit

@@ -1,0 +1,547 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Request bounds.
+const (
+	MaxEvaluationIDBytes = 128
+	MaxSubjectValueBytes = keys.MaxPartBytes
+	// keyVersion is the kv<n> of rate state keys.
+	keyVersion = 1
+	// unavailableRetryAfter is the Retry-After of outcomes without a
+	// decision: a short, fixed back-off, since nothing better is known.
+	unavailableRetryAfter = time.Second
+)
+
+// Errors returned by New and Swap.
+var (
+	// ErrConfig matches every configuration error of New and Swap.
+	ErrConfig = errors.New("ratelimit: invalid configuration")
+	// ErrRevisionReuse rejects a swap that changes a policy without
+	// changing its revision: state is keyed by revision, so changed
+	// behaviour under an old revision would reinterpret old state.
+	ErrRevisionReuse = errors.New("ratelimit: policy changed without a new revision")
+)
+
+// Subject maps each dimension of a policy to its raw value. The host only
+// digests it (HMAC, length-prefixed, canonical dimension order); it is never
+// stored, logged or put in an error. The global dimension takes no value.
+type Subject map[policy.RateDimension][]byte
+
+// String redacts the subject.
+func (Subject) String() string { return "ratelimit.Subject(***)" }
+
+// Request is one rate evaluation.
+type Request struct {
+	// Policy is the policy id (must be in the active set).
+	Policy string
+	// Subject holds exactly the policy's dimensions.
+	Subject Subject
+	// Cost is 1..the policy's max cost.
+	Cost int64
+	// EvaluationID (at most 128 bytes) identifies the evaluation for dedup.
+	// Empty with dedup enabled: the limiter mints a random one, which is
+	// enough for its own reconciling retry.
+	EvaluationID string
+	// Deadline bounds the whole evaluation including a retry (zero: ctx only).
+	Deadline time.Time
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	log         *slog.Logger
+	reg         prometheus.Registerer
+	now         func() time.Time
+	beforeRetry func()
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithRegisterer registers the limiter's metrics on reg (default: the
+// metrics exist but are not registered anywhere).
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) { o.reg = reg }
+}
+
+// withBeforeRetry runs f just before the reconciling retry (tests only).
+func withBeforeRetry(f func()) Option {
+	return func(o *options) { o.beforeRetry = f }
+}
+
+// Limiter evaluates rate policies. It is safe for concurrent use.
+type Limiter struct {
+	log     *slog.Logger
+	exec    *programs.Executor
+	keys    *keys.Builder
+	cfg     Config
+	set     atomic.Pointer[policy.RatePolicySet]
+	local   *localLimiter // nil unless degraded-provider is local-emergency
+	metrics *metrics
+	shadow  *sampler
+	// beforeRetry runs just before the reconciling retry (tests use it to
+	// heal an injected fault).
+	beforeRetry func()
+}
+
+// New binds a limiter to the runtime role cfg.RedisRole with the policy set.
+func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Option) (*Limiter, error) {
+	o := options{log: slog.Default(), now: time.Now}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if rt == nil || set == nil {
+		return nil, fmt.Errorf("%w: New needs a runtime and a policy set", ErrConfig)
+	}
+	role := cfg.RedisRole
+	if role == "" {
+		role = policy.RoleCoordination
+	}
+	dep, err := rt.Role(role)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	l := &Limiter{log: o.log, exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, beforeRetry: o.beforeRetry}
+	if cfg.DegradedProvider == DegradedLocalEmergency {
+		if cfg.LocalEmergency == nil {
+			return nil, fmt.Errorf("%w: local-emergency needs its limits", ErrConfig)
+		}
+		if l.local, err = newLocalLimiter(*cfg.LocalEmergency, o.now); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if l.metrics, err = newMetrics(o.reg); err != nil {
+		return nil, err
+	}
+	l.shadow = newSampler(cfg.ShadowSampleLog.PerMinute, o.now)
+	if err := l.check(nil, set); err != nil {
+		return nil, err
+	}
+	l.set.Store(set)
+	return l, nil
+}
+
+// Policies returns the active policy set.
+func (l *Limiter) Policies() *policy.RatePolicySet { return l.set.Load() }
+
+// Swap atomically replaces the policy set. Evaluations in flight finish on
+// the set they started with. A set that changes a policy without a new
+// revision, or needs a local emergency limiter this limiter does not have,
+// is refused and the old set keeps serving.
+func (l *Limiter) Swap(set *policy.RatePolicySet) error {
+	if set == nil {
+		return fmt.Errorf("%w: nil policy set", ErrConfig)
+	}
+	for {
+		old := l.set.Load()
+		if err := l.check(old, set); err != nil {
+			return err
+		}
+		if l.set.CompareAndSwap(old, set) {
+			l.log.Info("rate policy set swapped", "policies", set.Len(), "digest", set.Digest())
+			return nil
+		}
+	}
+}
+
+func (l *Limiter) check(old, set *policy.RatePolicySet) error {
+	var errs []error
+	for _, id := range set.IDs() {
+		p, _ := set.Policy(id)
+		if p.FailureMode == policy.FailLocal && l.local == nil {
+			errs = append(errs, fmt.Errorf("%w: policy %s is local-emergency but degraded-provider is disabled", ErrConfig, id))
+		}
+		if q, ok := old.Policy(id); ok && q.Revision == p.Revision && q.Digest != p.Digest {
+			errs = append(errs, fmt.Errorf("%w: policy %s revision %s", ErrRevisionReuse, id, p.Revision))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Evaluate evaluates one request against the active policy set.
+func (l *Limiter) Evaluate(ctx context.Context, req Request) Outcome {
+	o := l.evaluate(ctx, l.set.Load(), req)
+	l.metrics.record(o)
+	return o
+}
+
+// EvaluateAll evaluates a hierarchy (for example tenant, principal and
+// route policies) on one policy-set generation, sequentially and in the
+// given order, stopping at the first outcome that does not allow and
+// returning it.
+//
+// Conservative consumption: the policies are independent keys, usually in
+// different Cluster slots, so this is never atomic. A request allowed by
+// the first policies and denied by a later one has consumed the earlier
+// policies' quota, and that consumption stands: a refund would be another
+// racing write that could itself time out. Put the broadest (cheapest to
+// over-consume) policy first. A same-slot composite program (all-or-nothing)
+// is not implemented.
+//
+// When every policy allows, the outcome is Degraded if any was, and its
+// decision is the most restrictive one (least remaining) among the
+// enforced (non-shadow) decisions.
+func (l *Limiter) EvaluateAll(ctx context.Context, reqs []Request) Outcome {
+	set := l.set.Load()
+	if len(reqs) == 0 || len(reqs) > MaxSelections {
+		o := unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
+		l.metrics.record(o)
+		return o
+	}
+	outs := make([]Outcome, 0, len(reqs))
+	for _, r := range reqs {
+		o := l.evaluate(ctx, set, r)
+		l.metrics.record(o)
+		if !o.Allowed() {
+			return o
+		}
+		outs = append(outs, o)
+	}
+	return combine(outs)
+}
+
+// combine merges allowing outcomes into one.
+func combine(outs []Outcome) Outcome {
+	best := -1
+	degraded := -1
+	for i, o := range outs {
+		if o.kind == Degraded && degraded < 0 {
+			degraded = i
+		}
+		if o.decision.Source == SourceShadow {
+			continue
+		}
+		if best < 0 || o.decision.Remaining < outs[best].decision.Remaining {
+			best = i
+		}
+	}
+	if best < 0 {
+		best = 0
+	}
+	out := outs[best]
+	if degraded >= 0 && out.kind != Degraded {
+		out.kind, out.reason, out.category = Degraded, outs[degraded].reason, outs[degraded].category
+	}
+	return out
+}
+
+// evaluate runs one request against set. It never panics on bad input and
+// never returns an allow it cannot justify.
+func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req Request) Outcome {
+	pol, ok := set.Policy(req.Policy)
+	if !ok {
+		return unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
+	}
+	if req.Cost < 1 || req.Cost > pol.MaxCost || len(req.EvaluationID) > MaxEvaluationIDBytes || !subjectMatches(pol, req.Subject) {
+		return unavailable(pol, CategoryInvalidRequest)
+	}
+	if pol.Algorithm == policy.RateConcurrency {
+		// A permit limiter is not a rate: it needs acquire/release with an
+		// owner token, never an Evaluate that emulates it with cost.
+		return unavailable(pol, CategoryMisconfigured)
+	}
+	evalID := req.EvaluationID
+	if pol.Dedup.Enabled && evalID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		evalID = hex.EncodeToString(b[:])
+	}
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
+	if ctx.Err() != nil {
+		return unavailable(pol, CategoryDeadline)
+	}
+	ks, err := l.keys.Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: keyVersion,
+		Parts: subjectParts(pol, req.Subject)}, stateKind(pol.Algorithm), "dedup")
+	if err != nil {
+		return unavailable(pol, CategoryMisconfigured)
+	}
+	res, err := l.attempt(ctx, pol, ks, req.Cost, evalID, pol.Dedup.Enabled)
+	o := l.interpret(pol, ks[0], req.Cost, evalID, res, err, false)
+	if o.kind == Indeterminate && o.category == CategoryTimeout && pol.Dedup.Enabled && ctx.Err() == nil {
+		// The first call may have applied. With dedup the same evaluation
+		// id is safe to repeat: if it applied, the program answers
+		// DEDUP_REPLAY with the original decision and charges nothing.
+		if l.beforeRetry != nil {
+			l.beforeRetry()
+		}
+		res, err = l.attempt(ctx, pol, ks, req.Cost, evalID, false)
+		o = l.interpret(pol, ks[0], req.Cost, evalID, res, err, true)
+	}
+	if o.kind == Indeterminate {
+		o = l.afterIndeterminate(pol, ks[0], req.Cost, o)
+	}
+	return o
+}
+
+// attempt sends one program call. With a retry still possible, the first
+// attempt gets AttemptTimeout, or half the remaining deadline, so that the
+// retry has time too.
+func (l *Limiter) attempt(ctx context.Context, pol policy.RatePolicy, ks []keys.Key, cost int64, evalID string, retryable bool) (programs.RateResult, error) {
+	switch dl, has := ctx.Deadline(); {
+	case l.cfg.AttemptTimeout > 0:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.AttemptTimeout)
+		defer cancel()
+	case retryable && has:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	opts := programs.RateOptions{PolicyRevision: pol.Revision, MaxClockStep: pol.MaxClockStep, CleanupGrace: pol.CleanupGrace}
+	if pol.Dedup.Enabled {
+		opts.DedupTTL, opts.DedupMaxEntries, opts.EvaluationID = pol.Dedup.TTL, pol.Dedup.MaxEntries, []byte(evalID)
+	}
+	p := pol.Parameters
+	switch pol.Algorithm {
+	case policy.RateFixedWindow:
+		return l.exec.RateFixedWindow(ctx, ks[0], ks[1], programs.FixedWindowRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
+	case policy.RateSlidingCounter:
+		return l.exec.RateSlidingCounter(ctx, ks[0], ks[1], programs.SlidingCounterRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
+	case policy.RateTokenBucket:
+		return l.exec.RateTokenBucket(ctx, ks[0], ks[1], programs.TokenBucketRequest{
+			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
+			RefillPeriod: p.RefillPeriod, CostScaled: cost * policy.RateScale, RateOptions: opts})
+	case policy.RateGCRA:
+		return l.exec.RateGCRA(ctx, ks[0], ks[1], programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: cost, RateOptions: opts})
+	case policy.RateSlidingLog:
+		return l.exec.RateSlidingLog(ctx, ks[0], ks[1], programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
+	}
+	return programs.RateResult{}, &programs.CompatibilityError{Program: string(pol.Algorithm), Reason: "no program for algorithm"}
+}
+
+// interpret maps one program result to an outcome (§19/§21). retried marks
+// the reconciling retry: its own failures cannot prove the first attempt
+// did not apply, so they stay Indeterminate.
+func (l *Limiter) interpret(pol policy.RatePolicy, state keys.Key, cost int64, evalID string, res programs.RateResult, err error, retried bool) Outcome {
+	if err == nil {
+		switch res.Status {
+		case programs.RateAllowed, programs.RateDenied, programs.RateDedupReplay:
+			return l.decided(pol, res)
+		case programs.RateClockUnsafe:
+			l.metrics.clockUnsafe.WithLabelValues(pol.ID).Inc()
+			if retried {
+				return indeterminate(pol, evalID)
+			}
+			return l.fallback(pol, state, cost, CategoryClockUnsafe, ReasonClockUnsafe)
+		default: // WRONG_TYPE, INVALID: state or arguments the program refuses
+			return unavailable(pol, CategoryMisconfigured)
+		}
+	}
+	if errors.Is(err, programs.ErrIncompatible) || errors.Is(err, programs.ErrZeroKey) ||
+		errors.Is(err, programs.ErrSHAMismatch) || errors.Is(err, keys.ErrInvalidSpec) {
+		return unavailable(pol, CategoryMisconfigured)
+	}
+	switch certainty.Classify(err, true) {
+	case certainty.UnavailableBeforeSend:
+		if retried {
+			return indeterminate(pol, evalID)
+		}
+		return l.fallback(pol, state, cost, CategoryRedisUnavailable, ReasonRedisUnavailable)
+	case certainty.OverloadedBeforeSend:
+		if retried {
+			return indeterminate(pol, evalID)
+		}
+		return l.fallback(pol, state, cost, CategoryOverloaded, ReasonOverloaded)
+	case certainty.NotApplied:
+		if certainty.Reason(err, true) == "NOSCRIPT" {
+			return unavailable(pol, CategoryMisconfigured)
+		}
+		// The server refused before executing (LOADING, READONLY, BUSY,
+		// CLUSTERDOWN, ...): it is unavailable, the call did nothing.
+		if retried {
+			return indeterminate(pol, evalID)
+		}
+		return l.fallback(pol, state, cost, CategoryRedisUnavailable, ReasonRedisUnavailable)
+	case certainty.Rejected:
+		// Guard rejection, NOPERM, WRONGTYPE: configuration, never a fallback.
+		return unavailable(pol, CategoryMisconfigured)
+	}
+	return indeterminate(pol, evalID)
+}
+
+// decided builds the outcome of a program decision.
+func (l *Limiter) decided(pol policy.RatePolicy, res programs.RateResult) Outcome {
+	d := Decision{
+		Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining, RetryAfter: res.RetryAfter,
+		ResetAt: time.UnixMilli(res.ResetAtMillis), Policy: pol.ID, Revision: pol.Revision,
+		Source: SourceGlobalRedis, Certainty: Certain,
+	}
+	if pol.Algorithm == policy.RateTokenBucket {
+		d.Limit, d.Remaining = res.Limit/policy.RateScale, res.Remaining/policy.RateScale
+	}
+	if pol.Algorithm == policy.RateSlidingCounter {
+		d.Certainty = ApproximateAlgorithm
+	}
+	o := Outcome{kind: Evaluated, policy: pol.ID, revision: pol.Revision, replayed: res.Status == programs.RateDedupReplay}
+	if pol.Shadow {
+		if !d.Allowed {
+			l.metrics.shadowDeny.WithLabelValues(pol.ID).Inc()
+			if l.shadow.take() {
+				l.log.Info("rate shadow policy would have denied", "policy", pol.ID, "revision", pol.Revision)
+			}
+		}
+		d.Allowed, d.RetryAfter, d.Source = true, 0, SourceShadow
+	}
+	o.decision = d
+	return o
+}
+
+// fallback applies the policy's failure mode after the global limiter
+// provably did not decide (unavailable before send, refused before
+// executing, CLOCK_UNSAFE).
+func (l *Limiter) fallback(pol policy.RatePolicy, state keys.Key, cost int64, cat FailureCategory, reason Reason) Outcome {
+	switch {
+	case pol.Shadow:
+		return degraded(pol, Decision{Allowed: true, Limit: pol.Limit(), Policy: pol.ID, Revision: pol.Revision,
+			Source: SourceShadow, Certainty: ApproximateAlgorithm}, cat, reason)
+	case pol.FailureMode == policy.FailLocal:
+		return l.localDecision(pol, state, cost, cat, reason)
+	case pol.FailureMode == policy.FailOpenPolicy:
+		return degraded(pol, Decision{Allowed: true, Limit: pol.Limit(), Policy: pol.ID, Revision: pol.Revision,
+			Source: SourceFailOpen, Certainty: ApproximateAlgorithm}, cat, reason)
+	}
+	return unavailable(pol, cat)
+}
+
+// afterIndeterminate: a timeout is never an allow. Only the bounded local
+// emergency limiter may answer (Degraded) and a shadow policy, which never
+// enforces, allows; everything else stays Indeterminate.
+func (l *Limiter) afterIndeterminate(pol policy.RatePolicy, state keys.Key, cost int64, o Outcome) Outcome {
+	switch {
+	case pol.Shadow:
+		return degraded(pol, Decision{Allowed: true, Limit: pol.Limit(), Policy: pol.ID, Revision: pol.Revision,
+			Source: SourceShadow, Certainty: ApproximateAlgorithm}, CategoryTimeout, ReasonTimeout)
+	case pol.FailureMode == policy.FailLocal:
+		if lo := l.localDecision(pol, state, cost, CategoryTimeout, ReasonTimeout); lo.kind == Degraded {
+			lo.evaluationID = o.evaluationID
+			return lo
+		}
+	}
+	return o
+}
+
+func (l *Limiter) localDecision(pol policy.RatePolicy, state keys.Key, cost int64, cat FailureCategory, reason Reason) Outcome {
+	if l.local == nil {
+		return unavailable(pol, cat)
+	}
+	d, ok := l.local.decide(pol, state.Redis(), cost)
+	if !ok {
+		return unavailable(pol, CategoryLocalExhausted)
+	}
+	return degraded(pol, d, cat, reason)
+}
+
+func unavailable(pol policy.RatePolicy, cat FailureCategory) Outcome {
+	return Outcome{kind: Unavailable, policy: pol.ID, revision: pol.Revision, category: cat, retryAfter: unavailableRetryAfter}
+}
+
+func indeterminate(pol policy.RatePolicy, evalID string) Outcome {
+	return Outcome{kind: Indeterminate, policy: pol.ID, revision: pol.Revision, evaluationID: evalID,
+		category: CategoryTimeout, retryAfter: unavailableRetryAfter}
+}
+
+func degraded(pol policy.RatePolicy, d Decision, cat FailureCategory, reason Reason) Outcome {
+	return Outcome{kind: Degraded, policy: pol.ID, revision: pol.Revision, decision: d, category: cat, reason: reason}
+}
+
+// subjectMatches reports whether sub holds exactly the policy's dimensions
+// with bounded values (the global dimension holds none).
+func subjectMatches(pol policy.RatePolicy, sub Subject) bool {
+	if len(sub) != len(pol.Dimensions) {
+		return false
+	}
+	for _, dim := range pol.Dimensions {
+		v, ok := sub[dim]
+		if !ok || len(v) > MaxSubjectValueBytes || (dim == policy.DimGlobal) != (len(v) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// subjectParts renders the key parts: dimension name and value pairs in the
+// policy's canonical dimension order. The key builder length-prefixes each
+// part and HMACs them, so values cannot collide by shifting bytes between
+// dimensions.
+func subjectParts(pol policy.RatePolicy, sub Subject) [][]byte {
+	parts := make([][]byte, 0, 2*len(pol.Dimensions))
+	for _, dim := range pol.Dimensions {
+		parts = append(parts, []byte(dim))
+		if dim != policy.DimGlobal {
+			parts = append(parts, sub[dim])
+		}
+	}
+	return parts
+}
+
+func stateKind(a policy.RateAlgorithm) string {
+	switch a {
+	case policy.RateTokenBucket:
+		return "bucket"
+	case policy.RateSlidingLog:
+		return "log"
+	}
+	return "window"
+}
+
+// sampler bounds the shadow sample log to perMinute lines per minute.
+type sampler struct {
+	mu        sync.Mutex
+	perMinute int
+	minute    int64
+	n         int
+	now       func() time.Time
+}
+
+func newSampler(perMinute int, now func() time.Time) *sampler {
+	return &sampler{perMinute: perMinute, now: now}
+}
+
+func (s *sampler) take() bool {
+	if s.perMinute <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.now().Unix() / 60
+	if m != s.minute {
+		s.minute, s.n = m, 0
+	}
+	if s.n >= s.perMinute {
+		return false
+	}
+	s.n++
+	return true
+}
