@@ -1,0 +1,45 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/abi/guest"
+)
+
+func TestSelect(t *testing.T) {
+	d, err := guest.NewDispatcher(Module())
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		req  abi.RateSelectRequest
+		want []abi.RateSelection
+	}{
+		{"pro read", abi.RateSelectRequest{Route: "/orders", Method: "GET", APIKeyPlan: "pro"},
+			[]abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{"read"}, Cost: 1}}},
+		{"enterprise write via tier", abi.RateSelectRequest{Route: "/orders", Method: "post", PrincipalTier: "enterprise"},
+			[]abi.RateSelection{{PolicyID: "enterprise.write", Dimensions: []string{"write"}, Cost: 1}}},
+		{"search costs more", abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "free"},
+			[]abi.RateSelection{{PolicyID: "free.read", Dimensions: []string{"search"}, Cost: searchCost}}},
+		{"unknown plan is free", abi.RateSelectRequest{Route: "/x", Method: "DELETE", APIKeyPlan: "platinum"},
+			[]abi.RateSelection{{PolicyID: "free.write", Dimensions: []string{"write"}, Cost: 1}}},
+		{"anonymous", abi.RateSelectRequest{Route: "/x", Method: "GET", ClientIPClass: "public"},
+			[]abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, {PolicyID: "free.read", Dimensions: []string{"read"}, Cost: 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			frame := d.Handle(abi.ExportRateSelect, tc.req.AppendTo(nil), nil)
+			body, err := abi.ParseFrame(frame)
+			require.NoError(t, err)
+			var resp abi.RateSelectResponse
+			require.NoError(t, resp.Unmarshal(body))
+			assert.Equal(t, tc.want, resp.Selections)
+		})
+	}
+	req := abi.RateSelectRequest{Route: "/x", Method: "BREW"}
+	_, err = abi.ParseFrame(d.Handle(abi.ExportRateSelect, req.AppendTo(nil), nil))
+	require.ErrorIs(t, err, abi.CodeInvalidRequest)
+}

@@ -1,0 +1,312 @@
+package plugins
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/caphost/caphost/abi"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// CacheDir holds compiled code across processes; "" keeps it in memory.
+	CacheDir string
+	// Defaults fill zero Limits fields at Load; zero fields here use DefaultLimits.
+	Defaults Limits
+	// Caps are the hard ceilings; zero fields here use HardCaps.
+	Caps Limits
+	// CountEvents allowlists the event names guests may count.
+	CountEvents []string
+	// MaxModuleBytes caps a module binary; 0 means 64 MiB.
+	MaxModuleBytes int
+	// LogLinesPerSecond rate-limits guest log lines per module; 0 means 20.
+	LogLinesPerSecond int
+	// Observer receives metrics; nil discards them.
+	Observer Observer
+	// Logger receives guest log lines and engine events; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrEngineClosed is returned by Load after Close.
+var ErrEngineClosed = errors.New("plugins: engine closed")
+
+// Engine compiles and runs guest modules. It is safe for concurrent use.
+type Engine struct {
+	cache    wazero.CompilationCache
+	defaults Limits
+	caps     Limits
+	events   map[string]string
+	maxBytes int
+	logRate  int64
+	obs      Observer
+	log      *slog.Logger
+	// bufs recycles request encoding buffers; a request is copied into guest
+	// memory before its buffer goes back.
+	bufs sync.Pool
+
+	mu      sync.Mutex
+	closed  bool
+	modules map[*Module]struct{}
+}
+
+// NewEngine creates an engine with a shared compilation cache.
+func NewEngine(cfg Config) (*Engine, error) {
+	e := &Engine{
+		defaults: cfg.Defaults.withDefaults(DefaultLimits()),
+		caps:     cfg.Caps.withDefaults(HardCaps()),
+		events:   make(map[string]string, len(cfg.CountEvents)),
+		maxBytes: cfg.MaxModuleBytes,
+		logRate:  int64(cfg.LogLinesPerSecond),
+		obs:      cfg.Observer,
+		log:      cfg.Logger,
+		modules:  map[*Module]struct{}{},
+	}
+	if err := e.defaults.check(e.caps); err != nil {
+		return nil, fmt.Errorf("plugins: default limits: %w", err)
+	}
+	for _, ev := range cfg.CountEvents {
+		if ev == "" || len(ev) > abi.MaxNameBytes {
+			return nil, fmt.Errorf("plugins: count event %q: empty or longer than %d bytes", ev, abi.MaxNameBytes)
+		}
+		e.events[ev] = ev
+	}
+	if e.maxBytes <= 0 {
+		e.maxBytes = 64 << 20
+	}
+	if e.logRate <= 0 {
+		e.logRate = 20
+	}
+	if e.obs == nil {
+		e.obs = NopObserver{}
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: compilation cache %s: %w", cfg.CacheDir, err)
+		}
+		e.cache = c
+	} else {
+		e.cache = wazero.NewCompilationCache()
+	}
+	return e, nil
+}
+
+// Close closes every loaded module and the compilation cache.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	mods := make([]*Module, 0, len(e.modules))
+	for m := range e.modules {
+		mods = append(mods, m)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, m := range mods {
+		errs = append(errs, m.Close(ctx))
+	}
+	errs = append(errs, e.cache.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// wasiAllowed lists the WASI functions a module may import: what the Go
+// runtime and io-using packages link (clock, random, stdio, exit, yield, and
+// the args/env/preopen probes that simply find nothing). fd_read/fd_write
+// only reach the three stdio descriptors because nothing can open another:
+// no path or socket function is allowed and no filesystem is mounted.
+var wasiAllowed = map[string]bool{
+	"args_get": true, "args_sizes_get": true, "environ_get": true, "environ_sizes_get": true,
+	"clock_time_get": true, "clock_res_get": true, "random_get": true, "proc_exit": true,
+	"sched_yield": true, "poll_oneoff": true, "fd_write": true, "fd_read": true, "fd_close": true,
+	"fd_fdstat_get": true, "fd_fdstat_set_flags": true, "fd_prestat_get": true, "fd_prestat_dir_name": true,
+}
+
+// Load compiles, vets and starts a module: imports are checked against the
+// allowlist, the ABI major is negotiated, describe is validated, and one
+// instance is created and kept warm. Every failure is a *GuestError.
+func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits) (*Module, error) {
+	fail := func(c Class, detail string, cause error) (*Module, error) {
+		return nil, &GuestError{Module: sanitize([]byte(name), 64), Class: c, Detail: detail, Err: cause}
+	}
+	if !validName(name) {
+		return fail(ClassInvalidModule, "module name must match [a-z0-9][a-z0-9._-]*, at most 64 bytes", nil)
+	}
+	if len(wasm) > e.maxBytes {
+		return fail(ClassInvalidModule, fmt.Sprintf("module is %d bytes, cap %d", len(wasm), e.maxBytes), nil)
+	}
+	lim = lim.withDefaults(e.defaults)
+	if err := lim.check(e.caps); err != nil {
+		return nil, fmt.Errorf("plugins: module %s: %w", name, err)
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrEngineClosed
+	}
+
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
+		WithCompilationCache(e.cache).
+		WithMemoryLimitPages(lim.MemoryPages).
+		WithCloseOnContextDone(true))
+	ok := false
+	defer func() {
+		if !ok {
+			_ = rt.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	compiled, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		// wazero checks the declared minimum memory against the limit while
+		// compiling; its message is the only signal, so match it.
+		if strings.Contains(err.Error(), "over limit of") {
+			return fail(ClassMemory, "module declares more memory than its limit", err)
+		}
+		return fail(ClassInvalidModule, "compile", err)
+	}
+	if bad := forbiddenImports(compiled); len(bad) > 0 {
+		return fail(ClassForbiddenImport, strings.Join(bad, ", "), nil)
+	}
+	if c, detail := checkShape(compiled, lim); c != "" {
+		return fail(c, detail, nil)
+	}
+
+	m := &Module{
+		name: name, eng: e, lim: lim, rt: rt, compiled: compiled,
+		tokens: make(chan struct{}, lim.PoolSize),
+		idle:   make(chan *instance, lim.PoolSize),
+		done:   make(chan struct{}),
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		return fail(ClassInvalidModule, "wasi", err)
+	}
+	if err := m.instantiateHost(ctx); err != nil {
+		return fail(ClassInvalidModule, "host module", err)
+	}
+	// No FS, env, args or sockets: only the real clocks (guests that need a
+	// stable "now" get it from the host in the request) and crypto randomness
+	// (the Go runtime seeds map hashing from it).
+	m.modCfg = wazero.NewModuleConfig().
+		WithStartFunctions().
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(crand.Reader)
+
+	if err := m.start(ctx); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrEngineClosed
+	}
+	e.modules[m] = struct{}{}
+	e.mu.Unlock()
+	ok = true
+	return m, nil
+}
+
+func forbiddenImports(cm wazero.CompiledModule) []string {
+	var bad []string
+	for _, f := range cm.ImportedFunctions() {
+		mod, fn, _ := f.Import()
+		switch {
+		case mod == wasi_snapshot_preview1.ModuleName && wasiAllowed[fn]:
+		case mod == abi.ImportModule && (fn == abi.ImportLog || fn == abi.ImportCount):
+		default:
+			bad = append(bad, sanitize([]byte(mod+"."+fn), 96))
+		}
+	}
+	for _, mem := range cm.ImportedMemories() {
+		mod, n, _ := mem.Import()
+		bad = append(bad, "memory "+sanitize([]byte(mod+"."+n), 96))
+	}
+	sort.Strings(bad)
+	if len(bad) > 16 {
+		bad = append(bad[:16], fmt.Sprintf("and %d more", len(bad)-16))
+	}
+	return bad
+}
+
+var (
+	sigNone = [2][]api.ValueType{nil, {api.ValueTypeI32}}
+	sigI32  = [2][]api.ValueType{{api.ValueTypeI32}, {api.ValueTypeI32}}
+	sigCall = [2][]api.ValueType{{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI64}}
+)
+
+func sameSig(d api.FunctionDefinition, s [2][]api.ValueType) bool {
+	eq := func(a, b []api.ValueType) bool {
+		if len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return eq(d.ParamTypes(), s[0]) && eq(d.ResultTypes(), s[1])
+}
+
+// checkShape verifies the exports every module needs and its memory.
+func checkShape(cm wazero.CompiledModule, lim Limits) (Class, string) {
+	exps := cm.ExportedFunctions()
+	need := []struct {
+		name string
+		sig  [2][]api.ValueType
+	}{{abi.ExportVersion, sigNone}, {abi.ExportAlloc, sigI32}, {abi.ExportDescribe.Name(), sigCall}}
+	for _, n := range need {
+		d, ok := exps[n.name]
+		if !ok {
+			return ClassInvalidModule, "missing export " + n.name
+		}
+		if !sameSig(d, n.sig) {
+			return ClassABIMismatch, "export " + n.name + " has the wrong signature"
+		}
+	}
+	if d, ok := exps[abi.ExportInitialize]; ok && (len(d.ParamTypes()) != 0 || len(d.ResultTypes()) != 0) {
+		return ClassABIMismatch, "export _initialize has the wrong signature"
+	}
+	mems := cm.ExportedMemories()
+	mem, ok := mems["memory"]
+	if !ok {
+		return ClassInvalidModule, "missing exported memory"
+	}
+	if mem.Min() > lim.MemoryPages {
+		return ClassMemory, fmt.Sprintf("module needs %d pages, limit %d", mem.Min(), lim.MemoryPages)
+	}
+	return "", ""
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

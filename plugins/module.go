@@ -1,0 +1,403 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/caphost/caphost/abi"
+)
+
+// Module is a loaded guest module with its instance pool. It is safe for
+// concurrent use; each instance serves one call at a time.
+type Module struct {
+	name     string
+	eng      *Engine
+	lim      Limits
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	modCfg   wazero.ModuleConfig
+	desc     *abi.Description
+	declared [abi.NumExports]bool
+	policies map[string]*abi.RatePolicyDecl
+
+	tokens chan struct{}  // one per live instance: bounds the pool
+	idle   chan *instance // warm instances
+	inUse  atomic.Int64
+	live   sync.Map // api.Module -> *instance, for host functions
+
+	logWindow atomic.Int64 // unix second of the current log budget
+	logCount  atomic.Int64
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+type instance struct {
+	mod   api.Module
+	mem   api.Memory
+	alloc api.Function
+	fns   [abi.NumExports]api.Function
+
+	inPtr, inCap uint32
+	calls        uint64
+	hostCalls    int
+	logs         int
+	stack        [2]uint64
+	stderr       headWriter
+}
+
+// Name is the module's configured name.
+func (m *Module) Name() string { return m.name }
+
+// Description is the validated describe output. Callers must not modify it.
+func (m *Module) Description() *abi.Description { return m.desc }
+
+// Limits are the module's effective limits.
+func (m *Module) Limits() Limits { return m.lim }
+
+// Close stops the module: idle instances are closed, calls in flight are
+// interrupted with ClassClosed, and later calls fail with ClassClosed.
+func (m *Module) Close(ctx context.Context) error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.done)
+		err = m.rt.Close(ctx)
+		m.eng.mu.Lock()
+		delete(m.eng.modules, m)
+		m.eng.mu.Unlock()
+		for {
+			select {
+			case <-m.idle:
+			default:
+				m.eng.obs.PoolChanged(m.name, int(m.inUse.Load()), 0)
+				return
+			}
+		}
+	})
+	return err
+}
+
+func (m *Module) closed() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start creates the first instance, negotiates the ABI and reads describe.
+func (m *Module) start(ctx context.Context) error {
+	m.tokens <- struct{}{}
+	m.inUse.Add(1)
+	inst, gerr := m.newInstance(ctx)
+	if gerr != nil {
+		return gerr
+	}
+	fail := func(c Class, detail string, cause error) error {
+		m.discard(inst)
+		return guestErr(m.name, 0, c, detail, cause)
+	}
+	ictx, cancel := context.WithTimeout(ctx, m.lim.CallTimeout)
+	defer cancel()
+	res, err := inst.mod.ExportedFunction(abi.ExportVersion).Call(ictx)
+	if err != nil {
+		ge := m.classify(inst, abi.ExportDescribe, ictx, err)
+		ge.Detail = "caphost_abi_version: " + ge.Detail
+		m.discard(inst)
+		return ge
+	}
+	major, minor := abi.UnpackVersion(uint32(res[0]))
+	if verr := abi.CheckVersion(major, minor); verr != nil {
+		return fail(ClassABIMismatch, "", verr)
+	}
+	var raw []byte
+	derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, func(frame []byte) error {
+		body, err := abi.ParseFrame(frame)
+		if err != nil {
+			return err
+		}
+		raw = append([]byte(nil), body...)
+		return nil
+	})
+	if derr != nil {
+		m.discard(inst)
+		var se *abi.StatusError
+		if errors.As(derr, &se) {
+			return guestErr(m.name, abi.ExportDescribe, ClassInvalidDescription, "", se)
+		}
+		return derr
+	}
+	desc, err := abi.ParseDescription(raw)
+	if err != nil {
+		if errors.Is(err, abi.ErrUnsupportedMajor) {
+			return fail(ClassABIMismatch, "describe", err)
+		}
+		return fail(ClassInvalidDescription, "", err)
+	}
+	if desc.ABI.Major != major || desc.ABI.Minor != minor {
+		return fail(ClassABIMismatch, fmt.Sprintf("describe says ABI %d.%d, caphost_abi_version says %d.%d",
+			desc.ABI.Major, desc.ABI.Minor, major, minor), nil)
+	}
+	exps := m.compiled.ExportedFunctions()
+	for _, k := range desc.Kinds {
+		for _, e := range abi.ExportsOf(k) {
+			d, ok := exps[e.Name()]
+			if !ok || !sameSig(d, sigCall) {
+				return fail(ClassABIMismatch, fmt.Sprintf("kind %s needs export %s(i32,i32)->i64", k, e.Name()), nil)
+			}
+			m.declared[e] = true
+		}
+	}
+	m.declared[abi.ExportDescribe] = true
+	m.desc = desc
+	m.policies = make(map[string]*abi.RatePolicyDecl, len(desc.RatePolicies))
+	for i := range desc.RatePolicies {
+		m.policies[desc.RatePolicies[i].ID] = &desc.RatePolicies[i]
+	}
+	m.release(inst, true)
+	return nil
+}
+
+// newInstance instantiates the module and runs _initialize. The caller holds a token.
+func (m *Module) newInstance(ctx context.Context) (*instance, *GuestError) {
+	inst := &instance{}
+	ictx, cancel := context.WithTimeout(ctx, m.lim.InitTimeout)
+	defer cancel()
+	mod, err := m.rt.InstantiateModule(ictx, m.compiled, m.modCfg.WithName("").WithStderr(&inst.stderr))
+	if err != nil {
+		if m.closed() {
+			return nil, guestErr(m.name, 0, ClassClosed, "", nil)
+		}
+		c := ClassInvalidModule
+		if ictx.Err() != nil {
+			c = ClassDeadline
+		}
+		return nil, guestErr(m.name, 0, c, "instantiate", err)
+	}
+	inst.mod = mod
+	inst.mem = mod.Memory()
+	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
+	for e := abi.ExportDescribe; int(e) < abi.NumExports; e++ {
+		inst.fns[e] = mod.ExportedFunction(e.Name())
+	}
+	m.live.Store(mod, inst)
+	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
+		if _, err := init.Call(ictx); err != nil {
+			ge := m.classify(inst, 0, ictx, err)
+			ge.Detail = "_initialize: " + ge.Detail
+			m.discard(inst)
+			return nil, ge
+		}
+	}
+	m.eng.obs.InstanceStarted(m.name)
+	return inst, nil
+}
+
+// acquire returns an instance reserved for the caller.
+func (m *Module) acquire(ctx context.Context, e abi.Export) (*instance, *GuestError) {
+	select {
+	case m.tokens <- struct{}{}:
+	default:
+		select {
+		case m.tokens <- struct{}{}:
+		case <-ctx.Done():
+			return nil, guestErr(m.name, e, ClassPoolTimeout, "", ctx.Err())
+		case <-m.done:
+			return nil, guestErr(m.name, e, ClassClosed, "", nil)
+		}
+	}
+	if m.closed() {
+		<-m.tokens
+		return nil, guestErr(m.name, e, ClassClosed, "", nil)
+	}
+	m.inUse.Add(1)
+	select {
+	case inst := <-m.idle:
+		return inst, nil
+	default:
+	}
+	inst, gerr := m.newInstance(ctx)
+	if gerr != nil {
+		m.inUse.Add(-1)
+		<-m.tokens
+		gerr.Export = e.Name()
+		return nil, gerr
+	}
+	return inst, nil
+}
+
+// release returns inst to the pool, or discards it when it failed, is due
+// for recycling or the module is closing.
+func (m *Module) release(inst *instance, healthy bool) {
+	if healthy && inst.calls < m.lim.RecycleAfter && !m.closed() {
+		m.idle <- inst // never blocks: at most PoolSize instances exist
+	} else {
+		m.discard(inst)
+	}
+	m.inUse.Add(-1)
+	<-m.tokens
+	m.eng.obs.PoolChanged(m.name, int(m.inUse.Load()), len(m.idle))
+}
+
+func (m *Module) discard(inst *instance) {
+	m.live.Delete(inst.mod)
+	_ = inst.mod.Close(context.Background())
+	m.eng.obs.InstanceDiscarded(m.name)
+}
+
+// invoke runs one export. read sees the raw response frame (a view into
+// guest memory valid only during read) and must copy what it keeps. A
+// *abi.StatusError from read is returned as is and keeps the instance; any
+// other read error marks the output malformed and discards the instance.
+func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(frame []byte) error) error {
+	if !e.Valid() || !m.declared[e] {
+		return guestErr(m.name, e, ClassNotDeclared, "module does not declare this export's kind", nil)
+	}
+	if len(in) > m.lim.MaxInputBytes {
+		err := guestErr(m.name, e, ClassInputTooLarge, fmt.Sprintf("%d bytes, cap %d", len(in), m.lim.MaxInputBytes), nil)
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: err.Class})
+		return err
+	}
+	start := time.Now()
+	inst, gerr := m.acquire(ctx, e)
+	if gerr != nil {
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Duration: time.Since(start), Class: gerr.Class})
+		return gerr
+	}
+	err := m.callInstance(ctx, inst, e, in, read)
+	var se *abi.StatusError
+	stats := CallStats{Module: m.name, Export: e}
+	switch {
+	case err == nil:
+		m.release(inst, true)
+	case errors.As(err, &se):
+		stats.Status = se.Code
+		m.release(inst, true)
+	default:
+		var ge *GuestError
+		if errors.As(err, &ge) {
+			stats.Class = ge.Class
+		}
+		m.release(inst, false)
+	}
+	stats.Duration = time.Since(start)
+	m.eng.obs.CallDone(stats)
+	return err
+}
+
+// callInstance performs the memory handoff and the call.
+func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, read func([]byte) error) error {
+	cctx, cancel := context.WithTimeout(ctx, m.lim.CallTimeout)
+	defer cancel()
+	inst.calls++
+	inst.hostCalls = 0
+	inst.logs = 0
+	n := uint32(len(in))
+	if n > inst.inCap {
+		// Ask for at least 4 KiB so small requests never call alloc again;
+		// the guest keeps the region until the next caphost_alloc.
+		want := max(n, 4096)
+		inst.stack[0] = uint64(want)
+		if err := inst.alloc.CallWithStack(cctx, inst.stack[:]); err != nil {
+			return m.classify(inst, e, cctx, err)
+		}
+		ptr := uint32(inst.stack[0])
+		if ptr == 0 || uint64(ptr)+uint64(want) > uint64(inst.mem.Size()) {
+			return guestErr(m.name, e, ClassMalformedOutput, "caphost_alloc returned an unusable region", nil)
+		}
+		inst.inPtr, inst.inCap = ptr, want
+	}
+	if n > 0 && !inst.mem.Write(inst.inPtr, in) {
+		return guestErr(m.name, e, ClassMalformedOutput, "request region out of memory bounds", nil)
+	}
+	inst.stack[0], inst.stack[1] = uint64(inst.inPtr), uint64(n)
+	if err := inst.fns[e].CallWithStack(cctx, inst.stack[:]); err != nil {
+		return m.classify(inst, e, cctx, err)
+	}
+	optr, olen := uint32(inst.stack[0]>>32), uint32(inst.stack[0])
+	if olen > uint32(m.lim.MaxOutputBytes) {
+		return guestErr(m.name, e, ClassOutputTooLarge, fmt.Sprintf("%d bytes, cap %d", olen, m.lim.MaxOutputBytes), nil)
+	}
+	frame, ok := inst.mem.Read(optr, olen)
+	if !ok {
+		return guestErr(m.name, e, ClassMalformedOutput, "response region out of memory bounds", nil)
+	}
+	if err := read(frame); err != nil {
+		var se *abi.StatusError
+		if errors.As(err, &se) {
+			return se
+		}
+		return guestErr(m.name, e, ClassMalformedOutput, "", err)
+	}
+	return nil
+}
+
+// memorySlackPages: the Go runtime grows its heap in steps, so a guest that
+// ran out of memory may stop a little below the exact limit.
+const memorySlackPages = 64
+
+// classify maps a wazero call error to a GuestError.
+func (m *Module) classify(inst *instance, e abi.Export, cctx context.Context, err error) *GuestError {
+	var hl *hostCallError
+	if errors.As(err, &hl) {
+		return guestErr(m.name, e, hl.class, hl.detail, nil)
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return guestErr(m.name, e, ClassDeadline, "", context.DeadlineExceeded)
+		case sys.ExitCodeContextCanceled:
+			return guestErr(m.name, e, ClassCanceled, "", context.Canceled)
+		}
+		if m.closed() {
+			return guestErr(m.name, e, ClassClosed, "", nil)
+		}
+	}
+	tail := inst.stderr.String()
+	pages := inst.mem.Size() / 65536
+	if pages+memorySlackPages >= m.lim.MemoryPages || strings.Contains(tail, "out of memory") {
+		return guestErr(m.name, e, ClassMemory, fmt.Sprintf("%d of %d pages in use", pages, m.lim.MemoryPages), nil)
+	}
+	if cctx.Err() != nil {
+		return guestErr(m.name, e, ClassDeadline, "", cctx.Err())
+	}
+	detail := firstLine(err.Error())
+	if tail != "" {
+		detail += "; stderr: " + tail
+	}
+	return guestErr(m.name, e, ClassTrap, detail, nil)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// headWriter keeps the first bytes a guest writes to stderr: the Go runtime
+// prints a panic's message first and its stack after, and only the message
+// is worth an error detail.
+type headWriter struct{ b []byte }
+
+const headBytes = 256
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	if room := headBytes - len(w.b); room > 0 {
+		w.b = append(w.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (w *headWriter) String() string { return sanitize(w.b, headBytes) }
