@@ -14,6 +14,7 @@ import (
 	_ "embed"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caphost/caphost/policy"
 )
@@ -191,6 +192,25 @@ type Catalog struct {
 	// lookup key is COMMAND|SUBCOMMAND and the bare name is never an entry.
 	parents map[string]bool
 	names   []string
+	// exact resolves a plain (non-parent) command token spelled exactly as
+	// go-redis sends it (lower case) or canonically (upper case) with one
+	// map probe and no case folding: Lookup runs twice per command on the
+	// hot path. Every other spelling takes the folding path, so the result
+	// never depends on which path answered.
+	exact map[string]*Entry
+}
+
+// index builds exact from entries; called once by the parser.
+func (c *Catalog) index() {
+	c.exact = make(map[string]*Entry, 2*len(c.entries))
+	for name := range c.entries {
+		if strings.Contains(name, "|") || c.parents[name] {
+			continue
+		}
+		e := c.entries[name]
+		c.exact[name] = &e
+		c.exact[strings.ToLower(name)] = &e
+	}
 }
 
 // Len returns the number of entries.
@@ -216,6 +236,11 @@ const maxNameLen = 40
 func (c *Catalog) Lookup(args []any) (Entry, bool) {
 	if c == nil || len(args) == 0 {
 		return Entry{}, false
+	}
+	if s, ok := args[0].(string); ok {
+		if e, ok := c.exact[s]; ok {
+			return *e, true
+		}
 	}
 	var buf [2*maxNameLen + 1]byte
 	n, ok := appendUpper(buf[:0], args[0])

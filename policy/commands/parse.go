@@ -296,6 +296,7 @@ func (p *parser) catalog(doc *yaml.Node) *Catalog {
 		c.names = append(c.names, name)
 	}
 	slices.Sort(c.names)
+	c.index()
 	return c
 }
 

@@ -204,8 +204,10 @@ func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			// the node client carrying (or redirecting) the same command.
 			return next(ctx, cmd)
 		}
-		e, rej := g.check(cmd.Args())
-		if rej != nil {
+		// e stays on this stack frame: the helpers take *Entry so the
+		// ~240-byte entry is copied once (out of the catalog), not per step.
+		var e commands.Entry
+		if rej := g.check(&e, cmd.Args()); rej != nil {
 			g.obs.Rejected(g.lane, rej.Command, rej.Reason)
 			cmd.SetErr(rej)
 			return rej
@@ -215,7 +217,7 @@ func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			ctx = context.WithValue(ctx, admittedKey{g}, &admission{one: cmd})
 		}
 		err := next(ctx, cmd)
-		if rej := g.checkReply(e, cmd); rej != nil {
+		if rej := g.checkReply(&e, cmd); rej != nil {
 			return rej
 		}
 		return err
@@ -233,12 +235,10 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		var first *Rejection
 		bad := -1
 		for i, cmd := range cmds {
-			e, rej := g.check(cmd.Args())
-			if rej != nil {
+			if rej := g.check(&entries[i], cmd.Args()); rej != nil {
 				first, bad = rej, i
 				break
 			}
-			entries[i] = e
 		}
 		if first != nil {
 			g.obs.Rejected(g.lane, first.Command, first.Reason)
@@ -250,10 +250,10 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				// Collateral commands carry the cause; nothing was sent.
 				// Commands after the bad one were not checked: label them by
 				// lookup only (still a bounded catalog name or "unknown").
-				label := commandLabel(entries[i])
+				label := commandLabel(&entries[i])
 				if i > bad {
 					e, _ := g.catalog.Lookup(cmd.Args())
-					label = commandLabel(e)
+					label = commandLabel(&e)
 				}
 				cmd.SetErr(&Rejection{Deployment: g.deployment, Lane: g.lane, Command: label,
 					Reason: first.Reason, Detail: fmt.Sprintf("pipeline command %d (%s) was rejected; none sent", bad, first.Command)})
@@ -269,7 +269,7 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		var replyErr error
 		for i, cmd := range cmds {
-			if rej := g.checkReply(entries[i], cmd); rej != nil && replyErr == nil {
+			if rej := g.checkReply(&entries[i], cmd); rej != nil && replyErr == nil {
 				replyErr = rej
 			}
 		}
@@ -280,14 +280,14 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-func commandLabel(e commands.Entry) string {
+func commandLabel(e *commands.Entry) string {
 	if e.Name == "" {
 		return UnknownCommand
 	}
 	return e.Name
 }
 
-func (g *Guard) reject(e commands.Entry, reason Reason, format string, a ...any) *Rejection {
+func (g *Guard) reject(e *commands.Entry, reason Reason, format string, a ...any) *Rejection {
 	return &Rejection{Deployment: g.deployment, Lane: g.lane, Command: commandLabel(e), Reason: reason,
 		Detail: fmt.Sprintf(format, a...), ReadOnly: e.ReadOnly}
 }
@@ -298,48 +298,53 @@ func (g *Guard) reject(e commands.Entry, reason Reason, format string, a ...any)
 // SUBSCRIBE, PSUBSCRIBE and UNSUBSCRIBE go straight to the connection, so
 // the runtime's pub/sub facade must Check them before calling Subscribe.
 func (g *Guard) Check(args []any) error {
-	if _, rej := g.check(args); rej != nil {
+	var e commands.Entry
+	if rej := g.check(&e, args); rej != nil {
 		return rej
 	}
 	return nil
 }
 
-// check is the admission order. Keep it in the documented order.
-func (g *Guard) check(args []any) (commands.Entry, *Rejection) {
+// check is the admission order. Keep it in the documented order. It fills
+// *e with the catalog entry (the zero Entry for an unknown command).
+func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
 	// 1. catalog lookup: unknown → reject (default-deny).
-	e, ok := g.catalog.Lookup(args)
+	var ok bool
+	*e, ok = g.catalog.Lookup(args)
 	if !ok {
-		return commands.Entry{}, g.reject(commands.Entry{}, ReasonUnknownCommand, "not in the command catalog")
+		return g.reject(e, ReasonUnknownCommand, "not in the command catalog")
 	}
 	// 2. blocked / support.
 	if e.Blocked() {
-		return e, g.reject(e, ReasonBlocked, "blocked by the catalog")
+		return g.reject(e, ReasonBlocked, "blocked by the catalog")
 	}
 	// 3. lane.
 	if !e.AllowsLane(g.lane) {
-		return e, g.reject(e, ReasonWrongLane, "not allowed on this lane")
+		return g.reject(e, ReasonWrongLane, "not allowed on this lane")
 	}
 	if len(args) > e.MaxArgs {
-		return e, g.reject(e, ReasonMalformed, "%d arguments, at most %d", len(args), e.MaxArgs)
+		return g.reject(e, ReasonMalformed, "%d arguments, at most %d", len(args), e.MaxArgs)
 	}
 	// 4. key positions, 5. namespace on every key (and channel).
 	var buf [8]int
 	keys, err := e.AppendKeyPositions(buf[:0], args)
 	if err != nil {
-		return e, g.reject(e, ReasonMalformed, "key positions: %s", argsReason(err))
+		return g.reject(e, ReasonMalformed, "key positions: %s", argsReason(err))
 	}
-	chans, err := e.ChannelPositions(args)
-	if err != nil {
-		return e, g.reject(e, ReasonMalformed, "channel positions: %s", argsReason(err))
-	}
-	for _, i := range chans {
-		if !g.inNamespace(args[i]) {
-			return e, g.reject(e, ReasonNamespace, "channel argument %d is outside the namespace", i)
+	if e.Channels.Kind != commands.KeysNone { // only Pub/Sub commands have channels
+		chans, err := e.ChannelPositions(args)
+		if err != nil {
+			return g.reject(e, ReasonMalformed, "channel positions: %s", argsReason(err))
+		}
+		for _, i := range chans {
+			if !g.inNamespace(args[i]) {
+				return g.reject(e, ReasonNamespace, "channel argument %d is outside the namespace", i)
+			}
 		}
 	}
 	for _, i := range keys {
 		if !g.inNamespace(args[i]) {
-			return e, g.reject(e, ReasonNamespace, "key argument %d is outside the namespace", i)
+			return g.reject(e, ReasonNamespace, "key argument %d is outside the namespace", i)
 		}
 	}
 	// 6. Cluster: one slot for multi-key commands.
@@ -347,37 +352,37 @@ func (g *Guard) check(args []any) (commands.Entry, *Rejection) {
 		first := hashslot.Of(argString(args[keys[0]]))
 		for _, i := range keys[1:] {
 			if hashslot.Of(argString(args[i])) != first {
-				return e, g.reject(e, ReasonCrossSlot, "keys span more than one hash slot")
+				return g.reject(e, ReasonCrossSlot, "keys span more than one hash slot")
 			}
 		}
 	}
 	// 7. TTL duty for key-creating writes.
 	switch e.CreatesKey {
 	case commands.CreatesProgramOnly:
-		return e, g.reject(e, ReasonMissingTTL, "creates keys without a TTL: only inside catalog programs")
+		return g.reject(e, ReasonMissingTTL, "creates keys without a TTL: only inside catalog programs")
 	case commands.CreatesWithTTL:
 		if reason := ttlProblem(e, args); reason != "" {
-			return e, g.reject(e, ReasonMissingTTL, "%s", reason)
+			return g.reject(e, ReasonMissingTTL, "%s", reason)
 		}
 	}
 	// 8. programs: EVALSHA SHA / FCALL function in the allowlist.
 	if rej := g.checkProgram(e, args); rej != nil {
-		return e, rej
+		return rej
 	}
 	// 9. request bytes (and a request-declared reply size).
 	n, ok := requestBytes(args, g.maxReq)
 	if !ok {
-		return e, g.reject(e, ReasonMalformed, "argument of an unsupported type")
+		return g.reject(e, ReasonMalformed, "argument of an unsupported type")
 	}
 	if n > g.maxReq {
-		return e, g.reject(e, ReasonRequestTooLarge, "request exceeds %d bytes", g.maxReq)
+		return g.reject(e, ReasonRequestTooLarge, "request exceeds %d bytes", g.maxReq)
 	}
 	if e.Reply == commands.ReplyRangeBounded {
 		if rej := g.checkRange(e, args); rej != nil {
-			return e, rej
+			return rej
 		}
 	}
-	return e, nil
+	return nil
 }
 
 func argsReason(err error) string {
@@ -410,16 +415,16 @@ func argString(a any) string {
 
 // ttlProblem checks SET-shaped options: exactly one positive expiry, and
 // KEEPTTL only with XX (KEEPTTL on a missing key would create an immortal one).
-func ttlProblem(e commands.Entry, args []any) string {
+func ttlProblem(e *commands.Entry, args []any) string {
 	var found, keep, xx bool
 	for i := e.OptionsFrom; i < len(args); i++ {
-		tok := strings.ToUpper(argString(args[i]))
+		tok := argString(args[i])
 		switch {
-		case tok == "XX":
+		case tokenIs(tok, "XX"):
 			xx = true
-		case tok == "KEEPTTL" && contains(e.TTLOptions, tok):
+		case tokenIs(tok, "KEEPTTL") && contains(e.TTLOptions, "KEEPTTL"):
 			keep, found = true, true
-		case contains(e.TTLOptions, tok):
+		case containsToken(e.TTLOptions, tok):
 			if i+1 >= len(args) {
 				return "expiry option without a value"
 			}
@@ -441,6 +446,35 @@ func ttlProblem(e commands.Entry, args []any) string {
 		return "KEEPTTL may create a key without TTL unless combined with XX"
 	}
 	return ""
+}
+
+// tokenIs compares an option token with an upper-case option name the way
+// Redis does (ASCII case-insensitive, like strcasecmp), without allocating:
+// non-ASCII letters never fold into option names.
+func tokenIs(tok, upper string) bool {
+	if len(tok) != len(upper) {
+		return false
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != upper[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// containsToken reports whether tok names one of the upper-case options.
+func containsToken(options []string, tok string) bool {
+	for _, o := range options {
+		if tokenIs(tok, o) {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(s []string, v string) bool {
@@ -489,7 +523,7 @@ func intArg(a any) (int64, bool) {
 	return 0, false
 }
 
-func (g *Guard) checkProgram(e commands.Entry, args []any) *Rejection {
+func (g *Guard) checkProgram(e *commands.Entry, args []any) *Rejection {
 	switch e.Name {
 	case "EVALSHA", "EVALSHA_RO":
 		sha := argString(args[1])
@@ -509,7 +543,7 @@ func (g *Guard) checkProgram(e commands.Entry, args []any) *Rejection {
 // range larger than the reply budget would be withheld anyway, so it is
 // refused without touching the server. Negative offsets (from the end)
 // cannot be bounded here; the reply check catches them.
-func (g *Guard) checkRange(e commands.Entry, args []any) *Rejection {
+func (g *Guard) checkRange(e *commands.Entry, args []any) *Rejection {
 	if len(args) != 4 {
 		return g.reject(e, ReasonMalformed, "range needs start and end")
 	}
@@ -526,7 +560,7 @@ func (g *Guard) checkRange(e commands.Entry, args []any) *Rejection {
 
 // checkReply measures the decoded reply; over budget it withholds the value
 // (zeroes it) and replaces the result with a Rejection.
-func (g *Guard) checkReply(e commands.Entry, cmd redis.Cmder) *Rejection {
+func (g *Guard) checkReply(e *commands.Entry, cmd redis.Cmder) *Rejection {
 	if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
 		return nil
 	}

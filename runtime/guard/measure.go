@@ -29,6 +29,13 @@ func sameCmd(a, b redis.Cmder) bool {
 // encode as a plain bulk string (refused rather than guessed).
 func requestBytes(args []any, limit int) (n int, ok bool) {
 	for _, a := range args {
+		if s, isStr := a.(string); isStr { // the common case, before the full type switch
+			n += len(s)
+			if n > limit {
+				return n, true
+			}
+			continue
+		}
 		m, ok := argBytes(a)
 		if !ok {
 			return n, false

@@ -2,9 +2,14 @@
 // private redis-server and prints throughput, latency and the ratio. It is
 // what `make bench` runs.
 //
-// Method: each scenario runs its contenders in alternating order for
-// several rounds of a fixed duration on the same server and reports the
-// median round, so drift of a shared 2-core machine hits both sides alike.
+// Method: both contenders use the same server, key, value, pool size and
+// protocol, and both hand the value to the caller as []byte. A round gives
+// each contender the same total duration, cut into short slices that
+// alternate between the contenders (A B B A A B ...), so a load burst from
+// another process on a shared 2-core machine hits both sides alike instead
+// of landing on one side's whole round. The ratio column is the median of
+// the per-round ratios (each round is a paired comparison); the ops/s and
+// latency columns are each contender's median round.
 package main
 
 import (
@@ -13,9 +18,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,10 +35,30 @@ import (
 func main() {
 	dur := flag.Duration("duration", 2*time.Second, "length of one round")
 	rounds := flag.Int("rounds", 5, "rounds per contender (median reported)")
+	slice := flag.Duration("slice", 250*time.Millisecond, "length of one interleaved slice within a round")
 	addr := flag.String("redis", "", "use this Redis instead of starting a private one (must be disposable)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	control := flag.Bool("control", false, "also run go-redis against an identical second go-redis client (A/A): its ratio is the noise floor")
 	flag.Parse()
-	if err := run(*dur, *rounds, *addr); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *slice <= 0 || *slice > *dur {
+		*slice = *dur
+	}
+	if err := run(*dur, *slice, *rounds, *addr, *control); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -45,9 +72,15 @@ type contender struct {
 type result struct {
 	opsPerSec float64
 	p50, p99  time.Duration
+	// ratio is this contender's ops/s over the first contender's in the
+	// same round (paired); in compare's output, the median of those.
+	ratio float64
+	// cpuPerOp is this process's CPU time (user+system) per op: the
+	// client-side cost, which the server's load does not inflate.
+	cpuPerOp time.Duration
 }
 
-func run(dur time.Duration, rounds int, addr string) error {
+func run(dur, slice time.Duration, rounds int, addr string, control bool) error {
 	ctx := context.Background()
 	if addr == "" {
 		srv, err := startRedis(ctx)
@@ -73,22 +106,49 @@ func run(dur time.Duration, rounds int, addr string) error {
 	}
 	wire := key.Redis()
 
-	getPlain := contender{"go-redis GET", func(ctx context.Context) error { return plain.Get(ctx, wire).Err() }}
+	// Both sides hand the value to the caller as []byte: Deployment.Get
+	// returns a copy ([]byte of the reply string), so plain go-redis does
+	// the same (.Bytes()) instead of discarding the value with .Err().
+	getPlain := contender{"go-redis GET", func(ctx context.Context) error {
+		_, err := plain.Get(ctx, wire).Bytes()
+		return err
+	}}
 	getCaphost := contender{"caphost guarded GET", func(ctx context.Context) error {
 		_, _, err := dep.Get(ctx, key)
 		return err
 	}}
 
-	fmt.Printf("caphost vs go-redis on a private redis-server (%s), %d rounds × %s, median round\n\n", addr, rounds, dur)
-	fmt.Printf("%-22s %11s %11s %9s %9s %9s %9s %7s\n", "scenario", "go-redis/s", "caphost/s", "p50 gr", "p50 ch", "p99 gr", "p99 ch", "ratio")
-	for _, g := range []int{1, 32} {
-		res := compare(ctx, []contender{getPlain, getCaphost}, g, dur, rounds)
+	fmt.Printf("caphost vs go-redis on a private redis-server (%s), %d rounds × %s per side in %s slices, median round\n\n",
+		addr, rounds, dur, slice)
+	fmt.Printf("%-26s %10s %10s %9s %9s %9s %9s %8s %8s %7s\n", "scenario", "go-redis/s", "caphost/s",
+		"p50 gr", "p50 ch", "p99 gr", "p99 ch", "cpu/op gr", "cpu/op ch", "ratio")
+	row := func(label string, res []result) {
 		a, b := res[0], res[1]
-		fmt.Printf("%-22s %11.0f %11.0f %9s %9s %9s %9s %6.3fx\n", fmt.Sprintf("GET 256B, %d goroutine(s)", g),
-			a.opsPerSec, b.opsPerSec, us(a.p50), us(b.p50), us(a.p99), us(b.p99), b.opsPerSec/a.opsPerSec)
+		fmt.Printf("%-26s %10.0f %10.0f %9s %9s %9s %9s %9s %9s %6.3fx\n", label,
+			a.opsPerSec, b.opsPerSec, us(a.p50), us(b.p50), us(a.p99), us(b.p99), us(a.cpuPerOp), us(b.cpuPerOp), b.ratio)
 	}
-	fmt.Println("\nratio = caphost ops/s ÷ go-redis ops/s (target ≥ 0.97×). caphost adds the admission hook,")
-	fmt.Println("the guard (catalog lookup, lane, namespace, request/reply budgets) and certainty wrapping.")
+	var getTwin contender
+	if control {
+		twin := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, DisableIdentity: true, Protocol: 2})
+		defer twin.Close()
+		getTwin = contender{"go-redis GET (twin)", func(ctx context.Context) error {
+			_, err := twin.Get(ctx, wire).Bytes()
+			return err
+		}}
+	}
+	for _, g := range []int{1, 32} {
+		row(fmt.Sprintf("GET 256B, %d goroutine(s)", g), compare(ctx, []contender{getPlain, getCaphost}, g, dur, slice, rounds))
+		if control {
+			row(fmt.Sprintf("  A/A control, %d", g), compare(ctx, []contender{getPlain, getTwin}, g, dur, slice, rounds))
+		}
+	}
+	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
+	if control {
+		fmt.Println("A/A control = go-redis against an identical go-redis client (caphost/s column): the ratio's noise floor.")
+	}
+	fmt.Println("cpu/op = this process's CPU time per op (client side only; redis-server is another process).")
+	fmt.Println("caphost adds the admission hook, the guard (catalog lookup, lane, namespace, request/reply")
+	fmt.Println("budgets) and certainty wrapping.")
 	return nil
 }
 
@@ -121,36 +181,97 @@ func caphostRuntime(ctx context.Context, addr string) (*runtime.Runtime, *runtim
 	return rt, dep, k, err
 }
 
-// compare runs every contender rounds times, alternating, and returns the
-// median round of each.
-func compare(ctx context.Context, cs []contender, goroutines int, dur time.Duration, rounds int) []result {
+// compare runs rounds rounds; in each, every contender runs for dur in
+// total, in slices that alternate between the contenders. It returns each
+// contender's median round, with ratio set to the median paired ratio
+// against the first contender.
+func compare(ctx context.Context, cs []contender, goroutines int, dur, slice time.Duration, rounds int) []result {
 	for _, c := range cs { // warm pools and connections
 		measure(ctx, c, goroutines, dur/4)
 	}
 	all := make([][]result, len(cs))
+	ratios := make([][]float64, len(cs))
+	n := int(dur / slice)
 	for r := 0; r < rounds; r++ {
+		acc := make([]tally, len(cs))
+		for k := 0; k < n; k++ {
+			for i := range cs {
+				j := (i + k + r) % len(cs) // alternate who goes first
+				acc[j].add(measure(ctx, cs[j], goroutines, slice))
+			}
+		}
 		for i := range cs {
-			j := (i + r) % len(cs) // alternate who goes first
-			all[j] = append(all[j], measure(ctx, cs[j], goroutines, dur))
+			res := acc[i].result()
+			all[i] = append(all[i], res)
+			ratios[i] = append(ratios[i], res.opsPerSec/acc[0].result().opsPerSec)
 		}
 	}
 	out := make([]result, len(cs))
 	for i, rs := range all {
-		slices.SortFunc(rs, func(a, b result) int {
-			switch {
-			case a.opsPerSec < b.opsPerSec:
-				return -1
-			case a.opsPerSec > b.opsPerSec:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.opsPerSec, b.opsPerSec) })
 		out[i] = rs[len(rs)/2]
+		slices.Sort(ratios[i])
+		out[i].ratio = ratios[i][len(ratios[i])/2]
 	}
 	return out
 }
 
-func measure(ctx context.Context, c contender, goroutines int, dur time.Duration) result {
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// tally accumulates the slices of one contender in one round.
+type tally struct {
+	ops     float64
+	elapsed time.Duration
+	cpu     time.Duration
+	lat     []time.Duration
+}
+
+func (t *tally) add(s sample) {
+	t.ops += float64(s.ops)
+	t.elapsed += s.elapsed
+	t.cpu += s.cpu
+	t.lat = append(t.lat, s.lat...)
+}
+
+func (t *tally) result() result {
+	r := result{opsPerSec: t.ops / t.elapsed.Seconds()}
+	if t.ops > 0 {
+		r.cpuPerOp = time.Duration(float64(t.cpu) / t.ops)
+	}
+	if len(t.lat) > 0 {
+		lat := slices.Clone(t.lat)
+		slices.Sort(lat)
+		r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	return r
+}
+
+// sample is one measured slice.
+type sample struct {
+	ops     int64
+	elapsed time.Duration
+	cpu     time.Duration
+	lat     []time.Duration
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func measure(ctx context.Context, c contender, goroutines int, dur time.Duration) sample {
 	var (
 		ops   atomic.Int64
 		stop  atomic.Bool
@@ -163,11 +284,17 @@ func measure(ctx context.Context, c contender, goroutines int, dur time.Duration
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			local := make([]time.Duration, 0, 1<<14)
+			local := make([]time.Duration, 0, 256)
 			for n := 0; !stop.Load(); n++ {
-				t0 := time.Now()
+				// Sample latency on every 8th op only; the clock stays off
+				// the others (a clock read is not free on every VM).
+				sampled := n%8 == 0
+				var t0 time.Time
+				if sampled {
+					t0 = time.Now()
+				}
 				err := c.op(ctx)
-				if n%8 == 0 { // sample latency; keep the timer off most ops
+				if sampled {
 					local = append(local, time.Since(t0))
 				}
 				if err != nil {
@@ -185,21 +312,16 @@ func measure(ctx context.Context, c contender, goroutines int, dur time.Duration
 			mu.Unlock()
 		}()
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	time.Sleep(dur)
 	stop.Store(true)
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	if first != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", c.name, first)
 		os.Exit(1)
 	}
-	slices.Sort(lat)
-	r := result{opsPerSec: float64(ops.Load()) / elapsed.Seconds()}
-	if len(lat) > 0 {
-		r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
-	}
-	return r
+	return sample{ops: ops.Load(), elapsed: elapsed, cpu: cpu, lat: lat}
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d.Nanoseconds())/1000) }
