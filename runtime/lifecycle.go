@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // State is the runtime lifecycle state.
@@ -28,66 +29,57 @@ func (s State) String() string {
 }
 
 // gate is the single admission/close authority: every top-level call enters
-// it, Close flips it to draining and waits until it is empty. A mutex (not a
-// WaitGroup) because calls may try to enter while Close is waiting.
+// it, Close flips it to draining and waits until it is empty. It is one
+// atomic word (a draining bit plus the in-flight count) so the call path
+// takes no lock shared by every lane; only Close's one-time transitions use
+// the sync.Once.
 type gate struct {
-	mu    sync.Mutex
-	state State
-	n     int
-	idle  chan struct{} // closed when n reaches 0 after draining started
+	word   atomic.Int64 // drainingBit | in-flight count
+	closed atomic.Bool
+	idle   chan struct{} // closed once draining and empty
+	once   sync.Once
 }
 
+const drainingBit = int64(1) << 62
+
+func newGate() *gate { return &gate{idle: make(chan struct{})} }
+
+// enter admits a call unless the gate is draining or closed. A refused
+// enter's transient increment is undone at once and cannot be mistaken for
+// an admitted call by drain (idle fires only when the count is zero).
 func (g *gate) enter() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.state != StateOpen {
+	if g.word.Add(1)&drainingBit != 0 {
+		g.leave()
 		return false
 	}
-	g.n++
 	return true
 }
 
 func (g *gate) leave() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.n--
-	if g.n == 0 && g.idle != nil {
-		close(g.idle)
-		g.idle = nil
+	if g.word.Add(-1) == drainingBit {
+		g.once.Do(func() { close(g.idle) })
 	}
 }
 
 // drain moves Open → Draining and returns a channel closed once no call is
 // in flight.
 func (g *gate) drain() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.state == StateOpen {
-		g.state = StateDraining
+	if old := g.word.Or(drainingBit); old&^drainingBit == 0 {
+		g.once.Do(func() { close(g.idle) })
 	}
-	done := make(chan struct{})
-	if g.n == 0 {
-		close(done)
-		return done
-	}
-	g.idle = done
-	return done
+	return g.idle
 }
 
-func (g *gate) inFlight() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.n
-}
+func (g *gate) inFlight() int { return int(g.word.Load() &^ drainingBit) }
 
-func (g *gate) setClosed() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.state = StateClosed
-}
+func (g *gate) setClosed() { g.closed.Store(true) }
 
 func (g *gate) current() State {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.state
+	switch {
+	case g.closed.Load():
+		return StateClosed
+	case g.word.Load()&drainingBit != 0:
+		return StateDraining
+	}
+	return StateOpen
 }

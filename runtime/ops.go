@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/keys"
 )
@@ -19,7 +18,7 @@ func (d *Deployment) Get(ctx context.Context, k keys.Key) (value []byte, ok bool
 	if k.IsZero() {
 		return nil, false, errZeroKey
 	}
-	v, err := d.lanes[policy.LaneRegular].client.Get(ctx, k.Redis()).Bytes()
+	v, err := d.regular.client.Get(ctx, k.Redis()).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -39,7 +38,7 @@ func (d *Deployment) SetWithTTL(ctx context.Context, k keys.Key, value []byte, t
 	if ttl < time.Millisecond {
 		return certainty.Wrap("set", errBadTTL, true)
 	}
-	err := d.lanes[policy.LaneRegular].client.Set(ctx, k.Redis(), value, ttl).Err()
+	err := d.regular.client.Set(ctx, k.Redis(), value, ttl).Err()
 	return certainty.Wrap("set", err, true)
 }
 
@@ -49,7 +48,7 @@ func (d *Deployment) Delete(ctx context.Context, k keys.Key) (deleted bool, err 
 	if k.IsZero() {
 		return false, errZeroKey
 	}
-	n, err := d.lanes[policy.LaneRegular].client.Unlink(ctx, k.Redis()).Result()
+	n, err := d.regular.client.Unlink(ctx, k.Redis()).Result()
 	if err != nil {
 		return false, certainty.Wrap("unlink", err, true)
 	}

@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg policy.RedisConfig, opts ...Option) (*Runtime,
 		return nil, fmt.Errorf("program catalog: %w", err)
 	}
 
-	r := &Runtime{log: o.log, gate: &gate{}, keys: kb, roles: make(map[policy.Role]*Deployment),
+	r := &Runtime{log: o.log, gate: newGate(), keys: kb, roles: make(map[policy.Role]*Deployment),
 		progs: progs, mode: cfg.Programs.Mode, bindings: cfg.Roles}
 	byID := make(map[string]*Deployment)
 	for _, role := range sortedRoles(cfg.Roles) {
@@ -194,6 +194,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 		r.registry = append(r.registry, &registered{deployment: dc.ID, lane: l, client: client})
 		d.lanes[l] = &lane{name: l, client: client, guard: g}
 	}
+	d.regular = d.lanes[policy.LaneRegular]
 	ex, err := programs.NewExecutor(progs, mode, d.lanes[policy.LaneScript].client)
 	if err != nil {
 		return nil, fmt.Errorf("%w: deployment %s: %w", ErrConfig, dc.ID, err)
