@@ -142,6 +142,9 @@ func run(dur, slice time.Duration, rounds int, addr string, control bool) error 
 			row(fmt.Sprintf("  A/A control, %d", g), compare(ctx, []contender{getPlain, getTwin}, g, dur, slice, rounds))
 		}
 	}
+	if err := rateRows(ctx, rt, plain, dur, slice, rounds, row); err != nil {
+		return err
+	}
 	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
 	if control {
 		fmt.Println("A/A control = go-redis against an identical go-redis client (caphost/s column): the ratio's noise floor.")
@@ -158,13 +161,14 @@ func caphostRuntime(ctx context.Context, addr string) (*runtime.Runtime, *runtim
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
 	}
 	lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
+	lanes[policy.LaneScript] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
 	cfg := policy.RedisConfig{
 		Deployments: map[string]policy.Deployment{"bench": {
 			ID: "bench", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-bench",
 			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second},
 			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
 		}},
-		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCache: {Deployment: "bench"}},
+		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "bench", Required: true}},
 		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
 		Keys: policy.KeysConfig{App: "bench", Env: "local", HMAC: policy.KeyMaterial{WriteVersion: 1,
 			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("bench-only-hmac-material-0123456789"))}}},
@@ -173,7 +177,7 @@ func caphostRuntime(ctx context.Context, addr string) (*runtime.Runtime, *runtim
 	if err != nil {
 		return nil, nil, keys.Key{}, err
 	}
-	dep, err := rt.Role(policy.RoleCache)
+	dep, err := rt.Role(policy.RoleCoordination)
 	if err != nil {
 		return nil, nil, keys.Key{}, err
 	}
