@@ -2,8 +2,14 @@ package plugins
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/caphost/caphost/abi"
 )
@@ -55,6 +61,21 @@ func BenchmarkCall256(b *testing.B) {
 	})
 }
 
+// BenchmarkRateSelect is the typed rate-policy call the rate limiter makes:
+// request encoding, the guest's select, response decoding and re-checking.
+func BenchmarkRateSelect(b *testing.B) {
+	m := load(b, newEngine(b, Config{}), "rate-policy", Limits{PoolSize: 1})
+	ctx := context.Background()
+	req := &abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "pro", ClientIPClass: "public",
+		Attrs: []abi.Attr{{Name: "region", Value: "eu"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := m.RateSelect(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkInstantiate measures a new instance of a Go guest: instantiation
 // from the compiled module plus _initialize.
 func BenchmarkInstantiate(b *testing.B) {
@@ -67,5 +88,64 @@ func BenchmarkInstantiate(b *testing.B) {
 			b.Fatal(gerr)
 		}
 		m.discard(inst)
+	}
+}
+
+// BenchmarkFloor shows where the per-call floor of a Go guest is: an empty
+// export (caphost_abi_version) called straight through wazero, with and
+// without the termination instrumentation the engine needs, and the
+// echo export with the SDK's decode/encode but no host bookkeeping.
+func BenchmarkFloor(b *testing.B) {
+	ctx := context.Background()
+	wasm := th.wasm["echo"]
+	for _, term := range []bool{false, true} {
+		name := "no-termination"
+		if term {
+			name = "termination"
+		}
+		b.Run(name, func(b *testing.B) {
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(term))
+			defer rt.Close(ctx)
+			_, err := wasi_snapshot_preview1.Instantiate(ctx, rt)
+			require.NoError(b, err)
+			nop := func(context.Context, api.Module, []uint64) {}
+			i32 := api.ValueTypeI32
+			_, err = rt.NewHostModuleBuilder(abi.ImportModule).
+				NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(nop), []api.ValueType{i32, i32, i32}, nil).Export(abi.ImportLog).
+				NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(nop), []api.ValueType{i32, i32}, nil).Export(abi.ImportCount).
+				Instantiate(ctx)
+			require.NoError(b, err)
+			mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions())
+			require.NoError(b, err)
+			_, err = mod.ExportedFunction("_initialize").Call(ctx)
+			require.NoError(b, err)
+			stack := make([]uint64, 2)
+			version := mod.ExportedFunction(abi.ExportVersion)
+			b.Run("empty-export", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := version.CallWithStack(ctx, stack); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			stack[0] = 4096
+			require.NoError(b, mod.ExportedFunction(abi.ExportAlloc).CallWithStack(ctx, stack))
+			ptr := uint32(stack[0])
+			enc := mod.ExportedFunction(abi.ExportCodecEncode.Name())
+			for _, size := range []int{0, 256} {
+				in := (&abi.CodecEncodeRequest{Schema: "echo", Value: make([]byte, size)}).AppendTo(nil)
+				b.Run(fmt.Sprintf("echo-%d", size), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						mod.Memory().Write(ptr, in)
+						stack[0], stack[1] = uint64(ptr), uint64(len(in))
+						if err := enc.CallWithStack(ctx, stack); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
 	}
 }

@@ -11,11 +11,12 @@ import (
 // response frame to out. It is the lowest-level call; the typed methods below
 // are usually what a host capability wants.
 func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte, error) {
-	err := m.invoke(ctx, e, in, func(frame []byte) error {
-		out = append(out, frame...)
-		return nil
-	})
-	return out, err
+	p, err := m.begin(ctx, e, in)
+	if err != nil {
+		return out, err
+	}
+	out = append(out, p.frame...)
+	return out, m.end(&p, nil)
 }
 
 // typedCall encodes req, calls e, checks the frame and decodes the body into
@@ -24,24 +25,31 @@ func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte
 func (m *Module) typedCall(ctx context.Context, e abi.Export, req, resp abi.Message, check func() error) error {
 	bp := m.eng.getBuf()
 	in := req.AppendTo((*bp)[:0])
-	err := m.invoke(ctx, e, in, func(frame []byte) error {
-		body, err := abi.ParseFrame(frame)
-		if err != nil {
-			return err
-		}
-		if err := resp.Unmarshal(body); err != nil {
-			return err
-		}
-		if check != nil {
-			return check()
-		}
-		return nil
-	})
+	p, err := m.begin(ctx, e, in)
+	// The request was copied into guest memory (or never sent): the buffer
+	// can go back before the response is decoded.
 	if cap(in) <= 64<<10 {
 		*bp = in[:0]
 		m.eng.bufs.Put(bp)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return m.end(&p, decodeFrame(p.frame, resp, check))
+}
+
+func decodeFrame(frame []byte, resp abi.Message, check func() error) error {
+	body, err := abi.ParseFrame(frame)
+	if err != nil {
+		return err
+	}
+	if err := resp.Unmarshal(body); err != nil {
+		return err
+	}
+	if check != nil {
+		return check()
+	}
+	return nil
 }
 
 // CodecEncode calls the codec's encode. Guest statuses come back as *abi.StatusError.

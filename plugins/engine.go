@@ -54,6 +54,9 @@ type Engine struct {
 	// memory before its buffer goes back.
 	bufs sync.Pool
 
+	// wd enforces call deadlines and caller cancellation (see watchdog.go).
+	wd *watchdog
+
 	mu      sync.Mutex
 	closed  bool
 	modules map[*Module]struct{}
@@ -101,10 +104,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	} else {
 		e.cache = wazero.NewCompilationCache()
 	}
+	e.wd = newWatchdog()
 	return e, nil
 }
 
-// Close closes every loaded module and the compilation cache.
+// Close closes every loaded module, the compilation cache and the watchdog.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
@@ -122,6 +126,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		errs = append(errs, m.Close(ctx))
 	}
 	errs = append(errs, e.cache.Close(ctx))
+	e.wd.close()
 	return errors.Join(errs...)
 }
 
@@ -208,12 +213,16 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		WithSysNanotime().
 		WithRandSource(crand.Reader)
 
+	// Registered before start so the watchdog bounds describe too.
+	e.wd.mods.Store(m, struct{}{})
 	if err := m.start(ctx); err != nil {
+		e.wd.mods.Delete(m)
 		return nil, err
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		e.wd.mods.Delete(m)
 		return nil, ErrEngineClosed
 	}
 	e.modules[m] = struct{}{}

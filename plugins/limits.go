@@ -109,3 +109,16 @@ func (l Limits) check(c Limits) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Resolve returns l with zero fields taken from defaults (whose own zero
+// fields come from DefaultLimits), checked against caps (zero fields from
+// HardCaps). It is how every flavour (this engine, plugins/extism) applies
+// the same limits; the error matches ErrLimitExceedsCap.
+func (l Limits) Resolve(defaults, caps Limits) (Limits, error) {
+	caps = caps.withDefaults(HardCaps())
+	l = l.withDefaults(defaults.withDefaults(DefaultLimits()))
+	if err := l.check(caps); err != nil {
+		return Limits{}, err
+	}
+	return l, nil
+}

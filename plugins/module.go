@@ -53,6 +53,12 @@ type instance struct {
 	logs         int
 	stack        [2]uint64
 	stderr       headWriter
+
+	// cctx is the context of every call into this instance; wmu guards
+	// deadline (unix ns, 0 when idle) and cctx.parent against the watchdog.
+	cctx     callCtx
+	wmu      sync.Mutex
+	deadline int64
 }
 
 // Name is the module's configured name.
@@ -74,6 +80,7 @@ func (m *Module) Close(ctx context.Context) error {
 		m.eng.mu.Lock()
 		delete(m.eng.modules, m)
 		m.eng.mu.Unlock()
+		m.eng.wd.mods.Delete(m)
 		for {
 			select {
 			case <-m.idle:
@@ -120,22 +127,19 @@ func (m *Module) start(ctx context.Context) error {
 	if verr := abi.CheckVersion(major, minor); verr != nil {
 		return fail(ClassABIMismatch, "", verr)
 	}
-	var raw []byte
-	derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, func(frame []byte) error {
-		body, err := abi.ParseFrame(frame)
-		if err != nil {
-			return err
-		}
-		raw = append([]byte(nil), body...)
-		return nil
-	})
+	frame, derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, time.Now())
 	if derr != nil {
 		m.discard(inst)
+		return derr
+	}
+	raw, perr := abi.ParseFrame(frame)
+	if perr != nil {
 		var se *abi.StatusError
-		if errors.As(derr, &se) {
+		if errors.As(perr, &se) {
+			m.discard(inst)
 			return guestErr(m.name, abi.ExportDescribe, ClassInvalidDescription, "", se)
 		}
-		return derr
+		return fail(ClassMalformedOutput, "describe", perr)
 	}
 	desc, err := abi.ParseDescription(raw)
 	if err != nil {
@@ -170,7 +174,7 @@ func (m *Module) start(ctx context.Context) error {
 
 // newInstance instantiates the module and runs _initialize. The caller holds a token.
 func (m *Module) newInstance(ctx context.Context) (*instance, *GuestError) {
-	inst := &instance{}
+	inst := &instance{cctx: callCtx{done: make(chan struct{})}}
 	ictx, cancel := context.WithTimeout(ctx, m.lim.InitTimeout)
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(ictx, m.compiled, m.modCfg.WithName("").WithStderr(&inst.stderr))
@@ -255,50 +259,117 @@ func (m *Module) discard(inst *instance) {
 	m.eng.obs.InstanceDiscarded(m.name)
 }
 
+// pending is one call between begin and end: the instance is held and
+// frame is a view into its memory, valid until end.
+type pending struct {
+	inst  *instance
+	e     abi.Export
+	start time.Time
+	frame []byte
+}
+
+// begin acquires an instance and runs export e with request in. On success
+// the caller reads p.frame and then must call end; on failure the call is
+// already accounted for and nothing is held. It takes no closure so the hot
+// path allocates nothing.
+func (m *Module) begin(ctx context.Context, e abi.Export, in []byte) (pending, error) {
+	p := pending{e: e}
+	if !e.Valid() || !m.declared[e] {
+		return p, guestErr(m.name, e, ClassNotDeclared, "module does not declare this export's kind", nil)
+	}
+	if len(in) > m.lim.MaxInputBytes {
+		err := guestErr(m.name, e, ClassInputTooLarge, fmt.Sprintf("%d bytes, cap %d", len(in), m.lim.MaxInputBytes), nil)
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: err.Class})
+		return p, err
+	}
+	p.start = time.Now()
+	if err := ctx.Err(); err != nil {
+		// The caller gave up already: nothing is sent and no instance taken.
+		gerr := m.ctxErr(e, err)
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: gerr.Class})
+		return p, gerr
+	}
+	inst, gerr := m.acquire(ctx, e)
+	if gerr != nil {
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Duration: time.Since(p.start), Class: gerr.Class})
+		return p, gerr
+	}
+	p.inst = inst
+	frame, err := m.callInstance(ctx, inst, e, in, p.start)
+	if err != nil {
+		return p, m.end(&p, err)
+	}
+	p.frame = frame
+	return p, nil
+}
+
+// end releases p's instance and reports the call. A nil err or a
+// *abi.StatusError keeps the instance; any other error discards it, and a
+// non-GuestError (a decoding failure of the frame) becomes malformed output.
+func (m *Module) end(p *pending, err error) error {
+	if p.inst == nil {
+		return err
+	}
+	stats := CallStats{Module: m.name, Export: p.e}
+	healthy := true
+	if err != nil {
+		var se *abi.StatusError
+		var ge *GuestError
+		switch {
+		case errors.As(err, &se):
+			stats.Status = se.Code
+		case errors.As(err, &ge):
+			stats.Class, healthy = ge.Class, false
+		default:
+			err = guestErr(m.name, p.e, ClassMalformedOutput, "", err)
+			stats.Class, healthy = ClassMalformedOutput, false
+		}
+	}
+	m.release(p.inst, healthy)
+	p.inst, p.frame = nil, nil
+	stats.Duration = time.Since(p.start)
+	m.eng.obs.CallDone(stats)
+	return err
+}
+
 // invoke runs one export. read sees the raw response frame (a view into
 // guest memory valid only during read) and must copy what it keeps. A
 // *abi.StatusError from read is returned as is and keeps the instance; any
 // other read error marks the output malformed and discards the instance.
 func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(frame []byte) error) error {
-	if !e.Valid() || !m.declared[e] {
-		return guestErr(m.name, e, ClassNotDeclared, "module does not declare this export's kind", nil)
-	}
-	if len(in) > m.lim.MaxInputBytes {
-		err := guestErr(m.name, e, ClassInputTooLarge, fmt.Sprintf("%d bytes, cap %d", len(in), m.lim.MaxInputBytes), nil)
-		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: err.Class})
+	p, err := m.begin(ctx, e, in)
+	if err != nil {
 		return err
 	}
-	start := time.Now()
-	inst, gerr := m.acquire(ctx, e)
-	if gerr != nil {
-		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Duration: time.Since(start), Class: gerr.Class})
-		return gerr
-	}
-	err := m.callInstance(ctx, inst, e, in, read)
-	var se *abi.StatusError
-	stats := CallStats{Module: m.name, Export: e}
-	switch {
-	case err == nil:
-		m.release(inst, true)
-	case errors.As(err, &se):
-		stats.Status = se.Code
-		m.release(inst, true)
-	default:
-		var ge *GuestError
-		if errors.As(err, &ge) {
-			stats.Class = ge.Class
-		}
-		m.release(inst, false)
-	}
-	stats.Duration = time.Since(start)
-	m.eng.obs.CallDone(stats)
-	return err
+	return m.end(&p, read(p.frame))
 }
 
-// callInstance performs the memory handoff and the call.
-func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, read func([]byte) error) error {
-	cctx, cancel := context.WithTimeout(ctx, m.lim.CallTimeout)
-	defer cancel()
+// callInstance performs the memory handoff and the call, and returns the
+// response frame (checked against the output cap and memory bounds).
+func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start time.Time) ([]byte, error) {
+	deadline := start.Add(m.lim.CallTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	m.eng.wd.begin(inst, ctx, deadline.UnixNano())
+	frame, err := m.run(inst, e, in)
+	if m.eng.wd.end(inst) {
+		// The watchdog fired, possibly just after the guest returned: the
+		// instance's context is spent, so it goes whatever the result.
+		return nil, m.ctxErr(e, inst.cctx.Err())
+	}
+	return frame, err
+}
+
+func (m *Module) ctxErr(e abi.Export, err error) *GuestError {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return guestErr(m.name, e, ClassDeadline, "", context.DeadlineExceeded)
+	}
+	return guestErr(m.name, e, ClassCanceled, "", err)
+}
+
+func (m *Module) run(inst *instance, e abi.Export, in []byte) ([]byte, error) {
+	cctx := &inst.cctx
 	inst.calls++
 	inst.hostCalls = 0
 	inst.logs = 0
@@ -309,37 +380,30 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export,
 		want := max(n, 4096)
 		inst.stack[0] = uint64(want)
 		if err := inst.alloc.CallWithStack(cctx, inst.stack[:]); err != nil {
-			return m.classify(inst, e, cctx, err)
+			return nil, m.classify(inst, e, cctx, err)
 		}
 		ptr := uint32(inst.stack[0])
 		if ptr == 0 || uint64(ptr)+uint64(want) > uint64(inst.mem.Size()) {
-			return guestErr(m.name, e, ClassMalformedOutput, "caphost_alloc returned an unusable region", nil)
+			return nil, guestErr(m.name, e, ClassMalformedOutput, "caphost_alloc returned an unusable region", nil)
 		}
 		inst.inPtr, inst.inCap = ptr, want
 	}
 	if n > 0 && !inst.mem.Write(inst.inPtr, in) {
-		return guestErr(m.name, e, ClassMalformedOutput, "request region out of memory bounds", nil)
+		return nil, guestErr(m.name, e, ClassMalformedOutput, "request region out of memory bounds", nil)
 	}
 	inst.stack[0], inst.stack[1] = uint64(inst.inPtr), uint64(n)
 	if err := inst.fns[e].CallWithStack(cctx, inst.stack[:]); err != nil {
-		return m.classify(inst, e, cctx, err)
+		return nil, m.classify(inst, e, cctx, err)
 	}
 	optr, olen := uint32(inst.stack[0]>>32), uint32(inst.stack[0])
 	if olen > uint32(m.lim.MaxOutputBytes) {
-		return guestErr(m.name, e, ClassOutputTooLarge, fmt.Sprintf("%d bytes, cap %d", olen, m.lim.MaxOutputBytes), nil)
+		return nil, guestErr(m.name, e, ClassOutputTooLarge, fmt.Sprintf("%d bytes, cap %d", olen, m.lim.MaxOutputBytes), nil)
 	}
 	frame, ok := inst.mem.Read(optr, olen)
 	if !ok {
-		return guestErr(m.name, e, ClassMalformedOutput, "response region out of memory bounds", nil)
+		return nil, guestErr(m.name, e, ClassMalformedOutput, "response region out of memory bounds", nil)
 	}
-	if err := read(frame); err != nil {
-		var se *abi.StatusError
-		if errors.As(err, &se) {
-			return se
-		}
-		return guestErr(m.name, e, ClassMalformedOutput, "", err)
-	}
-	return nil
+	return frame, nil
 }
 
 // memorySlackPages: the Go runtime grows its heap in steps, so a guest that

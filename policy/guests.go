@@ -14,6 +14,11 @@ type GuestsConfig struct {
 	CompileCacheDir string
 	// Modules by name (a slug).
 	Modules map[string]GuestModule
+	// Watch makes the host watch every module file and hot-swap a changed
+	// module (`guests.watch`, default false). A swapped module no longer
+	// matches its sha256 pin, so a watched swap is authorised like an admin
+	// swap: by a trusted signature, or by security.allow-unsigned-swaps.
+	Watch bool
 }
 
 // GuestModule is one configured guest module.
@@ -53,6 +58,12 @@ type SecurityConfig struct {
 	// TrustedKeys maps a key name (slug) to a PEM public key file (absolute
 	// once loaded).
 	TrustedKeys map[string]string
+	// AllowUnsignedSwaps lets a module be hot-swapped without a signature
+	// when no trusted key is configured (`security.allow-unsigned-swaps`,
+	// default false). A candidate cannot match the configured sha256 pin, so
+	// without keys nothing else authorises it; keep this off outside
+	// development. It has no effect when trusted keys are configured.
+	AllowUnsignedSwaps bool
 }
 
 // Host hard caps for guest limits. Configuration may choose smaller values,

@@ -14,6 +14,12 @@
 // memory handoff (caphost_alloc), request decoding, response framing and the
 // caphost_v1 host imports. Guest authors change nothing here; new kinds or
 // exports are ABI changes made in package abi first.
+//
+// Handlers receive requests decoded without copying (package view): their
+// strings and byte slices alias the request region and are valid only until
+// the handler returns, so a handler that keeps request data must copy it.
+// That is what makes a call allocation-free inside the guest, where every
+// allocation costs about a microsecond.
 package guest
 
 import (
@@ -22,6 +28,7 @@ import (
 	"fmt"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/abi/guest/view"
 )
 
 // Codec implements one payload schema.
@@ -104,9 +111,20 @@ func (m *Module) Description() *abi.Description {
 
 // Dispatcher answers exports for a Module. It is what the wasm glue calls; it
 // is exported so guests can be unit-tested natively with the same code path.
+// A Dispatcher is not safe for concurrent use (a wasm instance is
+// single-threaded): it reuses its request structs across calls.
 type Dispatcher struct {
 	m        *Module
 	describe []byte
+
+	// Reused across calls so decoding allocates nothing.
+	enc   abi.CodecEncodeRequest
+	dec   abi.CodecDecodeRequest
+	canon abi.CanonicalizeRequest
+	adm   abi.AdmitRequest
+	rate  abi.RateSelectRequest
+	rend  abi.RenderRequest
+	attrs []abi.Attr
 }
 
 // NewDispatcher validates m's description and prepares the describe output.
@@ -156,8 +174,14 @@ func errFrame(out []byte, err error) []byte {
 	return abi.AppendErrorFrame(out, abi.CodeInternal, err.Error())
 }
 
-func badRequest(out []byte, err error) []byte {
-	return abi.AppendErrorFrame(out, abi.CodeInvalidRequest, err.Error())
+// badRequest answers a request the view decoder rejected, with abi's
+// description of the violation (the decoders accept the same inputs).
+func badRequest(out []byte, m abi.Message, in []byte) []byte {
+	detail := "malformed request"
+	if err := m.Unmarshal(in); err != nil {
+		detail = err.Error()
+	}
+	return abi.AppendErrorFrame(out, abi.CodeInvalidRequest, detail)
 }
 
 func (g *Dispatcher) codec(schema string) *Codec {
@@ -170,9 +194,9 @@ func (g *Dispatcher) codec(schema string) *Codec {
 }
 
 func (g *Dispatcher) codecEncode(in, out []byte) []byte {
-	var req abi.CodecEncodeRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.enc
+	if !view.CodecEncode(in, req) {
+		return badRequest(out, &abi.CodecEncodeRequest{}, in)
 	}
 	c := g.codec(req.Schema)
 	if c == nil {
@@ -187,9 +211,9 @@ func (g *Dispatcher) codecEncode(in, out []byte) []byte {
 }
 
 func (g *Dispatcher) codecDecode(in, out []byte) []byte {
-	var req abi.CodecDecodeRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.dec
+	if !view.CodecDecode(in, req) {
+		return badRequest(out, &abi.CodecDecodeRequest{}, in)
 	}
 	c := g.codec(req.Schema)
 	if c == nil {
@@ -220,9 +244,9 @@ func (g *Dispatcher) region(id string) *CacheRegion {
 }
 
 func (g *Dispatcher) canonicalize(in, out []byte) []byte {
-	var req abi.CanonicalizeRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.canon
+	if !view.Canonicalize(in, req, &g.attrs) {
+		return badRequest(out, &abi.CanonicalizeRequest{}, in)
 	}
 	r := g.region(req.Region)
 	if r == nil {
@@ -245,15 +269,15 @@ func (g *Dispatcher) canonicalize(in, out []byte) []byte {
 }
 
 func (g *Dispatcher) admit(in, out []byte) []byte {
-	var req abi.AdmitRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.adm
+	if !view.Admit(in, req) {
+		return badRequest(out, &abi.AdmitRequest{}, in)
 	}
 	r := g.region(req.Region)
 	if r == nil {
 		return abi.AppendErrorFrame(out, abi.CodeNotFound, "unknown region")
 	}
-	resp := abi.AdmitResponse{Admit: r.Admit == nil || r.Admit(&req)}
+	resp := abi.AdmitResponse{Admit: r.Admit == nil || r.Admit(req)}
 	return resp.AppendTo(abi.AppendOKFrame(out))
 }
 
@@ -261,19 +285,19 @@ func (g *Dispatcher) rateSelect(in, out []byte) []byte {
 	if g.m.Rate == nil {
 		return abi.AppendErrorFrame(out, abi.CodeUnsupported, "module has no rate policies")
 	}
-	var req abi.RateSelectRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.rate
+	if !view.RateSelect(in, req, &g.attrs) {
+		return badRequest(out, &abi.RateSelectRequest{}, in)
 	}
-	sels, err := g.m.Rate.Select(&req)
+	sels, err := g.m.Rate.Select(req)
 	if err != nil {
 		return errFrame(out, err)
 	}
 	if len(sels) > abi.MaxSelections {
 		return abi.AppendErrorFrame(out, abi.CodeInternal, "too many selections")
 	}
-	for _, s := range sels {
-		if err := g.checkSelection(s); err != nil {
+	for i := range sels {
+		if err := g.checkSelection(&sels[i]); err != nil {
 			return abi.AppendErrorFrame(out, abi.CodeInternal, err.Error())
 		}
 	}
@@ -282,8 +306,9 @@ func (g *Dispatcher) rateSelect(in, out []byte) []byte {
 }
 
 // checkSelection catches guest bugs at the source; the host re-checks anyway.
-func (g *Dispatcher) checkSelection(s abi.RateSelection) error {
-	for _, p := range g.m.Rate.Policies {
+func (g *Dispatcher) checkSelection(s *abi.RateSelection) error {
+	for i := range g.m.Rate.Policies {
+		p := &g.m.Rate.Policies[i]
 		if p.ID != s.PolicyID {
 			continue
 		}
@@ -302,14 +327,14 @@ func (g *Dispatcher) render(in, out []byte) []byte {
 	if g.m.Renderer == nil {
 		return abi.AppendErrorFrame(out, abi.CodeUnsupported, "module has no renderer")
 	}
-	var req abi.RenderRequest
-	if err := req.Unmarshal(in); err != nil {
-		return badRequest(out, err)
+	req := &g.rend
+	if !view.Render(in, req, &g.attrs) {
+		return badRequest(out, &abi.RenderRequest{}, in)
 	}
-	if !g.templateServes(&req) {
+	if !g.templateServes(req) {
 		return abi.AppendErrorFrame(out, abi.CodeNotFound, "unknown template, version, locale or channel")
 	}
-	parts, err := g.m.Renderer.Render(&req)
+	parts, err := g.m.Renderer.Render(req)
 	if err != nil {
 		return errFrame(out, err)
 	}

@@ -17,12 +17,12 @@ import (
 func newGuestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "guest",
-		Short: "Manage guest module keys and signatures",
+		Short: "Manage guest module keys and signatures; inspect and test modules",
 		Long: "guest creates ed25519 signing keys, signs guest modules with detached\n" +
 			"caphost-guest-signature-v1 files and verifies them (see docs/guests.md).",
 		Args: noArgs,
 	}
-	cmd.AddCommand(newGuestKeygenCmd(), newGuestSignCmd(), newGuestVerifyCmd())
+	cmd.AddCommand(newGuestKeygenCmd(), newGuestSignCmd(), newGuestVerifyCmd(), newGuestInspectCmd(), newGuestTestCmd())
 	return cmd
 }
 

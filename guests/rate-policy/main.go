@@ -4,9 +4,15 @@
 // rate policy only; algorithms, keys, clocks and Redis stay in the host.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o rate-policy.wasm ./guests/rate-policy
+//
+// The policy revision is a build-time knob used to exercise hot swaps:
+// building with -ldflags=-X=main.policyRevision=v2 declares every policy
+// with revision 2 and doubles every limit and burst (any "vN" gives revision
+// N and multiplies limits by N; anything else is revision 1).
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/caphost/caphost/abi"
@@ -32,8 +38,24 @@ var plans = []struct {
 
 const searchCost = 5
 
+// policyRevision is set at link time (-X=main.policyRevision=v2); see the
+// package comment.
+var policyRevision = "v1"
+
+// revision parses policyRevision; a malformed value falls back to 1 so a bad
+// build flag never produces an invalid describe.
+func revision() uint32 {
+	n, err := strconv.ParseUint(strings.TrimPrefix(policyRevision, "v"), 10, 8)
+	if err != nil || n == 0 || !strings.HasPrefix(policyRevision, "v") {
+		return 1
+	}
+	return uint32(n)
+}
+
 // Module returns the guest's declarations and handlers.
 func Module() *guest.Module {
+	rev := revision()
+	scale := uint64(rev)
 	var pols []abi.RatePolicyDecl
 	for _, p := range plans {
 		for _, rc := range []struct {
@@ -41,60 +63,95 @@ func Module() *guest.Module {
 			limit uint64
 		}{{"read", p.read}, {"write", p.write}} {
 			pols = append(pols, abi.RatePolicyDecl{
-				ID: p.name + "." + rc.class, Revision: 1, Algorithm: abi.AlgTokenBucket,
-				Limit: rc.limit, WindowMs: 60_000, Burst: rc.limit / 4, MaximumCost: searchCost,
+				ID: p.name + "." + rc.class, Revision: rev, Algorithm: abi.AlgTokenBucket,
+				Limit: rc.limit * scale, WindowMs: 60_000, Burst: rc.limit / 4 * scale, MaximumCost: searchCost,
 				Dimensions: []string{"route-class"}, FailureMode: "fail-closed",
 			})
 		}
 	}
 	pols = append(pols, abi.RatePolicyDecl{
-		ID: "anonymous.ip", Revision: 1, Algorithm: abi.AlgFixedWindow,
-		Limit: 30, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
+		ID: "anonymous.ip", Revision: rev, Algorithm: abi.AlgFixedWindow,
+		Limit: 30 * scale, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
 	})
 	return &guest.Module{Name: "rate-policy", Rate: &guest.RatePolicies{Policies: pols, Select: Select}}
 }
 
-// Select maps request attributes to the policies to evaluate.
+// Select maps request attributes to the policies to evaluate. It allocates
+// nothing (each allocation costs about a microsecond in a wasm guest): every
+// possible answer is built once, and the request's strings are only compared.
 func Select(req *abi.RateSelectRequest) ([]abi.RateSelection, error) {
-	class, cost := routeClass(req.Method, req.Route)
-	if class == "" {
+	class := routeClass(req.Method, req.Route)
+	if class < 0 {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "unknown method")
 	}
-	bucket := class
-	if class == "search" {
-		bucket = "read"
-	}
-	var out []abi.RateSelection
+	anon := 0
 	if req.APIKeyPlan == "" && req.PrincipalTier == "" {
 		// Anonymous traffic is limited per client-IP class first, then on the free tier.
-		out = append(out, abi.RateSelection{PolicyID: "anonymous.ip", Cost: 1})
+		anon = 1
 	}
-	out = append(out, abi.RateSelection{PolicyID: plan(req) + "." + bucket, Dimensions: []string{class}, Cost: cost})
-	return out, nil
+	return selections[plan(req)][class][anon], nil
 }
 
-// plan picks the API-key plan, else the principal tier; anything unknown is
-// treated as free so a typo never grants a bigger budget.
-func plan(req *abi.RateSelectRequest) string {
-	for _, cand := range []string{req.APIKeyPlan, req.PrincipalTier} {
-		for _, p := range plans {
-			if cand == p.name {
-				return p.name
+// Route classes, indexing selections.
+const (
+	classRead = iota
+	classWrite
+	classSearch
+	numClasses
+)
+
+var classNames = [numClasses]string{"read", "write", "search"}
+
+// selections[plan][class][anonymous] is the answer for that combination.
+// Search is charged on the read bucket at searchCost.
+var selections = func() [][numClasses][2][]abi.RateSelection {
+	out := make([][numClasses][2][]abi.RateSelection, len(plans))
+	for pi, p := range plans {
+		for c := range numClasses {
+			bucket, cost := classNames[c], uint32(1)
+			if c == classSearch {
+				bucket, cost = "read", searchCost
 			}
+			sel := abi.RateSelection{PolicyID: p.name + "." + bucket, Dimensions: []string{classNames[c]}, Cost: cost}
+			out[pi][c][0] = []abi.RateSelection{sel}
+			out[pi][c][1] = []abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, sel}
 		}
 	}
-	return "free"
+	return out
+}()
+
+// plan picks the API-key plan, else the principal tier, as an index into
+// plans; anything unknown is free (index 0) so a typo never grants a bigger
+// budget.
+func plan(req *abi.RateSelectRequest) int {
+	for i, p := range plans {
+		if req.APIKeyPlan == p.name {
+			return i
+		}
+	}
+	for i, p := range plans {
+		if req.PrincipalTier == p.name {
+			return i
+		}
+	}
+	return 0
 }
 
-func routeClass(method, route string) (string, uint32) {
-	switch strings.ToUpper(method) {
-	case "GET", "HEAD", "OPTIONS":
-		if route == "/search" || strings.HasPrefix(route, "/search/") {
-			return "search", searchCost
+// routeClass classifies the request; methods match case-insensitively
+// (EqualFold, because ToUpper would allocate for lower-case input).
+func routeClass(method, route string) int {
+	for _, m := range [...]string{"GET", "HEAD", "OPTIONS"} {
+		if strings.EqualFold(method, m) {
+			if route == "/search" || strings.HasPrefix(route, "/search/") {
+				return classSearch
+			}
+			return classRead
 		}
-		return "read", 1
-	case "POST", "PUT", "PATCH", "DELETE":
-		return "write", 1
 	}
-	return "", 0
+	for _, m := range [...]string{"POST", "PUT", "PATCH", "DELETE"} {
+		if strings.EqualFold(method, m) {
+			return classWrite
+		}
+	}
+	return -1
 }

@@ -43,3 +43,22 @@ func TestSelect(t *testing.T) {
 	_, err = abi.ParseFrame(d.Handle(abi.ExportRateSelect, req.AppendTo(nil), nil))
 	require.ErrorIs(t, err, abi.CodeInvalidRequest)
 }
+
+func TestPolicyRevisionKnob(t *testing.T) {
+	v1 := Module().Rate.Policies
+	old := policyRevision
+	t.Cleanup(func() { policyRevision = old })
+	policyRevision = "v2"
+	v2 := Module().Rate.Policies
+	require.Len(t, v2, len(v1))
+	for i := range v1 {
+		assert.Equal(t, uint32(1), v1[i].Revision)
+		assert.Equal(t, uint32(2), v2[i].Revision)
+		assert.Equal(t, 2*v1[i].Limit, v2[i].Limit, v1[i].ID)
+		assert.Equal(t, 2*v1[i].Burst, v2[i].Burst, v1[i].ID)
+	}
+	_, err := guest.NewDispatcher(Module())
+	require.NoError(t, err)
+	policyRevision = "garbage"
+	assert.Equal(t, uint32(1), Module().Rate.Policies[0].Revision)
+}

@@ -63,6 +63,12 @@ type Capability struct {
 type Server struct {
 	// Listen is host:port; default 127.0.0.1:8080 (loopback unless told otherwise).
 	Listen string
+	// AdminToken is the bearer token of the /admin endpoints, resolved from
+	// server.admin-token (a secret reference). Zero: the admin endpoints are
+	// not served at all.
+	AdminToken policy.Secret
+	// AdminTokenRef is the reference AdminToken was resolved from (printable).
+	AdminTokenRef policy.SecretRef
 }
 
 // DefaultListen is Server.Listen when the file does not set it.

@@ -31,7 +31,8 @@ func DefaultGuestLimits() policy.GuestLimits {
 }
 
 func (d *decoder) guests(g map[string]any, out *policy.GuestsConfig) {
-	d.known("guests", g, "compile-cache-dir", "modules")
+	d.known("guests", g, "compile-cache-dir", "modules", "watch")
+	out.Watch, _ = d.boolean("guests.watch", g["watch"])
 	if s, ok := d.str("guests.compile-cache-dir", g["compile-cache-dir"]); ok {
 		if s == "" {
 			d.ps.Add("guests.compile-cache-dir", policy.RuleType, "must be a directory path when set")
@@ -98,7 +99,8 @@ func (d *decoder) guestLimits(p string, l map[string]any, out *policy.GuestLimit
 }
 
 func (d *decoder) security(s map[string]any, out *policy.SecurityConfig) {
-	d.known("security", s, "require-signed-guests", "trusted-keys")
+	d.known("security", s, "allow-unsigned-swaps", "require-signed-guests", "trusted-keys")
+	out.AllowUnsignedSwaps, _ = d.boolean("security.allow-unsigned-swaps", s["allow-unsigned-swaps"])
 	out.RequireSignedGuests, _ = d.boolean("security.require-signed-guests", s["require-signed-guests"])
 	keys, _ := d.object("security.trusted-keys", s["trusted-keys"])
 	for n, v := range keys {

@@ -58,9 +58,12 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 		}
 	}
 	if srv, ok := d.object("server", root["server"]); ok {
-		d.known("server", srv, "listen")
+		d.known("server", srv, "admin-token", "listen")
 		if s, ok := d.str("server.listen", srv["listen"]); ok {
 			cfg.Server.Listen = s
+		}
+		if ref, sec, ok := d.secret("server.admin-token", srv["admin-token"]); ok {
+			cfg.Server.AdminToken, cfg.Server.AdminTokenRef = sec, ref
 		}
 	}
 	if err := policy.CheckEndpoint(cfg.Server.Listen); err != nil {

@@ -62,11 +62,14 @@ var envTemplates = [...]string{
 	"capabilities.{capability}.provider",
 	"capabilities.{capability}.redis-role",
 	"server.listen",
+	"server.admin-token",
 	"guests.compile-cache-dir",
+	"guests.watch",
 	"guests.modules.{module}.path",
 	"guests.modules.{module}.sha256",
 	"guests.modules.{module}.signature",
 	"security.require-signed-guests",
+	"security.allow-unsigned-swaps",
 }
 
 // EnvName converts a configuration path to its override variable:

@@ -97,11 +97,16 @@ func withBeforeRetry(f func()) Option {
 
 // Limiter evaluates rate policies. It is safe for concurrent use.
 type Limiter struct {
-	log     *slog.Logger
-	exec    *programs.Executor
-	keys    *keys.Builder
-	cfg     Config
-	set     atomic.Pointer[policy.RatePolicySet]
+	log  *slog.Logger
+	exec *programs.Executor
+	keys *keys.Builder
+	cfg  Config
+	set  atomic.Pointer[policy.RatePolicySet]
+	// gen is the per-policy rendering of set (keys, program arguments,
+	// metric handles). It is stored right after set under swapMu; an
+	// evaluation that sees a different set compiles on the fly instead.
+	gen     atomic.Pointer[generation]
+	swapMu  sync.Mutex
 	local   *localLimiter // nil unless degraded-provider is local-emergency
 	metrics *metrics
 	shadow  *sampler
@@ -146,6 +151,7 @@ func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Opt
 		return nil, err
 	}
 	l.set.Store(set)
+	l.gen.Store(l.compile(set))
 	return l, nil
 }
 
@@ -160,12 +166,17 @@ func (l *Limiter) Swap(set *policy.RatePolicySet) error {
 	if set == nil {
 		return fmt.Errorf("%w: nil policy set", ErrConfig)
 	}
+	// Swaps are rare: serialising them keeps gen in step with set.
+	l.swapMu.Lock()
+	defer l.swapMu.Unlock()
+	gen := l.compile(set)
 	for {
 		old := l.set.Load()
 		if err := l.check(old, set); err != nil {
 			return err
 		}
 		if l.set.CompareAndSwap(old, set) {
+			l.gen.Store(gen)
 			l.log.Info("rate policy set swapped", "policies", set.Len(), "digest", set.Digest())
 			return nil
 		}
@@ -188,8 +199,10 @@ func (l *Limiter) check(old, set *policy.RatePolicySet) error {
 
 // Evaluate evaluates one request against the active policy set.
 func (l *Limiter) Evaluate(ctx context.Context, req Request) Outcome {
-	o := l.evaluate(ctx, l.set.Load(), req)
-	l.metrics.record(o)
+	set := l.set.Load()
+	cp := l.compiled(set, req.Policy)
+	o := l.evaluateCompiled(ctx, cp, req)
+	l.metrics.recordFor(o, cp)
 	return o
 }
 
@@ -256,17 +269,23 @@ func combine(outs []Outcome) Outcome {
 // evaluate runs one request against set. It never panics on bad input and
 // never returns an allow it cannot justify.
 func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req Request) Outcome {
-	pol, ok := set.Policy(req.Policy)
-	if !ok {
+	return l.evaluateCompiled(ctx, l.compiled(set, req.Policy), req)
+}
+
+// evaluateCompiled runs one request against its compiled policy (nil: not
+// in the set).
+func (l *Limiter) evaluateCompiled(ctx context.Context, cp *compiledPolicy, req Request) Outcome {
+	if cp == nil {
 		return unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
 	}
-	if req.Cost < 1 || req.Cost > pol.MaxCost || len(req.EvaluationID) > MaxEvaluationIDBytes || !subjectMatches(pol, req.Subject) {
-		return unavailable(pol, CategoryInvalidRequest)
+	pol := &cp.pol
+	if req.Cost < 1 || req.Cost > pol.MaxCost || len(req.EvaluationID) > MaxEvaluationIDBytes || !subjectMatches(*pol, req.Subject) {
+		return unavailable(*pol, CategoryInvalidRequest)
 	}
 	if pol.Algorithm == policy.RateConcurrency {
 		// A permit limiter is not a rate: it needs acquire/release with an
 		// owner token, never an Evaluate that emulates it with cost.
-		return unavailable(pol, CategoryMisconfigured)
+		return unavailable(*pol, CategoryMisconfigured)
 	}
 	evalID := req.EvaluationID
 	if pol.Dedup.Enabled && evalID == "" {
@@ -280,15 +299,17 @@ func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req R
 		defer cancel()
 	}
 	if ctx.Err() != nil {
-		return unavailable(pol, CategoryDeadline)
+		return unavailable(*pol, CategoryDeadline)
 	}
-	ks, err := l.keys.Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: keyVersion,
-		Parts: subjectParts(pol, req.Subject)}, stateKind(pol.Algorithm), "dedup")
+	// The parts live on the stack for the usual one or two dimensions.
+	var partsBuf [2 * 4][]byte
+	ks, err := l.keys.Group(keys.Spec{Capability: keys.CapRate, Region: cp.region, KeyVersion: keyVersion,
+		Parts: cp.appendParts(partsBuf[:0], req.Subject)}, cp.kind, "dedup")
 	if err != nil {
-		return unavailable(pol, CategoryMisconfigured)
+		return unavailable(*pol, CategoryMisconfigured)
 	}
-	res, err := l.attempt(ctx, pol, ks, req.Cost, evalID, pol.Dedup.Enabled)
-	o := l.interpret(pol, ks[0], req.Cost, evalID, res, err, false)
+	res, err := l.attempt(ctx, cp, ks, req.Cost, evalID, pol.Dedup.Enabled)
+	o := l.interpret(*pol, ks[0], req.Cost, evalID, res, err, false)
 	if o.kind == Indeterminate && o.category == CategoryTimeout && pol.Dedup.Enabled && ctx.Err() == nil {
 		// The first call may have applied. With dedup the same evaluation
 		// id is safe to repeat: if it applied, the program answers
@@ -296,11 +317,11 @@ func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req R
 		if l.beforeRetry != nil {
 			l.beforeRetry()
 		}
-		res, err = l.attempt(ctx, pol, ks, req.Cost, evalID, false)
-		o = l.interpret(pol, ks[0], req.Cost, evalID, res, err, true)
+		res, err = l.attempt(ctx, cp, ks, req.Cost, evalID, false)
+		o = l.interpret(*pol, ks[0], req.Cost, evalID, res, err, true)
 	}
 	if o.kind == Indeterminate {
-		o = l.afterIndeterminate(pol, ks[0], req.Cost, o)
+		o = l.afterIndeterminate(*pol, ks[0], req.Cost, o)
 	}
 	return o
 }
@@ -308,7 +329,8 @@ func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req R
 // attempt sends one program call. With a retry still possible, the first
 // attempt gets AttemptTimeout, or half the remaining deadline, so that the
 // retry has time too.
-func (l *Limiter) attempt(ctx context.Context, pol policy.RatePolicy, ks []keys.Key, cost int64, evalID string, retryable bool) (programs.RateResult, error) {
+func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key, cost int64, evalID string, retryable bool) (programs.RateResult, error) {
+	pol := &cp.pol
 	switch dl, has := ctx.Deadline(); {
 	case l.cfg.AttemptTimeout > 0:
 		var cancel context.CancelFunc
@@ -319,10 +341,15 @@ func (l *Limiter) attempt(ctx context.Context, pol policy.RatePolicy, ks []keys.
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
-	opts := programs.RateOptions{PolicyRevision: pol.Revision, MaxClockStep: pol.MaxClockStep, CleanupGrace: pol.CleanupGrace}
+	var id []byte
 	if pol.Dedup.Enabled {
-		opts.DedupTTL, opts.DedupMaxEntries, opts.EvaluationID = pol.Dedup.TTL, pol.Dedup.MaxEntries, []byte(evalID)
+		id = []byte(evalID)
 	}
+	if cp.tb != nil {
+		return l.exec.RateTokenBucketPlan(ctx, ks[0], ks[1], cp.tb, cost*policy.RateScale, id)
+	}
+	opts := rateOptions(pol)
+	opts.EvaluationID = id
 	p := pol.Parameters
 	switch pol.Algorithm {
 	case policy.RateFixedWindow:
@@ -474,6 +501,86 @@ func indeterminate(pol policy.RatePolicy, evalID string) Outcome {
 
 func degraded(pol policy.RatePolicy, d Decision, cat FailureCategory, reason Reason) Outcome {
 	return Outcome{kind: Degraded, policy: pol.ID, revision: pol.Revision, decision: d, category: cat, reason: reason}
+}
+
+// generation is a policy set with its per-policy rendering.
+type generation struct {
+	set  *policy.RatePolicySet
+	byID map[string]*compiledPolicy
+}
+
+// compiledPolicy is what an evaluation of one policy revision needs that
+// does not depend on the request, rendered once per swap: the hot path then
+// neither clones the policy nor formats program arguments nor looks up
+// metric label values. Immutable once built.
+type compiledPolicy struct {
+	pol    policy.RatePolicy
+	region string   // key region (id--revision)
+	kind   string   // state key kind
+	dims   [][]byte // dimension names as key parts, in canonical order
+	tb     *programs.TokenBucketPlan
+	m      policyMetrics
+}
+
+// compile renders every policy of set.
+func (l *Limiter) compile(set *policy.RatePolicySet) *generation {
+	g := &generation{set: set, byID: make(map[string]*compiledPolicy, set.Len())}
+	for _, id := range set.IDs() {
+		if pol, ok := set.Policy(id); ok {
+			g.byID[id] = l.compilePolicy(pol)
+		}
+	}
+	return g
+}
+
+// compiled returns policy id of set compiled (nil when set has no such
+// policy). Off the current generation (a swap in progress) it compiles on
+// the fly, which is correct, only slower.
+func (l *Limiter) compiled(set *policy.RatePolicySet, id string) *compiledPolicy {
+	if g := l.gen.Load(); g != nil && g.set == set {
+		return g.byID[id]
+	}
+	pol, ok := set.Policy(id)
+	if !ok {
+		return nil
+	}
+	return l.compilePolicy(pol)
+}
+
+func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
+	cp := &compiledPolicy{pol: pol, region: pol.KeyRegion(), kind: stateKind(pol.Algorithm), m: l.metrics.forPolicy(pol)}
+	cp.dims = make([][]byte, len(pol.Dimensions))
+	for i, d := range pol.Dimensions {
+		cp.dims[i] = []byte(d)
+	}
+	if pol.Algorithm == policy.RateTokenBucket {
+		p := pol.Parameters
+		cp.tb = programs.NewTokenBucketPlan(programs.TokenBucketRequest{
+			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
+			RefillPeriod: p.RefillPeriod, CostScaled: policy.RateScale, RateOptions: rateOptions(&pol)})
+	}
+	return cp
+}
+
+// appendParts appends the key parts of sub to dst: what subjectParts
+// renders, without converting the dimension names per call.
+func (cp *compiledPolicy) appendParts(dst [][]byte, sub Subject) [][]byte {
+	for i, dim := range cp.pol.Dimensions {
+		dst = append(dst, cp.dims[i])
+		if dim != policy.DimGlobal {
+			dst = append(dst, sub[dim])
+		}
+	}
+	return dst
+}
+
+// rateOptions are the program options of pol, without an evaluation id.
+func rateOptions(pol *policy.RatePolicy) programs.RateOptions {
+	opts := programs.RateOptions{PolicyRevision: pol.Revision, MaxClockStep: pol.MaxClockStep, CleanupGrace: pol.CleanupGrace}
+	if pol.Dedup.Enabled {
+		opts.DedupTTL, opts.DedupMaxEntries = pol.Dedup.TTL, pol.Dedup.MaxEntries
+	}
+	return opts
 }
 
 // subjectMatches reports whether sub holds exactly the policy's dimensions

@@ -378,3 +378,57 @@ func TestInvalidRequests(t *testing.T) {
 	assert.Equal(t, 8.0, counter(t, f.reg, "caphost_rate_outcomes_total", map[string]string{"kind": "unavailable", "reason": "invalid-request", "policy": "p"})+
 		counter(t, f.reg, "caphost_rate_outcomes_total", map[string]string{"kind": "unavailable", "reason": "invalid-request", "policy": "unknown"}))
 }
+
+// TestTokenBucketCostsDedupAndCounters drives the pre-rendered token-bucket
+// path off its default cost, with dedup, and checks the pre-resolved
+// counters count exactly what the generic recorder would.
+func TestTokenBucketCostsDedupAndCounters(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	tb := policy.RatePolicyDecl{ID: "tb", Revision: "r1", Algorithm: policy.RateTokenBucket,
+		Parameters: policy.RateParameters{Capacity: 5, RefillTokens: 1, RefillPeriod: time.Hour},
+		Dimensions: []policy.RateDimension{policy.DimTenant}, MaxCost: 5}
+	tbd := tb
+	tbd.ID, tbd.Dedup = "tbd", policy.RateDedup{Enabled: true}
+	f := newFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, tb, tbd)
+	ctx := ctxT(t)
+	eval := func(id string, cost int64, evalID string) Decision {
+		t.Helper()
+		r := req(id, "acme")
+		r.Cost, r.EvaluationID = cost, evalID
+		o := f.l.Evaluate(ctx, r)
+		require.Equal(t, Evaluated, o.Kind(), o.Category())
+		d, _ := o.Decision()
+		return d
+	}
+	for _, step := range []struct {
+		cost      int64
+		allowed   bool
+		remaining int64
+	}{{2, true, 3}, {2, true, 1}, {2, false, 1}, {1, true, 0}} {
+		d := eval("tb", step.cost, "")
+		assert.Equal(t, step.allowed, d.Allowed, "cost %d", step.cost)
+		assert.Equal(t, step.remaining, d.Remaining, "cost %d", step.cost)
+		assert.Equal(t, int64(5), d.Limit)
+	}
+	d := eval("tbd", 3, "e-1")
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(2), d.Remaining)
+	r := req("tbd", "acme")
+	r.Cost, r.EvaluationID = 3, "e-1"
+	o := f.l.Evaluate(ctx, r)
+	assert.True(t, o.Replayed(), "same evaluation id replays")
+	d, _ = o.Decision()
+	assert.Equal(t, int64(2), d.Remaining, "a replay consumes nothing")
+	assert.Equal(t, int64(2), eval("tbd", 1, "e-2").Remaining+1)
+
+	dec := func(id, decision string) float64 {
+		return counter(t, f.reg, "caphost_rate_decisions_total", map[string]string{"policy": id, "revision": "r1", "decision": decision})
+	}
+	assert.Equal(t, 3.0, dec("tb", "allow"))
+	assert.Equal(t, 1.0, dec("tb", "deny"))
+	assert.Equal(t, 3.0, dec("tbd", "allow"))
+	assert.Equal(t, 4.0, counter(t, f.reg, "caphost_rate_enforcement_total", map[string]string{"policy": "tb", "source": string(SourceGlobalRedis)}))
+	assert.Equal(t, 4.0, counter(t, f.reg, "caphost_rate_outcomes_total", map[string]string{"policy": "tb", "kind": "evaluated", "reason": "none"}))
+	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_dedup_replays_total", map[string]string{"policy": "tbd"}))
+	assert.Equal(t, 0.0, counter(t, f.reg, "caphost_rate_dedup_replays_total", map[string]string{"policy": "tb"}))
+}

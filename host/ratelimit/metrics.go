@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caphost/caphost/policy"
 )
 
 // Decision label values of caphost_rate_decisions_total.
@@ -90,5 +92,55 @@ func (m *metrics) record(o Outcome) {
 	m.outcomes.WithLabelValues(pol, o.kind.String(), reason).Inc()
 	if o.replayed {
 		m.replays.WithLabelValues(pol).Inc()
+	}
+}
+
+// policyMetrics are one policy revision's counters for the common outcome
+// (the global limiter decided), resolved once per swap so that a decision
+// costs no label lookup. Resolving them creates the series at zero, which
+// is also what a scraper wants.
+type policyMetrics struct {
+	allow, deny    prometheus.Counter // decisions_total
+	global, shadow prometheus.Counter // enforcement_total by source
+	evaluated      prometheus.Counter // outcomes_total{kind="evaluated",reason="none"}
+	replays        prometheus.Counter
+}
+
+func (m *metrics) forPolicy(pol policy.RatePolicy) policyMetrics {
+	return policyMetrics{
+		allow:     m.decisions.WithLabelValues(pol.ID, pol.Revision, decisionAllow),
+		deny:      m.decisions.WithLabelValues(pol.ID, pol.Revision, decisionDeny),
+		global:    m.enforcement.WithLabelValues(pol.ID, string(SourceGlobalRedis)),
+		shadow:    m.enforcement.WithLabelValues(pol.ID, string(SourceShadow)),
+		evaluated: m.outcomes.WithLabelValues(pol.ID, Evaluated.String(), "none"),
+		replays:   m.replays.WithLabelValues(pol.ID),
+	}
+}
+
+// recordFor counts one outcome of cp (nil: unknown policy) exactly as
+// record does, through cp's pre-resolved counters when it can.
+func (m *metrics) recordFor(o Outcome, cp *compiledPolicy) {
+	if cp == nil || o.kind != Evaluated || o.category != CategoryNone || o.policy != cp.pol.ID || o.revision != cp.pol.Revision {
+		m.record(o)
+		return
+	}
+	pm := &cp.m
+	switch o.decision.Source {
+	case SourceGlobalRedis:
+		pm.global.Inc()
+	case SourceShadow:
+		pm.shadow.Inc()
+	default:
+		m.record(o)
+		return
+	}
+	if o.decision.Allowed {
+		pm.allow.Inc()
+	} else {
+		pm.deny.Inc()
+	}
+	pm.evaluated.Inc()
+	if o.replayed {
+		pm.replays.Inc()
 	}
 }

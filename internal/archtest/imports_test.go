@@ -114,6 +114,7 @@ func under(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, d
 // a synthetic module.
 func checkImports(modPath string, pkgs map[string]listedPackage) []importViolation {
 	goRedis, wasm, koanfProm, yaml, cobra := thirdParty()
+	extismPDK := class{"extism go-pdk", []string{"github.com/extism/go-pdk"}}
 	isStd := func(path string) bool {
 		if p, ok := pkgs[path]; ok && p.Standard {
 			return true
@@ -174,7 +175,11 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 			if goRedis.has(to) && !under(fromRel, "runtime") && !under(fromRel, "internal/redistest") {
 				add("only runtime/... (and internal/redistest) may import go-redis")
 			}
-			if wasm.has(to) && !under(fromRel, "plugins") {
+			// An Extism-flavour guest (guests/<name>-extism) is written with
+			// the Extism PDK, which is its glue the way abi/guest is the
+			// native guests' glue: that one import is allowed to it alone.
+			extismGuest := under(fromRel, "guests") && strings.HasSuffix(fromRel, "-extism") && extismPDK.has(to)
+			if wasm.has(to) && !under(fromRel, "plugins") && !extismGuest {
 				add("only plugins/... may import wazero, extism, go-plugin")
 			}
 			if koanfProm.has(to) && !under(fromRel, "host") {
@@ -211,8 +216,8 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 					add("plugins never import go-redis, koanf or client_golang")
 				}
 			case under(fromRel, "guests"):
-				if !std && !(toOurs && (under(toRel, "abi") || under(toRel, "guests"))) {
-					add("guests import only abi/guest, abi and the standard library")
+				if !std && !extismGuest && !(toOurs && (under(toRel, "abi") || under(toRel, "guests"))) {
+					add("guests import only abi/guest, abi and the standard library (and -extism guests the Extism PDK)")
 				}
 			case under(fromRel, "cmd/caphost"):
 				// policy is the shared vocabulary (roles, lanes, validation
@@ -309,4 +314,29 @@ func TestImportTableCatchesViolations(t *testing.T) {
 		require.True(t, got[w], "self-check: the rules missed %q", w)
 	}
 	require.Len(t, got, len(want), "self-check: unexpected extra violations: %v", got)
+}
+
+// TestExtismGuestRule: only guests whose directory ends in -extism may
+// import the Extism PDK, and nothing else third-party.
+func TestExtismGuestRule(t *testing.T) {
+	const mod = "github.com/caphost/caphost"
+	pkgs := map[string]listedPackage{
+		mod + "/guests/rate-extism": {ImportPath: mod + "/guests/rate-extism", Imports: []string{"github.com/extism/go-pdk", mod + "/abi"}},
+		mod + "/guests/rate":        {ImportPath: mod + "/guests/rate", Imports: []string{"github.com/extism/go-pdk"}},
+		mod + "/guests/x-extism":    {ImportPath: mod + "/guests/x-extism", Imports: []string{"github.com/extism/go-sdk", "github.com/tetratelabs/wazero"}},
+		"github.com/extism/go-pdk":  {ImportPath: "github.com/extism/go-pdk"},
+	}
+	var got []string
+	for _, v := range checkImports(mod, pkgs) {
+		got = append(got, strings.TrimPrefix(v.From, mod+"/")+" -> "+v.To)
+	}
+	sort.Strings(got)
+	require.Equal(t, []string{
+		"guests/rate -> github.com/extism/go-pdk",
+		"guests/rate -> github.com/extism/go-pdk",
+		"guests/x-extism -> github.com/extism/go-sdk",
+		"guests/x-extism -> github.com/extism/go-sdk",
+		"guests/x-extism -> github.com/tetratelabs/wazero",
+		"guests/x-extism -> github.com/tetratelabs/wazero",
+	}, got)
 }

@@ -295,20 +295,16 @@ func (b *Builder) validate(s Spec, hashVersion int, kinds []string) (string, err
 	}
 	if s.Capability.Valid() {
 		for i, k := range kinds {
-			field := "Kind"
-			if len(kinds) > 1 {
-				field = "Kinds[" + strconv.Itoa(i) + "]"
-			}
 			g := s.Capability.groupOf(k)
 			switch {
 			case g == "":
-				errs = append(errs, specErr(field, "kind "+strconv.Quote(truncate(k, 16))+" is not allowed for capability "+string(s.Capability)))
+				errs = append(errs, specErr(kindField(i, len(kinds)), "kind "+strconv.Quote(truncate(k, 16))+" is not allowed for capability "+string(s.Capability)))
 			case slices.Contains(kinds[:i], k):
-				errs = append(errs, specErr(field, "duplicate kind "+k))
+				errs = append(errs, specErr(kindField(i, len(kinds)), "duplicate kind "+k))
 			case group == "":
 				group, groupKind = g, k
 			case g != group:
-				errs = append(errs, specErr(field, "kind "+k+" is not in the same co-location group as "+groupKind))
+				errs = append(errs, specErr(kindField(i, len(kinds)), "kind "+k+" is not in the same co-location group as "+groupKind))
 			}
 		}
 	}
@@ -316,6 +312,15 @@ func (b *Builder) validate(s Spec, hashVersion int, kinds []string) (string, err
 		return "", errors.Join(errs...)
 	}
 	return group, nil
+}
+
+// kindField names kind i of n in an error. It is only built on the error
+// path: formatting it eagerly cost every multi-kind build an allocation.
+func kindField(i, n int) string {
+	if n == 1 {
+		return "Kind"
+	}
+	return "Kinds[" + strconv.Itoa(i) + "]"
 }
 
 // digestHex is a hex-encoded SHA-256 / HMAC-SHA-256.

@@ -38,22 +38,20 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 // Mode returns the executor's program mode.
 func (e *Executor) Mode() policy.ProgramMode { return e.mode }
 
-// reply is a decoded §7.6 result tuple.
+// reply is a decoded §7.6 result tuple. Fields live in fixed arrays (the
+// manifest bounds them to maxResultFields) so that decoding a reply does not
+// box every integer into an interface.
 type reply struct {
 	status    int64
 	serverNow int64
-	fields    []any // int64 or []byte per the manifest's result schema
+	n         int                     // number of result fields
+	ints      [maxResultFields]int64  // integer fields, by position
+	raw       [maxResultFields][]byte // bytes fields, by position
 }
 
-func (r reply) int(i int) int64 {
-	v, _ := r.fields[i].(int64)
-	return v
-}
+func (r *reply) int(i int) int64 { return r.ints[i] }
 
-func (r reply) bytes(i int) []byte {
-	v, _ := r.fields[i].([]byte)
-	return v
-}
+func (r *reply) bytes(i int) []byte { return r.raw[i] }
 
 // run executes program id with the given keys and arguments and decodes the
 // reply against the manifest. Arguments are sent as given: the program
@@ -171,7 +169,10 @@ func decodeReply(m *Manifest, spec *ProgramSpec, v any) (reply, error) {
 	if !ok || now < 0 || (spec.Clock == "none" && now != 0) {
 		return bad("serverNowMillis %v invalid for clock %q", tuple[2], spec.Clock)
 	}
-	r := reply{status: status, serverNow: now, fields: make([]any, len(spec.Result))}
+	if len(spec.Result) > maxResultFields {
+		return bad("result has %d fields, at most %d", len(spec.Result), maxResultFields)
+	}
+	r := reply{status: status, serverNow: now, n: len(spec.Result)}
 	for i, f := range spec.Result {
 		raw := tuple[3+i]
 		switch f.Type {
@@ -180,7 +181,7 @@ func decodeReply(m *Manifest, spec *ProgramSpec, v any) (reply, error) {
 			if !ok {
 				return bad("field %s is %T, want integer", f.Name, raw)
 			}
-			r.fields[i] = n
+			r.ints[i] = n
 		case ResultBytes:
 			s, ok := raw.(string)
 			if !ok {
@@ -189,7 +190,7 @@ func decodeReply(m *Manifest, spec *ProgramSpec, v any) (reply, error) {
 			if len(s) > maxValueBytes {
 				return bad("field %s exceeds %d bytes", f.Name, maxValueBytes)
 			}
-			r.fields[i] = []byte(s)
+			r.raw[i] = []byte(s)
 		}
 	}
 	return r, nil

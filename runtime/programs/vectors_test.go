@@ -164,12 +164,13 @@ func rawCall(ctx context.Context, e *Executor, id string, ks []keys.Key, a []any
 		return "", 0, nil, err
 	}
 	defs := facadeStatuses(id)
-	vals := make([]any, len(r.fields))
-	for i, f := range r.fields {
-		if b, ok := f.([]byte); ok {
-			vals[i] = string(b)
+	p, _ := e.cat.Program(id)
+	vals := make([]any, r.n)
+	for i, f := range p.spec.Result {
+		if f.Type == ResultBytes {
+			vals[i] = string(r.bytes(i))
 		} else {
-			vals[i] = f
+			vals[i] = r.int(i)
 		}
 	}
 	return statusName(defs, uint8(r.status)), statusOutcome(defs, uint8(r.status)), vals, nil

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// inspectGuests builds the reference guests once per test binary and, under
+// -race, warms a wazero cache through host/guests' non-race warm-up mode
+// (compiling Go guests under -race takes minutes).
+var inspectGuests = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "caphost-cli-guests-")
+	if err != nil {
+		return "", err
+	}
+	for name, pkg := range map[string]string{"rate-policy": "guests/rate-policy", "cache-region": "guests/cache-region", "ratebad": "plugins/testdata/guests/ratebad"} {
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, name+".wasm"), "./"+pkg)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s (needs Go 1.26+ on PATH): %v\n%s", pkg, err, b)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	if raceEnabled {
+		cmd := exec.Command("go", "test", "-count=1", "-run", "^$", "./host/guests")
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CAPHOST_GUESTS_TEST_WARM_DIR="+cache, "CAPHOST_GUESTS_TEST_WASM_DIR="+dir)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("warming the wazero cache: %v\n%s", err, b)
+		}
+	}
+	return dir, nil
+})
+
+func guestFiles(t *testing.T) (dir, cache string) {
+	t.Helper()
+	dir, err := inspectGuests()
+	require.NoError(t, err)
+	return dir, filepath.Join(dir, "cache")
+}
+
+func TestGuestInspect(t *testing.T) {
+	dir, cache := guestFiles(t)
+	code, out, errOut := cli(t, "guest", "inspect", "--cache-dir", cache, filepath.Join(dir, "rate-policy.wasm"))
+	require.Equal(t, 0, code, out+errOut)
+	for _, want := range []string{"module: rate-policy", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 0",
+		"rate-policy pro.read revision 1 token-bucket limit 600 window 60000ms burst 150 max-cost 5",
+		"caphost_rate_select(i32,i32)->i64", "wasi_snapshot_preview1.random_get(i32,i32)->i32"} {
+		assert.Contains(t, out, want)
+	}
+	assert.Regexp(t, `sha256: [0-9a-f]{64}\n`, out)
+
+	bad := filepath.Join(t.TempDir(), "bad.wasm")
+	require.NoError(t, os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644))
+	code, out, _ = cli(t, "guest", "inspect", bad)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "FAILED: ")
+	code, _, _ = cli(t, "guest", "inspect")
+	assert.Equal(t, 2, code)
+}
+
+func TestGuestTest(t *testing.T) {
+	dir, cache := guestFiles(t)
+	code, out, errOut := cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "cache-region.wasm"))
+	require.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, "PASS [cache-region] region products: canonicalize answers bounded key parts")
+	assert.Contains(t, out, "SKIP self-test vectors: module bundles no self-test vectors")
+	assert.Contains(t, out, "ok: ")
+
+	code, out, _ = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "ratebad.wasm"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "FAIL [rate-policy] select is deterministic")
+	assert.True(t, strings.Contains(out, "FAILED: 1 of"), out)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/host/httpapi"
+	"github.com/caphost/caphost/policy"
+)
+
+// HTTP server bounds of `caphost serve`. Reads and writes are generous
+// enough for a 64 MiB guest upload on a slow link, but finite.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 2 * time.Minute
+	writeTimeout      = 2 * time.Minute
+	idleTimeout       = 90 * time.Second
+	maxHeaderBytes    = 64 << 10
+	defaultDrain      = 15 * time.Second
+)
+
+// errDrainTimeout means in-flight requests were still running when the
+// drain timeout expired and their connections were closed.
+var errDrainTimeout = errors.New("drain timeout expired with requests in flight")
+
+func newServeCmd(loadOpts []config.Option) *cobra.Command {
+	var (
+		file  string
+		drain time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE [--drain-timeout D]",
+		Short: "Run the caphost daemon (sidecar HTTP API, admin, health, metrics)",
+		Long: "serve loads the configuration, assembles the host and serves on server.listen:\n" +
+			"  POST /v1/ratelimit/evaluate   the rate-limit capability (JSON)\n" +
+			"  GET  /admin/guests            guest slots (needs server.admin-token)\n" +
+			"  PUT  /admin/guests/{name}     hot-swap a guest module (needs server.admin-token)\n" +
+			"  GET  /livez /readyz /metrics  operations\n" +
+			"Logs are JSON on stderr. SIGINT or SIGTERM stops accepting, drains in-flight requests\n" +
+			"for at most --drain-timeout, then drains and closes Redis. Exit 0 after a clean shutdown.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageError{errors.New("--config is required")}
+			}
+			if drain <= 0 {
+				return usageError{errors.New("--drain-timeout must be > 0")}
+			}
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			cfg, err := config.Load(cmd.Context(), file, loadOpts...)
+			var verr *policy.ValidationError
+			if errors.As(err, &verr) {
+				for _, p := range verr.Problems {
+					fmt.Fprintln(cmd.ErrOrStderr(), p.String())
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", len(verr.Problems), file)
+				return errProblems
+			}
+			if err != nil {
+				return err
+			}
+			opts := httpapi.Options{AdminToken: cfg.Server.AdminToken, Log: log}
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("server.admin-token: %w", err)
+			}
+			return serve(cmd.Context(), cfg, opts, log, drain)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (YAML)")
+	cmd.Flags().DurationVar(&drain, "drain-timeout", defaultDrain, "how long in-flight requests may finish after SIGTERM (and Redis may drain after that)")
+	return cmd
+}
+
+// serve runs until ctx ends, then shuts down in order: stop accepting and
+// drain in-flight HTTP requests, then close the host (which drains the
+// runtime and closes Redis). Redis closes last so draining requests can
+// still reach it.
+func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *slog.Logger, drain time.Duration) error {
+	h, err := host.New(ctx, cfg, host.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	// Shutdown work must outlive the signal that triggered it.
+	bg := context.WithoutCancel(ctx)
+	closeHost := func() error {
+		cctx, cancel := context.WithTimeout(bg, drain)
+		defer cancel()
+		return h.Close(cctx)
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen %s: %w", cfg.Server.Listen, err), closeHost())
+	}
+	srv := &http.Server{
+		Handler:           httpapi.New(h, opts),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Request contexts deliberately do not derive from ctx: the signal
+		// must not cancel the requests the drain lets finish.
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "admin", !opts.AdminToken.IsZero(), "config", cfg.Source)
+
+	select {
+	case err := <-served:
+		// The listener failed on its own; nothing is draining.
+		return errors.Join(fmt.Errorf("serve: %w", err), closeHost())
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "drain_timeout", drain.String())
+	sctx, cancel := context.WithTimeout(bg, drain)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("drain timeout expired; closing remaining connections")
+		errs = append(errs, errDrainTimeout)
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	if err := closeHost(); err != nil {
+		errs = append(errs, fmt.Errorf("close: %w", err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	log.Info("stopped cleanly")
+	return nil
+}

@@ -1,0 +1,706 @@
+// Command quickstart is caphost's demo (run it with `make demo`).
+//
+// It builds the rate-policy guest twice (revision v1, and v2 in which every
+// limit is doubled), starts a private redis-server with ACL users (unless
+// CAPHOST_REDIS_ADDR names one you run), creates a demo signing key and signs
+// both modules, runs the operator checks briefly, starts `caphost serve`,
+// drives traffic from six simulated clients (two per plan) through
+// POST /v1/ratelimit/evaluate, hot-swaps the guest to v2 mid-run through
+// PUT /admin/guests/rate-tiers while traffic continues, prints a per-plan
+// allow/deny table per policy revision and the number of failed requests,
+// and finally stops serve (SIGTERM, graceful) and Redis. Nothing it started
+// is left running, whatever happens.
+//
+// This package owns the demo's orchestration and output only; it talks to
+// caphost exclusively through the binary and its HTTP API, like a user.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const guestName = "rate-tiers"
+
+func main() {
+	bin := flag.String("bin", "build/caphost", "the caphost binary")
+	phase := flag.Duration("phase", 4*time.Second, "traffic before and after the swap")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	d := &demo{bin: *bin, phase: *phase, out: os.Stdout}
+	err := d.run(ctx)
+	var serveLog []byte
+	if err != nil && d.serveLog != "" {
+		serveLog, _ = os.ReadFile(d.serveLog) // read before cleanup removes it
+	}
+	d.cleanup()
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
+		if len(serveLog) > 0 {
+			fmt.Fprintf(os.Stderr, "--- caphost serve log (last lines)\n%s", tail(string(serveLog), 15))
+		}
+		os.Exit(1)
+	}
+}
+
+type demo struct {
+	bin   string
+	phase time.Duration
+	out   io.Writer
+
+	work     string
+	env      []string
+	redis    *exec.Cmd
+	serve    *exec.Cmd
+	serveLog string
+	served   chan error
+	base     string // http://127.0.0.1:port
+	token    string
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, "\n\033[1m== "+format+"\033[0m\n", args...)
+}
+
+func (d *demo) line(format string, args ...any) { fmt.Fprintf(d.out, "   "+format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context) error {
+	var err error
+	if d.bin, err = filepath.Abs(d.bin); err != nil {
+		return err
+	}
+	here, err := sourceDir()
+	if err != nil {
+		return err
+	}
+	if d.work, err = os.MkdirTemp("", "caphost-demo."); err != nil {
+		return err
+	}
+	d.token = randomHex(24)
+	d.env = append(os.Environ(),
+		"CAPHOST_DEMO_APP_PASS=app-"+randomHex(12),
+		"CAPHOST_DEMO_ADMIN_PASS=admin-"+randomHex(12),
+		"CAPHOST_DEMO_KEY_V1="+randomHex(32),
+		"CAPHOST_DEMO_ADMIN_TOKEN="+d.token,
+	)
+
+	d.say("building the rate-policy guest: revision v1, and v2 (every limit doubled)")
+	v1, v2 := filepath.Join(d.work, guestName+".wasm"), filepath.Join(d.work, guestName+"-v2.wasm")
+	if err := buildGuest(ctx, here, v1, ""); err != nil {
+		return err
+	}
+	if err := buildGuest(ctx, here, v2, "-X=main.policyRevision=v2"); err != nil {
+		return err
+	}
+	if _, err := d.caphost(ctx, "guest", "keygen", "--out", d.work, "--name", "demo"); err != nil {
+		return err
+	}
+	for _, m := range []string{v1, v2} {
+		if _, err := d.caphost(ctx, "guest", "sign", "--key", filepath.Join(d.work, "demo.key"), m); err != nil {
+			return err
+		}
+	}
+	d.line("v1 sha256 %s, v2 sha256 %s; both signed with a fresh demo key", short(fileDigest(v1)), short(fileDigest(v2)))
+
+	addr, err := d.startRedis(ctx)
+	if err != nil {
+		return err
+	}
+	listen, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	d.base = "http://" + listen
+	cfg, fcfg := filepath.Join(d.work, "caphost.yaml"), filepath.Join(d.work, "caphost-functions.yaml")
+	tmpl, err := os.ReadFile(filepath.Join(here, "caphost.yaml"))
+	if err != nil {
+		return err
+	}
+	for path, mode := range map[string]string{cfg: "evalsha-managed", fcfg: "functions-provisioned"} {
+		s := strings.NewReplacer("@ADDR@", addr, "@MODE@", mode, "@LISTEN@", listen, "@SHA256@", fileDigest(v1)).Replace(string(tmpl))
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			return err
+		}
+	}
+
+	d.say("operator checks (caphost check | programs)")
+	steps := []struct {
+		what string
+		args []string
+		keep func(string) bool
+	}{
+		{"check: configuration, guests and signatures", []string{"check", "--config", cfg, "--all-roles"}, prefix("capabilities:", "programs:")},
+		{"check --probe: auth, topology, version, programs, write/read, eviction", []string{"check", "--config", cfg, "--all-roles", "--probe"}, contains("version", "eviction")},
+		{"programs list", []string{"programs", "list", "--config", cfg}, prefix("program set")},
+		{"programs deploy (functions-provisioned: FUNCTION LOAD on the admin lane)", []string{"programs", "deploy", "--config", fcfg}, nil},
+		{"programs verify (functions-provisioned: library version and digest match)", []string{"programs", "verify", "--config", fcfg}, nil},
+	}
+	for _, s := range steps {
+		out, err := d.caphost(ctx, s.args...)
+		if err != nil {
+			return err
+		}
+		d.line("ok  %s", s.what)
+		if s.keep != nil {
+			for _, l := range strings.Split(out, "\n") {
+				if s.keep(strings.TrimSpace(l)) {
+					d.line("      %s", strings.TrimSpace(l))
+				}
+			}
+		}
+	}
+
+	d.say("caphost serve --config caphost.yaml   (listening on %s)", listen)
+	if err := d.startServe(ctx, cfg); err != nil {
+		return err
+	}
+	if err := d.showGuests(ctx); err != nil {
+		return err
+	}
+
+	d.say("traffic: 6 clients (2 per plan, 25 req/s each), GET /orders; swap to v2 after %s, then %s more", d.phase, d.phase)
+	stats, swapped, err := d.traffic(ctx, v2)
+	if err != nil {
+		return err
+	}
+	d.line("swap: %s", swapped)
+	stats.print(d.out)
+	if stats.failed > 0 {
+		return fmt.Errorf("%d of %d requests failed", stats.failed, stats.total)
+	}
+
+	d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis), then Redis")
+	if err := d.stopServe(); err != nil {
+		return err
+	}
+	d.line("caphost serve exited 0 after a graceful shutdown")
+	d.stopRedis()
+	d.line("done: nothing the demo started is still running")
+	return nil
+}
+
+// caphost runs the binary and returns its stdout; on failure the output
+// is part of the error.
+func (d *demo) caphost(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, d.bin, args...)
+	cmd.Env = d.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("caphost %s: %w\n%s%s", strings.Join(args[:min(2, len(args))], " "), err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
+func buildGuest(ctx context.Context, repo, out, ldflags string) error {
+	goBin := os.Getenv("GO")
+	if goBin == "" {
+		goBin = "go"
+	}
+	args := []string{"build", "-buildmode=c-shared", "-o", out}
+	if ldflags != "" {
+		args = append(args, "-ldflags="+ldflags)
+	}
+	cmd := exec.CommandContext(ctx, goBin, append(args, "./guests/rate-policy")...)
+	cmd.Dir = filepath.Join(repo, "..", "..")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the guest: %w\n%s", err, b)
+	}
+	return nil
+}
+
+// startRedis starts a private redis-server (ACL on, default user off) or
+// uses CAPHOST_REDIS_ADDR.
+func (d *demo) startRedis(ctx context.Context) (string, error) {
+	if a := os.Getenv("CAPHOST_REDIS_ADDR"); a != "" {
+		d.say("using your Redis at %s (CAPHOST_REDIS_ADDR); it must accept the demo's ACL users", a)
+		return a, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server missing: run 'make ensure-redis'")
+	}
+	app, adm := envOf(d.env, "CAPHOST_DEMO_APP_PASS"), envOf(d.env, "CAPHOST_DEMO_ADMIN_PASS")
+	acl := "user default off\n" +
+		"user demo-app on >" + app + " ~ca:demo:dev:* resetchannels -@all +@connection +get +getrange +set +del +unlink +exists +pttl +pexpire +mget +time +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
+		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
+		" +type +incrby +hdel +hexists +hget +hlen +hmget +hrandfield +hset +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore\n" +
+		"user demo-admin on >" + adm + " ~* &* +@all\n"
+	if err := os.WriteFile(filepath.Join(d.work, "users.acl"), []byte(acl), 0o600); err != nil {
+		return "", err
+	}
+	var lastErr error
+	for range 5 {
+		addr, err := freeAddr()
+		if err != nil {
+			return "", err
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", d.work, "--aclfile", filepath.Join(d.work, "users.acl"), "--maxmemory", "64mb",
+			"--maxmemory-policy", "noeviction", "--logfile", filepath.Join(d.work, "redis.log"))
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		d.redis = cmd
+		if lastErr = waitRedis(ctx, addr, "demo-admin", adm); lastErr == nil {
+			d.say("started a private redis-server at %s (ACL: default user off; users demo-app, demo-admin)", addr)
+			return addr, nil
+		}
+		d.stopRedis()
+	}
+	return "", fmt.Errorf("could not start redis-server: %w", lastErr)
+}
+
+// waitRedis authenticates and pings over RESP until PONG (the demo does not
+// link a Redis client: everything Redis is caphost's).
+func waitRedis(ctx context.Context, addr, user, pass string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			_, _ = fmt.Fprintf(c, "*3\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*1\r\n$4\r\nPING\r\n", len(user), user, len(pass), pass)
+			r := bufio.NewReader(c)
+			a, _ := r.ReadString('\n')
+			p, _ := r.ReadString('\n')
+			_ = c.Close()
+			if strings.HasPrefix(a, "+OK") && strings.HasPrefix(p, "+PONG") {
+				return nil
+			}
+			err = fmt.Errorf("redis answered %q %q", strings.TrimSpace(a), strings.TrimSpace(p))
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (d *demo) stopRedis() {
+	if d.redis == nil {
+		return
+	}
+	_ = d.redis.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = d.redis.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = d.redis.Process.Kill()
+		<-done
+	}
+	d.redis = nil
+}
+
+func (d *demo) startServe(ctx context.Context, cfg string) error {
+	d.serveLog = filepath.Join(d.work, "serve.log")
+	logf, err := os.Create(d.serveLog)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(d.bin, "serve", "--config", cfg, "--drain-timeout", "5s")
+	cmd.Env = d.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return err
+	}
+	d.serve = cmd
+	d.served = make(chan error, 1)
+	go func() { d.served <- cmd.Wait(); _ = logf.Close() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case err := <-d.served:
+			d.serve = nil
+			return fmt.Errorf("caphost serve exited during start-up: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := http.Get(d.base + "/readyz"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				d.line("/readyz 200 (pid %d; JSON logs in serve.log)", cmd.Process.Pid)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("caphost serve did not become ready within 20s")
+		}
+	}
+}
+
+// stopServe sends SIGTERM and requires exit status 0.
+func (d *demo) stopServe() error {
+	if d.serve == nil {
+		return nil
+	}
+	_ = d.serve.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-d.served:
+	case <-time.After(15 * time.Second):
+		_ = d.serve.Process.Kill()
+		err = <-d.served
+		err = fmt.Errorf("caphost serve did not stop within 15s (killed): %v", err)
+	}
+	d.serve = nil
+	if err != nil {
+		return fmt.Errorf("caphost serve: %w", err)
+	}
+	return nil
+}
+
+func (d *demo) cleanup() {
+	if d.serve != nil {
+		_ = d.serve.Process.Kill()
+		<-d.served
+		d.serve = nil
+	}
+	d.stopRedis()
+	if d.work != "" {
+		_ = os.RemoveAll(d.work)
+	}
+}
+
+type guestView struct {
+	Name       string   `json:"name"`
+	Generation uint64   `json:"generation"`
+	SHA256     string   `json:"sha256"`
+	Kinds      []string `json:"kinds"`
+	Declared   []string `json:"declared"`
+}
+
+func (d *demo) showGuests(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/admin/guests", nil)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Guests []guestView `json:"guests"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /admin/guests: status %d: %v", resp.StatusCode, err)
+	}
+	for _, g := range list.Guests {
+		d.line("GET /admin/guests: %s generation %d sha256 %s kinds %s, %d policies", g.Name, g.Generation, short(g.SHA256), strings.Join(g.Kinds, ","), len(g.Declared))
+	}
+	return nil
+}
+
+// client is one simulated API client.
+type client struct {
+	plan string
+	key  string
+}
+
+type evalResponse struct {
+	Kind     string `json:"kind"`
+	Allowed  bool   `json:"allowed"`
+	Limit    *int64 `json:"limit"`
+	Policy   string `json:"policy"`
+	Revision string `json:"revision"`
+}
+
+// traffic runs the clients for 2 phases and swaps the guest in between.
+func (d *demo) traffic(ctx context.Context, v2 string) (*table, string, error) {
+	clients := []client{
+		{"free", "key-free-a"}, {"free", "key-free-b"},
+		{"pro", "key-pro-a"}, {"pro", "key-pro-b"},
+		{"enterprise", "key-ent-a"}, {"enterprise", "key-ent-b"},
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	t := newTable()
+	tctx, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(40 * time.Millisecond) // 25 requests/s per client
+			defer tick.Stop()
+			for {
+				select {
+				case <-tctx.Done():
+					return
+				case <-tick.C:
+				}
+				t.record(c.plan, d.evaluate(tctx, hc, c))
+			}
+		}()
+	}
+	var swapped string
+	var swapErr error
+	select {
+	case <-ctx.Done():
+		swapErr = ctx.Err()
+	case <-time.After(d.phase):
+		// Traffic keeps flowing during the swap; the second phase is
+		// measured from the moment v2 serves.
+		swapped, swapErr = d.swap(ctx, v2)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d.phase):
+		}
+	}
+	stopTraffic()
+	wg.Wait()
+	return t, swapped, swapErr
+}
+
+// result of one evaluation for the table.
+type result struct {
+	resp evalResponse
+	err  error
+}
+
+func (d *demo) evaluate(ctx context.Context, hc *http.Client, c client) result {
+	body := fmt.Sprintf(`{"attributes":{"route":"/orders","method":"GET","api-key-plan":%q},"subject":{"api-key":%q}}`, c.plan, c.key)
+	req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, d.base+"/v1/ratelimit/evaluate", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return result{err: fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))}
+	}
+	var r evalResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		return result{err: err}
+	}
+	if r.Kind != "evaluated" {
+		// Unavailable/indeterminate/degraded would be a failure of the demo's promise.
+		return result{resp: r, err: fmt.Errorf("outcome %s", r.Kind)}
+	}
+	return result{resp: r}
+}
+
+func (d *demo) swap(ctx context.Context, v2 string) (string, error) {
+	wasm, err := os.ReadFile(v2)
+	if err != nil {
+		return "", err
+	}
+	sig, err := os.ReadFile(v2 + ".sig")
+	if err != nil {
+		return "", err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, d.base+"/admin/guests/"+guestName, bytes.NewReader(wasm))
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	req.Header.Set("Caphost-Guest-Signature", base64.StdEncoding.EncodeToString(sig))
+	req.Header.Set("Content-Type", "application/wasm")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("PUT /admin/guests/%s: %w", guestName, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("PUT /admin/guests/%s: status %d: %s", guestName, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	var g guestView
+	if err := json.Unmarshal(b, &g); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("PUT /admin/guests/%s (signed v2) -> 200 in %s: generation %d, sha256 %s",
+		guestName, time.Since(start).Round(time.Millisecond), g.Generation, short(g.SHA256)), nil
+}
+
+// table counts outcomes per plan and policy revision.
+type table struct {
+	mu     sync.Mutex
+	rows   map[[2]string]*row // plan, revision
+	failed int
+	total  int
+	errs   map[string]int
+}
+
+type row struct {
+	policy          string
+	limit           int64
+	allowed, denied int
+}
+
+func newTable() *table { return &table{rows: map[[2]string]*row{}, errs: map[string]int{}} }
+
+func (t *table) record(plan string, r result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total++
+	if r.err != nil {
+		t.failed++
+		msg := r.err.Error()
+		if len(msg) > 120 {
+			msg = msg[:120]
+		}
+		t.errs[msg]++
+		return
+	}
+	k := [2]string{plan, r.resp.Revision}
+	rw := t.rows[k]
+	if rw == nil {
+		rw = &row{policy: r.resp.Policy}
+		t.rows[k] = rw
+	}
+	if r.resp.Limit != nil {
+		rw.limit = *r.resp.Limit
+	}
+	if r.resp.Allowed {
+		rw.allowed++
+	} else {
+		rw.denied++
+	}
+}
+
+func (t *table) print(w io.Writer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	plans := map[string]int{"free": 0, "pro": 1, "enterprise": 2}
+	keys := make([][2]string, 0, len(t.rows))
+	for k := range t.rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][1] != keys[j][1] {
+			return keys[i][1] < keys[j][1]
+		}
+		return plans[keys[i][0]] < plans[keys[j][0]]
+	})
+	fmt.Fprintf(w, "\n   %-9s %-11s %-17s %7s %8s %7s\n", "revision", "plan", "policy", "limit", "allowed", "denied")
+	prev := ""
+	for _, k := range keys {
+		r := t.rows[k]
+		if prev != "" && prev != k[1] {
+			fmt.Fprintln(w, "   "+strings.Repeat("-", 64))
+		}
+		prev = k[1]
+		fmt.Fprintf(w, "   %-9s %-11s %-17s %7d %8d %7d\n", k[1], k[0], r.policy, r.limit, r.allowed, r.denied)
+	}
+	fmt.Fprintf(w, "\n   %d requests, \033[1m%d failed requests\033[0m (a deny is an answer, not a failure)\n", t.total, t.failed)
+	for msg, n := range t.errs {
+		fmt.Fprintf(w, "   failure x%d: %s\n", n, msg)
+	}
+}
+
+func sourceDir() (string, error) {
+	// `go run ./examples/quickstart` runs from the repository root (the
+	// Makefile does); the template sits next to this file.
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for _, dir := range []string{filepath.Join(wd, "examples", "quickstart"), wd} {
+		if _, err := os.Stat(filepath.Join(dir, "caphost.yaml")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("run the demo from the repository root (make demo)")
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func fileDigest(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
+}
+
+func envOf(env []string, k string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func prefix(ps ...string) func(string) bool {
+	return func(l string) bool {
+		for _, p := range ps {
+			if strings.HasPrefix(l, p) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func contains(ss ...string) func(string) bool {
+	return func(l string) bool {
+		for _, s := range ss {
+			if strings.Contains(l, s) {
+				return true
+			}
+		}
+		return false
+	}
+}

@@ -1,0 +1,161 @@
+// Package guests is the host's offline view of guest modules for operators:
+// Inspect (kind, exports, imports, declarations, sha256, ABI version) and Test
+// (self-test vectors plus the host conformance suite for the module's kinds),
+// each in a throwaway engine. It exists so cmd/caphost can offer
+// `caphost guest inspect|test` without importing the engine; results are plain
+// values. What a module may import and how it is checked are decided in
+// package plugins, not here.
+package guests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/conformance"
+)
+
+// inspectName is the name throwaway engines load a module under; the
+// module's own name comes from its describe output.
+const inspectName = "inspect"
+
+// Options configure Inspect and Test.
+type Options struct {
+	// CacheDir reuses compiled code across runs; "" compiles in memory.
+	CacheDir string
+}
+
+// Inspection describes a module file.
+type Inspection struct {
+	SHA256 string
+	Bytes  int
+	// ABI is "major.minor" from describe.
+	ABI     string
+	Module  string
+	Kinds   []string
+	Imports []string
+	Exports []string
+	// Declarations are one line per declared codec, region, policy or template.
+	Declarations []string
+	// SelfTestVectors counts bundled self-test vectors.
+	SelfTestVectors int
+}
+
+// Check is one self-test or conformance check.
+type Check struct {
+	Kind   string
+	Name   string
+	Status string // "pass", "fail" or "skip"
+	Detail string
+}
+
+// TestReport is the outcome of Test.
+type TestReport struct {
+	SHA256 string
+	Module string
+	Checks []Check
+}
+
+// OK reports whether no check failed.
+func (r TestReport) OK() bool {
+	for _, c := range r.Checks {
+		if c.Status == string(plugins.CheckFail) {
+			return false
+		}
+	}
+	return true
+}
+
+func digest(wasm []byte) string {
+	s := sha256.Sum256(wasm)
+	return hex.EncodeToString(s[:])
+}
+
+// load starts wasm in a throwaway engine; the caller closes the engine.
+func load(ctx context.Context, wasm []byte, opts Options) (*plugins.Engine, *plugins.Module, error) {
+	e, err := plugins.NewEngine(plugins.Config{CacheDir: opts.CacheDir,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{})
+	if err != nil {
+		_ = e.Close(ctx)
+		return nil, nil, err
+	}
+	return e, m, nil
+}
+
+// Inspect loads wasm in a throwaway engine and describes it. A module that
+// fails to load is an error (the engine's *plugins.GuestError).
+func Inspect(ctx context.Context, wasm []byte, opts Options) (Inspection, error) {
+	in := Inspection{SHA256: digest(wasm), Bytes: len(wasm)}
+	shape, err := plugins.Shape(ctx, wasm)
+	if err != nil {
+		return in, err
+	}
+	in.Imports, in.Exports = shape.Imports, shape.Exports
+	vs, err := abi.ReadSelfTestSection(wasm)
+	if err != nil {
+		return in, err
+	}
+	if vs != nil {
+		in.SelfTestVectors = len(vs.Vectors)
+	}
+	e, m, err := load(ctx, wasm, opts)
+	if err != nil {
+		return in, err
+	}
+	defer e.Close(context.WithoutCancel(ctx))
+	d := m.Description()
+	in.ABI = fmt.Sprintf("%d.%d", d.ABI.Major, d.ABI.Minor)
+	in.Module = d.Module
+	for _, k := range d.Kinds {
+		in.Kinds = append(in.Kinds, string(k))
+	}
+	in.Declarations = declarations(d)
+	return in, nil
+}
+
+func declarations(d *abi.Description) []string {
+	var out []string
+	for _, c := range d.Codecs {
+		out = append(out, fmt.Sprintf("codec %s write-version %d readable %v", c.SchemaID, c.WriteVersion, c.ReadableVersions))
+	}
+	for _, r := range d.Regions {
+		out = append(out, fmt.Sprintf("cache-region %s key-version %d ttl soft %dms hard %dms negative %dms jitter %d%% stale-if-error %t l1 %t max-bytes %d codec %s",
+			r.ID, r.KeyVersion, r.SoftTTLMs, r.HardTTLMs, r.NegativeTTLMs, r.JitterPercent, r.StaleIfError, r.L1, r.MaxBytes, r.Codec))
+	}
+	for _, p := range d.RatePolicies {
+		out = append(out, fmt.Sprintf("rate-policy %s revision %d %s limit %d window %dms burst %d max-cost %d dimensions [%s] failure-mode %s shadow %t",
+			p.ID, p.Revision, p.Algorithm, p.Limit, p.WindowMs, p.Burst, p.MaximumCost, strings.Join(p.Dimensions, ","), p.FailureMode, p.Shadow))
+	}
+	for _, t := range d.Templates {
+		out = append(out, fmt.Sprintf("renderer %s version %d locales [%s] channels [%s] params [%s]",
+			t.ID, t.Version, strings.Join(t.Locales, ","), strings.Join(t.Channels, ","), strings.Join(t.Params, ",")))
+	}
+	return out
+}
+
+// Test loads wasm in a throwaway engine and runs its bundled self-test
+// vectors and the conformance suite for its kinds. A module that fails to
+// load is an error; failed checks are reported in the TestReport.
+func Test(ctx context.Context, wasm []byte, opts Options) (TestReport, error) {
+	rep := TestReport{SHA256: digest(wasm)}
+	e, m, err := load(ctx, wasm, opts)
+	if err != nil {
+		return rep, err
+	}
+	defer e.Close(context.WithoutCancel(ctx))
+	rep.Module = m.Description().Module
+	for _, c := range conformance.RunWithSelfTest(ctx, m, wasm).Checks {
+		rep.Checks = append(rep.Checks, Check{Kind: string(c.Kind), Name: c.Name, Status: string(c.Status), Detail: c.Detail})
+	}
+	return rep, nil
+}

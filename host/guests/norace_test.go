@@ -1,0 +1,5 @@
+//go:build !race
+
+package guests
+
+const raceEnabled = false

@@ -1,0 +1,206 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/trust"
+	"github.com/caphost/caphost/policy"
+)
+
+// GuestView is the JSON form of a guest slot's status.
+type GuestView struct {
+	Name       string   `json:"name"`
+	Generation uint64   `json:"generation"`
+	SHA256     string   `json:"sha256"`
+	Kinds      []string `json:"kinds"`
+	Declared   []string `json:"declared"`
+	// LastSwapAt is RFC 3339 (UTC); absent before the first swap.
+	LastSwapAt    string `json:"last-swap-at,omitempty"`
+	LastSwapOK    bool   `json:"last-swap-ok"`
+	LastSwapError string `json:"last-swap-error,omitempty"`
+}
+
+// GuestList is the body of GET /admin/guests.
+type GuestList struct {
+	Guests []GuestView `json:"guests"`
+}
+
+func viewOf(s host.GuestStatus) GuestView {
+	v := GuestView{
+		Name: s.Name, Generation: s.Generation, SHA256: s.SHA256,
+		Kinds: nonNil(s.Kinds), Declared: nonNil(s.Declared),
+		LastSwapOK: s.LastSwapOK, LastSwapError: sanitize(s.LastSwapError, 512),
+	}
+	if !s.LastSwapAt.IsZero() {
+		v.LastSwapAt = s.LastSwapAt.UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+type admin struct {
+	b     Backend
+	log   *slog.Logger
+	token [sha256.Size]byte
+	// swapping admits one swap at a time: a module body is up to 64 MiB
+	// and compiling it is expensive, so concurrent swaps are refused, not queued.
+	swapping chan struct{}
+}
+
+func newAdmin(b Backend, token policy.Secret, log *slog.Logger) *admin {
+	// Only the digest is kept: comparing fixed-size digests in constant
+	// time hides the token's length as well as its content.
+	return &admin{b: b, log: log, token: sha256.Sum256(token.Reveal()), swapping: make(chan struct{}, 1)}
+}
+
+// auth requires `Authorization: Bearer <token>`.
+func (a *admin) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
+			writeError(w, newError(http.StatusUnauthorized, CodeUnauthorized, "a valid admin bearer token is required"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *admin) list(w http.ResponseWriter, _ *http.Request) {
+	gs := a.b.Guests()
+	out := GuestList{Guests: make([]GuestView, 0, len(gs))}
+	for _, g := range gs {
+		out.Guests = append(out.Guests, viewOf(g))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !policy.ValidSlug(name) {
+		writeError(w, fieldError("name", "a guest name is a slug"))
+		return
+	}
+	known := false
+	for _, g := range a.b.Guests() {
+		known = known || g.Name == name
+	}
+	if !known {
+		writeError(w, newError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name"))
+		return
+	}
+	sig, e := signatureOf(r.Header.Values(SignatureHeader))
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	select {
+	case a.swapping <- struct{}{}:
+		defer func() { <-a.swapping }()
+	default:
+		e := newError(http.StatusConflict, CodeSwapBusy, "another swap is in progress")
+		e.retryAfter = time.Second
+		writeError(w, e)
+		return
+	}
+	if r.ContentLength > MaxGuestBytes {
+		writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
+		return
+	}
+	wasm, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxGuestBytes))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
+			return
+		}
+		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the body could not be read"))
+		return
+	}
+	if len(wasm) == 0 {
+		writeError(w, fieldError("body", "the body must be a wasm module"))
+		return
+	}
+	st, err := a.b.SwapGuest(r.Context(), name, wasm, sig)
+	if err != nil {
+		e := swapError(err)
+		a.log.Warn("guest swap refused", "guest", name, "code", string(e.Body.Code), "detail", e.Body.Detail)
+		writeError(w, e)
+		return
+	}
+	a.log.Info("guest swapped", "guest", name, "generation", st.Generation, "sha256", st.SHA256)
+	writeJSON(w, http.StatusOK, viewOf(st))
+}
+
+// signatureOf decodes the optional signature header: base64 of the .sig
+// JSON, at most trust.MaxSignatureFileBytes once decoded. The document
+// itself is parsed and verified by the host.
+func signatureOf(vals []string) ([]byte, *Error) {
+	switch len(vals) {
+	case 0:
+		return nil, nil
+	case 1:
+	default:
+		return nil, fieldError(SignatureHeader, "at most one signature")
+	}
+	v := strings.TrimSpace(vals[0])
+	if base64.StdEncoding.DecodedLen(len(v)) > trust.MaxSignatureFileBytes+3 {
+		return nil, fieldError(SignatureHeader, fmt.Sprintf("the signature document exceeds %d bytes", trust.MaxSignatureFileBytes))
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(v); err == nil {
+			if len(b) == 0 || len(b) > trust.MaxSignatureFileBytes {
+				break
+			}
+			return b, nil
+		}
+	}
+	return nil, fieldError(SignatureHeader, "must be the base64 of the .sig document")
+}
+
+// swapError classifies a swap failure. The detail is the error text,
+// bounded and sanitised: swap errors name stages, classes and policy ids,
+// never secrets (the module bytes are the operator's own).
+func swapError(err error) *Error {
+	untrusted := "the module's signature was rejected; the previous generation keeps serving"
+	rejected := "the module was rejected; the previous generation keeps serving"
+	var e *Error
+	var te *trust.Error
+	var ge *plugins.GuestError
+	switch {
+	case errors.Is(err, plugins.ErrUnknownModule), errors.Is(err, host.ErrNoGuests):
+		return newError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name")
+	case errors.Is(err, plugins.ErrManagerClosed):
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the host is shutting down")
+	case errors.Is(err, host.ErrSwapUnauthorized), errors.As(err, &te):
+		e = newError(http.StatusUnprocessableEntity, CodeGuestUntrusted, untrusted)
+	case errors.Is(err, host.ErrGuestPolicies), errors.Is(err, host.ErrGuestKindChange),
+		errors.Is(err, plugins.ErrSelfTest), errors.Is(err, plugins.ErrConformance),
+		errors.Is(err, plugins.ErrDuplicateID), errors.As(err, &ge):
+		e = newError(http.StatusUnprocessableEntity, CodeGuestInvalid, rejected)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the swap was interrupted; the previous generation keeps serving")
+	default:
+		e = newError(http.StatusUnprocessableEntity, CodeSwapFailed, rejected)
+	}
+	e.Body.Detail = sanitize(err.Error(), 512)
+	return e
+}

@@ -1,0 +1,104 @@
+package httpapi_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/httpapi"
+	"github.com/caphost/caphost/host/ratelimit"
+	"github.com/caphost/caphost/policy"
+)
+
+// vectors reads testdata/evaluate: valid/*.json must decode;
+// invalid/<code>/*.json must fail with exactly that code.
+func vectors(t testing.TB) (valid map[string][]byte, invalid map[string]string, bodies map[string][]byte) {
+	valid, invalid, bodies = map[string][]byte{}, map[string]string{}, map[string][]byte{}
+	files, err := filepath.Glob(filepath.Join("testdata", "evaluate", "*", "*.json"))
+	require.NoError(t, err)
+	more, err := filepath.Glob(filepath.Join("testdata", "evaluate", "invalid", "*", "*.json"))
+	require.NoError(t, err)
+	for _, f := range append(files, more...) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		rel, _ := filepath.Rel(filepath.Join("testdata", "evaluate"), f)
+		bodies[rel] = b
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		switch {
+		case parts[0] == "valid":
+			valid[rel] = b
+		case parts[0] == "invalid" && len(parts) == 3:
+			invalid[rel] = parts[1]
+		}
+	}
+	require.NotEmpty(t, valid)
+	require.NotEmpty(t, invalid)
+	return valid, invalid, bodies
+}
+
+func TestDecodeVectors(t *testing.T) {
+	valid, invalid, bodies := vectors(t)
+	for name, b := range valid {
+		_, err := httpapi.DecodeEvaluateRequest(b)
+		assert.NoError(t, err, name)
+	}
+	for name, code := range invalid {
+		_, err := httpapi.DecodeEvaluateRequest(bodies[name])
+		require.Error(t, err, name)
+		var c *httpapi.Error
+		require.True(t, errors.As(err, &c), name)
+		assert.Equal(t, code, string(c.Code()), name)
+	}
+	req, err := httpapi.DecodeEvaluateRequest(valid[filepath.Join("valid", "explicit.json")])
+	require.NoError(t, err)
+	assert.Equal(t, httpapi.EvaluateRequest{
+		Attributes: httpapi.EvaluateAttributes{Route: "/login", Method: "POST"},
+		Subject:    map[string]string{"client-ip": "203.0.113.7", "route": "/login"},
+		Policy:     "login", Cost: 1, EvaluationID: "req-42", DeadlineMs: 200,
+	}, req)
+}
+
+// FuzzDecodeEvaluateRequest: the decoder never panics, and whatever it
+// accepts is within every documented bound.
+func FuzzDecodeEvaluateRequest(f *testing.F) {
+	_, _, bodies := vectors(f)
+	for _, b := range bodies {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"subject":{"api-key":"\u0000"}}`))
+	f.Add([]byte(`{"attributes":{"route":"\xff"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := httpapi.DecodeEvaluateRequest(body)
+		if err != nil {
+			var c *httpapi.Error
+			if !errors.As(err, &c) || c.Code() == "" {
+				t.Fatalf("error without a code: %v", err)
+			}
+			return
+		}
+		for _, a := range []string{req.Attributes.Route, req.Attributes.Method, req.Attributes.PrincipalTier,
+			req.Attributes.APIKeyPlan, req.Attributes.ClientIPClass, req.Attributes.ResourceClass} {
+			if len(a) > httpapi.MaxAttributeBytes || !utf8.ValidString(a) {
+				t.Fatalf("attribute out of bounds: %q", a)
+			}
+		}
+		if len(req.Subject) > httpapi.MaxSubjectEntries {
+			t.Fatalf("%d subject entries", len(req.Subject))
+		}
+		for k, v := range req.Subject {
+			if d := policy.RateDimension(k); !d.Valid() || d == policy.DimGlobal || v == "" || len(v) > ratelimit.MaxSubjectValueBytes {
+				t.Fatalf("subject entry out of bounds: %q", k)
+			}
+		}
+		if req.Cost < 0 || (req.Cost > 0 && req.Policy == "") || req.DeadlineMs < 0 || req.DeadlineMs > 10_000 ||
+			len(req.EvaluationID) > ratelimit.MaxEvaluationIDBytes || len(req.Policy) > httpapi.MaxPolicyIDBytes {
+			t.Fatalf("accepted out-of-bounds request: %+v", req)
+		}
+	})
+}

@@ -1,0 +1,225 @@
+package extism
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins"
+)
+
+func requireClass(t *testing.T, err error, c plugins.Class) *plugins.GuestError {
+	t.Helper()
+	var ge *plugins.GuestError
+	require.ErrorAs(t, err, &ge, "want *plugins.GuestError, got %T %v", err, err)
+	require.Equal(t, c, ge.Class, "error: %v", err)
+	require.ErrorIs(t, err, c)
+	return ge
+}
+
+func loadExt(t testing.TB, e *Engine, name string, lim plugins.Limits) *Module {
+	t.Helper()
+	m, err := e.Load(context.Background(), name, th.wasm[name], lim)
+	require.NoError(t, err)
+	return m
+}
+
+func loadNative(t testing.TB, e *plugins.Engine, name string, lim plugins.Limits) *plugins.Module {
+	t.Helper()
+	m, err := e.Load(context.Background(), name, th.wasm[name], lim)
+	require.NoError(t, err)
+	return m
+}
+
+// TestFlavoursAgree proves both flavours of the rate-policy guest declare
+// the same policies and give identical answers (or identical refusals) over
+// a matrix of request attributes.
+func TestFlavoursAgree(t *testing.T) {
+	ctx := context.Background()
+	nat := loadNative(t, newNative(t, plugins.Config{}), "rate-policy", plugins.Limits{})
+	ext := loadExt(t, newExtism(t, plugins.Config{}), "rate-policy-extism", plugins.Limits{})
+	assert.Equal(t, nat.Description(), ext.Description())
+
+	methods := []string{"GET", "get", "HEAD", "OPTIONS", "POST", "put", "PATCH", "DELETE", "BREW", ""}
+	routes := []string{"/x", "/search", "/search/items", "/searchx"}
+	plans := []string{"", "free", "pro", "enterprise", "platinum"}
+	tiers := []string{"", "pro", "enterprise"}
+	if raceEnabled {
+		// wazero is slow under the race detector: a diagonal of the matrix.
+		methods, plans = methods[:4], plans[:3]
+	}
+	n := 0
+	for _, method := range methods {
+		for _, route := range routes {
+			for _, plan := range plans {
+				for _, tier := range tiers {
+					req := &abi.RateSelectRequest{Route: route, Method: method, APIKeyPlan: plan, PrincipalTier: tier,
+						ClientIPClass: "public", Attrs: []abi.Attr{{Name: "region", Value: "eu"}}}
+					want, werr := nat.RateSelect(ctx, req)
+					got, gerr := ext.RateSelect(ctx, req)
+					var wse, gse *abi.StatusError
+					if werr != nil {
+						require.ErrorAs(t, werr, &wse, "%+v", req)
+						require.ErrorAs(t, gerr, &gse, "%+v", req)
+						assert.Equal(t, wse.Code, gse.Code, "%+v", req)
+						continue
+					}
+					require.NoError(t, gerr, "%+v", req)
+					require.Equal(t, want, got, "%+v", req)
+					n++
+				}
+			}
+		}
+	}
+	assert.Positive(t, n)
+}
+
+func TestHostFunctionsAndRefusals(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	obs := &events{}
+	e := newExtism(t, plugins.Config{
+		CountEvents: []string{"rate-policy.invalid-request", "test.allowed"}, Observer: obs,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	m := loadExt(t, e, "rate-policy-extism", plugins.Limits{})
+	mu.Lock()
+	assert.Contains(t, logs.String(), "guest_msg=\"rate-policy-extism described\"")
+	mu.Unlock()
+
+	// A refused request is a status, not a guest failure, and the guest
+	// counted it through the host function.
+	_, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/x", Method: "BREW"})
+	require.ErrorIs(t, err, abi.CodeInvalidRequest)
+	assert.Equal(t, []string{"rate-policy.invalid-request"}, obs.got())
+
+	_, err = m.Call(ctx, abi.ExportRender, nil, nil)
+	requireClass(t, err, plugins.ClassNotDeclared)
+
+	small := loadExt(t, e, "rate-policy-extism", plugins.Limits{MaxInputBytes: 16})
+	_, err = small.RateSelect(ctx, &abi.RateSelectRequest{Route: "/a-long-route-over-sixteen-bytes", Method: "GET"})
+	requireClass(t, err, plugins.ClassInputTooLarge)
+
+	// Native guests are not Extism modules: one imports caphost_v1, and
+	// every one has (ptr, len) -> i64 exports.
+	_, err = e.Load(ctx, "echo", th.wasm["echo"], plugins.Limits{})
+	ge := requireClass(t, err, plugins.ClassForbiddenImport)
+	assert.Contains(t, ge.Detail, "caphost_v1.log")
+	_, err = e.Load(ctx, "rate-policy", th.wasm["rate-policy"], plugins.Limits{})
+	requireClass(t, err, plugins.ClassABIMismatch)
+
+	_, err = e.Load(ctx, "Bad Name", th.wasm["rate-policy-extism"], plugins.Limits{})
+	requireClass(t, err, plugins.ClassInvalidModule)
+	_, err = e.Load(ctx, "junk", []byte("\x00asm junk"), plugins.Limits{})
+	requireClass(t, err, plugins.ClassInvalidModule)
+	_, err = e.Load(ctx, "x", th.wasm["rate-policy-extism"], plugins.Limits{PoolSize: 1 << 20})
+	require.ErrorIs(t, err, plugins.ErrLimitExceedsCap)
+
+	require.NoError(t, m.Close(ctx))
+	_, err = m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/x", Method: "GET"})
+	requireClass(t, err, plugins.ClassClosed)
+}
+
+// TestHostileGuest: every failure is a typed GuestError, the instance is
+// replaced, and the module keeps serving.
+func TestHostileGuest(t *testing.T) {
+	ctx := context.Background()
+	e := newExtism(t, plugins.Config{CountEvents: []string{"test.allowed"}})
+	m := loadExt(t, e, "testguest", plugins.Limits{CallTimeout: 200 * time.Millisecond, MaxHostCalls: 100, PoolSize: 1})
+	sel := func(route string) error {
+		_, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: route, Method: "GET"})
+		return err
+	}
+	start := time.Now()
+	requireClass(t, sel("/loop"), plugins.ClassDeadline)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	requireClass(t, sel("/spam"), plugins.ClassHostCallLimit)
+	ge := requireClass(t, sel("/trap"), plugins.ClassTrap)
+	assert.Contains(t, ge.Detail, "guest panicked on purpose")
+	requireClass(t, sel("/undeclared"), plugins.ClassMalformedOutput)
+	require.NoError(t, sel("/ok"))
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := m.RateSelect(short, &abi.RateSelectRequest{Route: "/loop", Method: "GET"})
+	requireClass(t, err, plugins.ClassDeadline)
+
+	out, err := m.Call(ctx, abi.ExportCodecEncode, (&abi.CodecEncodeRequest{Schema: "echo", Value: []byte("hi")}).AppendTo(nil), nil)
+	require.NoError(t, err)
+	body, err := abi.ParseFrame(out)
+	require.NoError(t, err)
+	var resp abi.CodecEncodeResponse
+	require.NoError(t, resp.Unmarshal(body))
+	assert.Equal(t, []byte("hi"), resp.Payload)
+
+	// The cap leaves room for describe (~300 bytes), not for this payload.
+	tiny := loadExt(t, e, "testguest", plugins.Limits{MaxOutputBytes: 400})
+	_, err = tiny.Call(ctx, abi.ExportCodecEncode, (&abi.CodecEncodeRequest{Schema: "echo", Value: make([]byte, 500)}).AppendTo(nil), nil)
+	requireClass(t, err, plugins.ClassOutputTooLarge)
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	ctx := context.Background()
+	m := loadExt(t, newExtism(t, plugins.Config{}), "rate-policy-extism", plugins.Limits{PoolSize: 2})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				resp, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/x", Method: "GET", APIKeyPlan: "pro"})
+				if err == nil && resp.Selections[0].PolicyID != "pro.read" {
+					err = errors.New("wrong answer")
+				}
+				if err != nil {
+					errs <- err
+				}
+				_ = g + i
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+type events struct {
+	mu sync.Mutex
+	ev []string
+	plugins.NopObserver
+}
+
+func (o *events) GuestEvent(_, ev string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ev = append(o.ev, ev)
+}
+
+func (o *events) got() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.ev...)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package extism
+
+const raceEnabled = false

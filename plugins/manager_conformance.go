@@ -1,0 +1,379 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/caphost/caphost/abi"
+)
+
+// The conformance suite lives in this package (and is re-exported by
+// plugins/conformance) because the Manager must run it before every swap and
+// a subpackage importing plugins cannot be imported back.
+
+// CheckStatus is the outcome of one check.
+type CheckStatus string
+
+// Check outcomes.
+const (
+	CheckPass CheckStatus = "pass"
+	CheckFail CheckStatus = "fail"
+	// CheckSkip: the check could not be exercised (for example no codec
+	// value the guest accepts); it does not fail the report.
+	CheckSkip CheckStatus = "skip"
+)
+
+// CheckResult is one conformance or self-test check.
+type CheckResult struct {
+	Kind   abi.Kind // "" for module-wide checks (self-test vectors)
+	Name   string
+	Status CheckStatus
+	// Detail is bounded, sanitised text.
+	Detail string
+}
+
+// ConformanceReport lists every check run against one module.
+type ConformanceReport struct {
+	Module string
+	Checks []CheckResult
+}
+
+// OK reports whether no check failed.
+func (r ConformanceReport) OK() bool {
+	for _, c := range r.Checks {
+		if c.Status == CheckFail {
+			return false
+		}
+	}
+	return true
+}
+
+// Summary names the failed checks (bounded), or "ok".
+func (r ConformanceReport) Summary() string {
+	var fails []string
+	for _, c := range r.Checks {
+		if c.Status == CheckFail {
+			fails = append(fails, c.Name+": "+c.Detail)
+		}
+	}
+	if len(fails) == 0 {
+		return "ok"
+	}
+	return sanitize([]byte(strings.Join(fails, "; ")), maxStatusError)
+}
+
+func (r *ConformanceReport) add(k abi.Kind, name string, failures []string, skip string) {
+	c := CheckResult{Kind: k, Name: name, Status: CheckPass}
+	switch {
+	case len(failures) > 0:
+		c.Status = CheckFail
+		if len(failures) > 4 {
+			failures = append(failures[:4], fmt.Sprintf("and %d more", len(failures)-4))
+		}
+		c.Detail = sanitize([]byte(strings.Join(failures, "; ")), maxStatusError)
+	case skip != "":
+		c.Status = CheckSkip
+		c.Detail = skip
+	}
+	r.Checks = append(r.Checks, c)
+}
+
+// SelfTest runs the vectors bundled in wasm's self-test section (see
+// abi.SelfTestSection) against m, which must be loaded from the same bytes.
+// Each vector's response frame must match byte for byte. A module without
+// vectors yields one skipped check.
+func SelfTest(ctx context.Context, m *Module, wasm []byte) ConformanceReport {
+	rep := ConformanceReport{Module: m.Name()}
+	vs, err := abi.ReadSelfTestSection(wasm)
+	if err != nil {
+		rep.add("", "self-test section", []string{err.Error()}, "")
+		return rep
+	}
+	if vs == nil || len(vs.Vectors) == 0 {
+		rep.add("", "self-test vectors", nil, "module bundles no self-test vectors")
+		return rep
+	}
+	for i, v := range vs.Vectors {
+		name := fmt.Sprintf("self-test vector %d (%s)", i, v.Export)
+		got, err := m.Call(ctx, v.Export, v.Request, nil)
+		switch {
+		case err != nil:
+			rep.add("", name, []string{err.Error()}, "")
+		case !bytes.Equal(got, v.Response):
+			rep.add("", name, []string{fmt.Sprintf("response frame differs (%d bytes, want %d)", len(got), len(v.Response))}, "")
+		default:
+			rep.add("", name, nil, "")
+		}
+	}
+	return rep
+}
+
+// CheckConformance runs the host conformance suite for every kind m
+// declares. vectors (may be nil) supplies sample codec values: the value of
+// every bundled codec_encode request is used for the round-trip check.
+func CheckConformance(ctx context.Context, m *Module, vectors *abi.SelfTestVectors) ConformanceReport {
+	rep := ConformanceReport{Module: m.Name()}
+	d := m.Description()
+	for _, k := range d.Kinds {
+		switch k {
+		case abi.KindRatePolicy:
+			conformRate(ctx, m, &rep)
+		case abi.KindCodec:
+			conformCodec(ctx, m, vectors, &rep)
+		case abi.KindCacheRegion:
+			conformRegion(ctx, m, &rep)
+		case abi.KindRenderer:
+			conformRenderer(ctx, m, &rep)
+		}
+	}
+	return rep
+}
+
+// answered splits a call error into a guest status answer (acceptable in
+// most checks) and a guest failure.
+func answered(err error) (abi.Code, bool) {
+	if err == nil {
+		return abi.CodeOK, true
+	}
+	var se *abi.StatusError
+	if errors.As(err, &se) {
+		return se.Code, true
+	}
+	return 0, false
+}
+
+func conformRate(ctx context.Context, m *Module, rep *ConformanceReport) {
+	const k = abi.KindRatePolicy
+	policies := map[string]abi.RatePolicyDecl{}
+	for _, p := range m.Description().RatePolicies {
+		policies[p.ID] = p
+	}
+	var failed, undeclared, nondet, unknown []string
+	for _, method := range []string{"GET", "POST", "DELETE", "BREW"} {
+		for _, route := range []string{"/", "/orders/42", "/search/items", "/conformance/unknown/route"} {
+			for _, plan := range []string{"", "free", "pro", "enterprise", "conformance-unknown-plan"} {
+				for _, tier := range []string{"", "conformance-unknown-tier"} {
+					if tier != "" && plan != "" {
+						continue // an unknown tier matters only without a plan
+					}
+					req := &abi.RateSelectRequest{Route: route, Method: method, APIKeyPlan: plan, PrincipalTier: tier,
+						ClientIPClass: "public", Attrs: []abi.Attr{{Name: "conformance", Value: "1"}}}
+					where := method + " " + route + " plan=" + plan + " tier=" + tier
+					a, err1 := m.RateSelect(ctx, req)
+					b, err2 := m.RateSelect(ctx, req)
+					if _, ok := answered(err1); !ok {
+						if strings.Contains(plan+tier+route, "unknown") {
+							unknown = append(unknown, where+": "+err1.Error())
+						} else {
+							failed = append(failed, where+": "+err1.Error())
+						}
+						continue
+					}
+					if a != nil {
+						for _, s := range a.Selections {
+							p, ok := policies[s.PolicyID]
+							if !ok || s.Cost == 0 || s.Cost > p.MaximumCost {
+								undeclared = append(undeclared, where+": "+s.PolicyID)
+							}
+						}
+					}
+					if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(a, b) ||
+						(err1 != nil && err1.Error() != err2.Error()) {
+						nondet = append(nondet, where)
+					}
+				}
+			}
+		}
+	}
+	rep.add(k, "select answers on the attribute matrix", failed, "")
+	rep.add(k, "select returns declared policy ids with bounded costs", undeclared, "")
+	rep.add(k, "select is deterministic", nondet, "")
+	rep.add(k, "select handles unknown plans, tiers and routes", unknown, "")
+}
+
+var garbagePayloads = [][]byte{{0xff, 0xfe, 0x00, 0xc3, 0x28}, []byte("\x00conformance garbage\xff")}
+
+func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, rep *ConformanceReport) {
+	const k = abi.KindCodec
+	for _, c := range m.Description().Codecs {
+		p := "codec " + c.SchemaID + ": "
+		decode := func(v uint32, payload []byte) error {
+			_, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: v, Payload: payload})
+			return err
+		}
+		expect := func(want abi.Code, v uint32, payload []byte, fails *[]string) {
+			code, ok := answered(decode(v, payload))
+			if !ok || code != want {
+				*fails = append(*fails, fmt.Sprintf("version %d: got %s, want %s", v, describeAnswer(code, ok), want))
+			}
+		}
+		var garbage, readable, unknownVer, unknownSchema []string
+		for _, g := range garbagePayloads {
+			expect(abi.CodeCorrupt, c.WriteVersion, g, &garbage)
+		}
+		for _, v := range c.ReadableVersions {
+			// Garbage at a readable version must be judged corrupt, proving
+			// the version is accepted rather than refused as unreadable.
+			expect(abi.CodeCorrupt, v, garbagePayloads[0], &readable)
+		}
+		expect(abi.CodeSchemaMismatch, c.WriteVersion+1, garbagePayloads[0], &unknownVer)
+		if code, ok := answered(decode(0, garbagePayloads[0])); !ok || code == abi.CodeOK {
+			unknownVer = append(unknownVer, "version 0: got "+describeAnswer(code, ok))
+		}
+		_, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: "conformance.unknown-schema", StoredVersion: c.WriteVersion, Payload: garbagePayloads[0]})
+		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
+			unknownSchema = append(unknownSchema, "got "+describeAnswer(code, ok))
+		}
+
+		samples := [][]byte{[]byte("{}"), []byte("null"), []byte(`""`), []byte("0")}
+		if vectors != nil {
+			for _, v := range vectors.Vectors {
+				var req abi.CodecEncodeRequest
+				if v.Export == abi.ExportCodecEncode && req.Unmarshal(v.Request) == nil && req.Schema == c.SchemaID {
+					samples = append(samples, req.Value)
+				}
+			}
+		}
+		var roundTrip []string
+		exercised := 0
+		for i, s := range samples {
+			enc, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: s})
+			if code, ok := answered(err); !ok {
+				roundTrip = append(roundTrip, fmt.Sprintf("sample %d encode: %v", i, err))
+				continue
+			} else if code != abi.CodeOK {
+				continue // the guest refuses this value: not a sample for it
+			}
+			exercised++
+			dec, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: enc.Version, Payload: enc.Payload})
+			if err != nil {
+				roundTrip = append(roundTrip, fmt.Sprintf("sample %d decode: %v", i, err))
+				continue
+			}
+			again, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: dec.Value})
+			if err != nil || !bytes.Equal(again.Payload, enc.Payload) {
+				roundTrip = append(roundTrip, fmt.Sprintf("sample %d: encode(decode(encode(v))) differs from encode(v)", i))
+			}
+		}
+		skip := ""
+		if exercised == 0 && len(roundTrip) == 0 {
+			skip = "no sample value accepted: bundle a codec_encode self-test vector"
+		}
+		rep.add(k, p+"encode/decode round trip at the write version", roundTrip, skip)
+		rep.add(k, p+"readable versions are accepted", readable, "")
+		rep.add(k, p+"garbage decodes as corrupt", garbage, "")
+		rep.add(k, p+"unknown versions are schema-mismatch", unknownVer, "")
+		rep.add(k, p+"unknown schema is not-found", unknownSchema, "")
+	}
+}
+
+func describeAnswer(c abi.Code, ok bool) string {
+	if !ok {
+		return "a guest failure"
+	}
+	return c.String()
+}
+
+func conformRegion(ctx context.Context, m *Module, rep *ConformanceReport) {
+	const k = abi.KindCacheRegion
+	attrSets := [][]abi.Attr{
+		nil,
+		{{Name: "id", Value: "42"}},
+		{{Name: "id", Value: "42"}, {Name: "locale", Value: "en"}, {Name: "variant", Value: "b"}},
+		{{Name: "id", Value: strings.Repeat("x", abi.MaxValueBytes)}},
+		{{Name: "conformance-unknown", Value: "\u00e9\u00e8"}},
+	}
+	for _, r := range m.Description().Regions {
+		p := "region " + r.ID + ": "
+		var bounded, nondet, admit, unknown []string
+		for i, attrs := range attrSets {
+			req := &abi.CanonicalizeRequest{Region: r.ID, Attrs: attrs}
+			a, err1 := m.Canonicalize(ctx, req)
+			b, err2 := m.Canonicalize(ctx, req)
+			if _, ok := answered(err1); !ok {
+				bounded = append(bounded, fmt.Sprintf("attrs %d: %v", i, err1))
+				continue
+			}
+			if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(a, b) {
+				nondet = append(nondet, fmt.Sprintf("attrs %d", i))
+			}
+		}
+		for _, size := range []uint64{0, 1, uint64(r.MaxBytes), uint64(r.MaxBytes) + 1} {
+			req := &abi.AdmitRequest{Region: r.ID, SizeBytes: size, Class: "conformance", CostHintUS: 1000, LoadLatency: 5000}
+			a, err1 := m.Admit(ctx, req)
+			b, err2 := m.Admit(ctx, req)
+			if err1 != nil {
+				admit = append(admit, fmt.Sprintf("size %d: %v", size, err1))
+			} else if err2 != nil || a != b {
+				nondet = append(nondet, fmt.Sprintf("admit size %d", size))
+			}
+		}
+		_, err := m.Canonicalize(ctx, &abi.CanonicalizeRequest{Region: "conformance.unknown-region"})
+		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
+			unknown = append(unknown, "canonicalize: got "+describeAnswer(code, ok))
+		}
+		rep.add(k, p+"canonicalize answers bounded key parts", bounded, "")
+		rep.add(k, p+"canonicalize and admit are deterministic", nondet, "")
+		rep.add(k, p+"admit answers", admit, "")
+		rep.add(k, p+"unknown region is not-found", unknown, "")
+	}
+}
+
+// hostileParam is what every template parameter is set to: an HTML part that
+// shows it verbatim is injectable.
+const hostileParam = `<script>alert("x")</script>&'`
+
+func conformRenderer(ctx context.Context, m *Module, rep *ConformanceReport) {
+	const k = abi.KindRenderer
+	for _, t := range m.Description().Templates {
+		p := fmt.Sprintf("template %s v%d: ", t.ID, t.Version)
+		var renders, escaped, bounded, nondet, unknown []string
+		params := make([]abi.Attr, 0, len(t.Params))
+		for _, name := range t.Params {
+			params = append(params, abi.Attr{Name: name, Value: hostileParam})
+		}
+		for _, loc := range t.Locales {
+			for _, ch := range t.Channels {
+				where := loc + "/" + ch
+				req := &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: loc, Channel: ch, Params: params, NowUnixMilli: 1_767_225_600_000}
+				a, err := m.Render(ctx, req)
+				if err != nil {
+					renders = append(renders, where+": "+err.Error())
+					continue
+				}
+				total := 0
+				for _, part := range a.Parts {
+					total += len(part.Body)
+					if strings.HasPrefix(strings.ToLower(part.ContentType), "text/html") && bytes.Contains(part.Body, []byte("<script>")) {
+						escaped = append(escaped, where+" part "+part.Name)
+					}
+				}
+				if total > abi.MaxPayloadBytes {
+					bounded = append(bounded, fmt.Sprintf("%s: %d bytes", where, total))
+				}
+				if b, err := m.Render(ctx, req); err != nil || !reflect.DeepEqual(a, b) {
+					nondet = append(nondet, where)
+				}
+			}
+		}
+		_, err := m.Render(ctx, &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: "conformance-unknown", Channel: t.Channels[0]})
+		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
+			unknown = append(unknown, "unknown locale: got "+describeAnswer(code, ok))
+		}
+		rep.add(k, p+"every locale and channel renders", renders, "")
+		rep.add(k, p+"parameters are escaped in HTML parts", escaped, "")
+		rep.add(k, p+"output is bounded", bounded, "")
+		rep.add(k, p+"rendering is deterministic for a fixed now", nondet, "")
+		rep.add(k, p+"unknown locale is not-found", unknown, "")
+	}
+	_, err := m.Render(ctx, &abi.RenderRequest{Template: "conformance.unknown-template", Version: 1, Locale: "en", Channel: "email"})
+	var unknown []string
+	if code, ok := answered(err); !ok || code != abi.CodeNotFound {
+		unknown = append(unknown, "got "+describeAnswer(code, ok))
+	}
+	rep.add(k, "unknown template is not-found", unknown, "")
+}

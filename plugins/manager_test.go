@@ -1,0 +1,353 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+)
+
+// The manager tests need three more guests; adding them here (rather than in
+// main_test.go) keeps the warm-up run compiling them too, since it runs the
+// same init.
+func init() {
+	testGuests = append(testGuests, "guests/cache-region", "plugins/testdata/guests/ratev2", "plugins/testdata/guests/ratebad")
+}
+
+type swapRec struct {
+	mu     sync.Mutex
+	ok     int
+	failed map[string]int
+	active map[string]uint64
+}
+
+func newSwapRec() *swapRec { return &swapRec{failed: map[string]int{}, active: map[string]uint64{}} }
+
+func (r *swapRec) Swapped(_ string, _ uint64, ok bool, class string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
+		r.ok++
+	} else {
+		r.failed[class]++
+	}
+}
+
+func (r *swapRec) ActiveGeneration(module string, g uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active[module] = g
+}
+
+func wasmOf(t *testing.T, name string) []byte {
+	t.Helper()
+	b, ok := th.wasm[name]
+	require.True(t, ok, "guest %s was not built", name)
+	return b
+}
+
+// swapCountFor is the number of swaps under load (100). Under
+// -race a Go guest's Load takes over a second, so the race run swaps 25
+// times: enough overlapping swaps for the detector to see the pin/swap/drain
+// synchronisation, while the non-race run proves the full 100.
+func swapCountFor() int {
+	if raceEnabled {
+		return 25
+	}
+	return 100
+}
+
+var proRead = &abi.RateSelectRequest{Route: "/orders", Method: "GET", APIKeyPlan: "pro"}
+
+func TestManagerSwapUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	baseline := runtime.NumGoroutine()
+
+	swapCount := swapCountFor()
+	rec := newSwapRec()
+	// The full pipeline (self-test, conformance) is covered by the other
+	// tests; here it would only multiply the runtime of 100 swaps on a
+	// loaded machine. Generous call timeouts for the same reason.
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec})
+	v1, v2 := wasmOf(t, "rate-policy"), wasmOf(t, "ratev2")
+	require.NoError(t, mgr.Load(ctx, "rate", v1, Limits{CallTimeout: 5 * time.Second}))
+
+	var calls, failures, misattributed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer halt()
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := mgr.Use(ctx, "rate", func(m *Module) error {
+					resp, err := m.RateSelect(ctx, proRead)
+					if err != nil {
+						return err
+					}
+					// The answer must come from the generation pinned: the
+					// v2 build answers only its own policy.
+					want := "pro.read"
+					if m.Description().RatePolicies[0].Revision == 2 {
+						want = "swap.v2"
+					}
+					if len(resp.Selections) == 0 || resp.Selections[0].PolicyID != want {
+						misattributed.Add(1)
+					}
+					return nil
+				})
+				calls.Add(1)
+				// A short pause keeps 32 callers from starving the swapper on
+				// a small shared machine; calls still overlap every swap.
+				time.Sleep(200 * time.Microsecond)
+				if err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		}()
+	}
+	for i := range swapCount {
+		next := v2
+		if i%2 == 1 {
+			next = v1
+		}
+		res, err := mgr.Swap(ctx, "rate", next)
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+1), res.From)
+		require.Equal(t, uint64(i+2), res.To)
+	}
+	halt()
+	assert.Zero(t, failures.Load(), "first error: %v", firstErr.Load())
+	assert.Zero(t, misattributed.Load())
+	assert.Greater(t, calls.Load(), int64(100))
+	st := mgr.Status()
+	require.Len(t, st, 1)
+	assert.Equal(t, uint64(swapCount+1), st[0].Generation)
+	assert.True(t, st[0].LastSwap.OK)
+	assert.Equal(t, swapCount+1, rec.ok)
+	assert.Equal(t, uint64(swapCount+1), rec.active["rate"])
+
+	require.NoError(t, mgr.Close(ctx))
+	assert.Equal(t, uint64(0), rec.active["rate"])
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline+2 }, 5*time.Second, 20*time.Millisecond,
+		"goroutines: baseline %d, now %d", baseline, runtime.NumGoroutine())
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// swapCount+1 generations were created; each Go guest instance holds megabytes,
+	// so leaking them would show far above this bound.
+	assert.Less(t, int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(64<<20), "heap grew")
+}
+
+func TestManagerRejectsCandidates(t *testing.T) {
+	ctx := context.Background()
+	rec := newSwapRec()
+	var verifyFail atomic.Bool
+	errDigest := errors.New("sha256 does not match the pin")
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, SelfTest: true,
+		Verify: func(name string, wasm []byte) error {
+			if verifyFail.Load() {
+				return errDigest
+			}
+			return nil
+		}})
+	t.Cleanup(func() { _ = mgr.Close(ctx) })
+	require.NoError(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
+	require.NoError(t, mgr.Load(ctx, "codec", wasmOf(t, "codec"), Limits{}))
+
+	serving := func() {
+		t.Helper()
+		require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
+			_, err := m.RateSelect(ctx, proRead)
+			return err
+		}))
+		st := mgr.Status()
+		require.Equal(t, "codec", st[0].Name)
+		assert.Equal(t, uint64(1), st[1].Generation, "old generation keeps serving")
+		assert.False(t, st[1].LastSwap.OK)
+		assert.NotEmpty(t, st[1].LastSwap.Error)
+		assert.LessOrEqual(t, len(st[1].LastSwap.Error), maxStatusError)
+	}
+
+	// trap loads but traps on every codec call: conformance catches it.
+	_, err := mgr.Swap(ctx, "rate", wasmOf(t, "trap"))
+	var se *SwapError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, StageConformance, se.Stage, "%v", err)
+	serving()
+
+	_, err = mgr.Swap(ctx, "rate", wasmOf(t, "fsimport"))
+	require.ErrorIs(t, err, ClassForbiddenImport)
+	serving()
+
+	verifyFail.Store(true)
+	_, err = mgr.Swap(ctx, "rate", wasmOf(t, "ratev2"))
+	require.ErrorIs(t, err, errDigest)
+	serving()
+	verifyFail.Store(false)
+
+	_, err = mgr.Swap(ctx, "rate", wasmOf(t, "ratebad"))
+	require.ErrorIs(t, err, ErrConformance)
+	assert.Contains(t, err.Error(), "deterministic")
+	serving()
+
+	// Another module may not claim rate-policy's ids, but a swap may keep its own.
+	err = mgr.Load(ctx, "rate-copy", wasmOf(t, "rate-policy"), Limits{})
+	require.ErrorIs(t, err, ErrDuplicateID)
+	assert.Contains(t, err.Error(), "modules rate and rate-copy")
+	_, err = mgr.Swap(ctx, "codec", wasmOf(t, "rate-policy"))
+	require.ErrorIs(t, err, ErrDuplicateID)
+	assert.Contains(t, err.Error(), "rate-policy:pro.read declared by modules rate and codec")
+	res, err := mgr.Swap(ctx, "rate", wasmOf(t, "rate-policy"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), res.To)
+	assert.Len(t, mgr.Status(), 2, "a rejected Load leaves no entry")
+
+	_, err = mgr.Swap(ctx, "nope", wasmOf(t, "rate-policy"))
+	require.ErrorIs(t, err, ErrUnknownModule)
+	require.ErrorIs(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}), ErrModuleExists)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Equal(t, 1, rec.failed["forbidden-import"])
+	assert.Equal(t, 1, rec.failed["verify"])
+	assert.Equal(t, 2, rec.failed["conformance"])
+	assert.Equal(t, 2, rec.failed["duplicate-id"])
+}
+
+func TestManagerSelfTestVectors(t *testing.T) {
+	ctx := context.Background()
+	mgr := NewManager(newEngine(t, Config{}), DefaultManagerOptions())
+	t.Cleanup(func() { _ = mgr.Close(ctx) })
+	base := wasmOf(t, "rate-policy")
+	require.NoError(t, mgr.Load(ctx, "rate", base, Limits{}))
+	req := proRead.AppendTo(nil)
+	var frame []byte
+	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) (err error) {
+		frame, err = m.Call(ctx, abi.ExportRateSelect, req, nil)
+		return err
+	}))
+	good := abi.AppendSelfTestSection(base, &abi.SelfTestVectors{Vectors: []abi.SelfTestVector{
+		{Export: abi.ExportRateSelect, Request: req, Response: frame}}})
+	_, err := mgr.Swap(ctx, "rate", good)
+	require.NoError(t, err)
+
+	wrong := append([]byte(nil), frame...)
+	wrong[len(wrong)-1] ^= 1
+	bad := abi.AppendSelfTestSection(base, &abi.SelfTestVectors{Vectors: []abi.SelfTestVector{
+		{Export: abi.ExportRateSelect, Request: req, Response: wrong}}})
+	_, err = mgr.Swap(ctx, "rate", bad)
+	require.ErrorIs(t, err, ErrSelfTest)
+	assert.Equal(t, uint64(2), mgr.Status()[0].Generation)
+}
+
+func TestManagerWatchRename(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rate.wasm")
+	require.NoError(t, os.WriteFile(path, wasmOf(t, "rate-policy"), 0o644))
+	rec := newSwapRec()
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, SelfTest: true})
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+	require.NoError(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
+	require.NoError(t, mgr.Watch(ctx, "rate", path))
+
+	// Deploy the atomic way: write elsewhere in the directory, rename over.
+	tmp := filepath.Join(dir, ".rate.wasm.tmp")
+	require.NoError(t, os.WriteFile(tmp, wasmOf(t, "ratev2"), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+	require.Eventually(t, func() bool { return mgr.Status()[0].Generation == 2 }, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
+		resp, err := m.RateSelect(ctx, proRead)
+		if err == nil {
+			assert.Equal(t, "swap.v2", resp.Selections[0].PolicyID)
+		}
+		return err
+	}))
+
+	// A broken file is reported and the new generation keeps serving.
+	require.NoError(t, os.WriteFile(path, []byte("\x00asm garbage"), 0o644))
+	require.Eventually(t, func() bool {
+		st := mgr.Status()[0]
+		return !st.LastSwap.OK && st.LastSwap.Error != ""
+	}, 20*time.Second, 20*time.Millisecond)
+	assert.Equal(t, uint64(2), mgr.Status()[0].Generation)
+}
+
+func TestManagerCloseDrains(t *testing.T) {
+	ctx := context.Background()
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{})
+	require.NoError(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
+	entered, release := make(chan struct{}), make(chan struct{})
+	callErr := make(chan error, 1)
+	go func() {
+		callErr <- mgr.Use(ctx, "rate", func(m *Module) error {
+			close(entered)
+			<-release
+			// The pinned module still serves although Close has begun.
+			_, err := m.RateSelect(ctx, proRead)
+			return err
+		})
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- mgr.Close(ctx) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a call was pinned")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.ErrorIs(t, mgr.Use(ctx, "rate", func(*Module) error { return nil }), ErrManagerClosed)
+	close(release)
+	require.NoError(t, <-callErr)
+	require.NoError(t, <-closed)
+
+	// A Close whose context ends interrupts pinned calls instead of waiting.
+	mgr2 := NewManager(newEngine(t, Config{}), ManagerOptions{})
+	require.NoError(t, mgr2.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
+	entered2, hold := make(chan struct{}), make(chan struct{})
+	var pinned *Module
+	go func() {
+		_ = mgr2.Use(ctx, "rate", func(m *Module) error { pinned = m; close(entered2); <-hold; return nil })
+	}()
+	<-entered2
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- mgr2.Close(cctx) }()
+	time.Sleep(100 * time.Millisecond)
+	_, err := pinned.RateSelect(ctx, proRead)
+	require.ErrorIs(t, err, ClassClosed, "the module was force-closed")
+	close(hold)
+	require.ErrorIs(t, <-done, context.DeadlineExceeded)
+}
