@@ -169,11 +169,16 @@ func (l *Limiter) Swap(set *policy.RatePolicySet) error {
 	// Swaps are rare: serialising them keeps gen in step with set.
 	l.swapMu.Lock()
 	defer l.swapMu.Unlock()
-	gen := l.compile(set)
+	var gen *generation
 	for {
 		old := l.set.Load()
 		if err := l.check(old, set); err != nil {
 			return err
+		}
+		if gen == nil {
+			// Only an accepted set is compiled: compiling creates its
+			// metric series.
+			gen = l.compile(set)
 		}
 		if l.set.CompareAndSwap(old, set) {
 			l.gen.Store(gen)

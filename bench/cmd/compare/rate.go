@@ -79,10 +79,24 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, dur
 		}
 		return nil
 	}}
+	// The limiter alone (no guest call): the part host/ratelimit and
+	// runtime/programs own, against the same peer.
+	var n3 atomic.Uint64
+	limiterOnly := contender{"caphost token bucket (no guest)", func(ctx context.Context) error {
+		out := lim.Evaluate(ctx, ratelimit.Request{Policy: "bench", Cost: 1,
+			Subject: ratelimit.Subject{policy.DimTenant: subjects[n3.Add(1)%64]}})
+		if !out.Allowed() {
+			return fmt.Errorf("caphost: %v %v", out.Kind(), out.Reason())
+		}
+		return nil
+	}}
 	for _, g := range []int{1, 32} {
 		row(fmt.Sprintf("rate decision, %d gor.", g), compare(ctx, []contender{peer, ours}, g, dur, slice, rounds))
 	}
-	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×).")
+	for _, g := range []int{1, 32} {
+		row(fmt.Sprintf("rate, no guest, %d gor.", g), compare(ctx, []contender{peer, limiterOnly}, g, dur, slice, rounds))
+	}
+	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×); \"no guest\" rows time the limiter alone.")
 	return nil
 }
 

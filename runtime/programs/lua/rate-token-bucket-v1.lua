@@ -40,29 +40,35 @@ if math.fmod(full, refill) > 0 then horizon = horizon + 1 end
 if horizon > 2592000000 then return {1, 6, 0, 0, 0, 0, 0, 0} end
 local tv = redis.call('TIME')
 local now = tonumber(tv[1]) * 1000 + math.floor(tonumber(tv[2]) / 1000)
-local kind = redis.call('TYPE', KEYS[1])['ok']
-local st = false
-if kind == 'hash' then
-  st = redis.call('HMGET', KEYS[1], 'v', 'rev', 'tok', 'ts')
+-- One HMGET reads the state (a non-hash key fails it with WRONGTYPE); TYPE
+-- runs only when no schema field came back, to tell a missing key (a fresh
+-- bucket) from a foreign hash.
+local st = redis.pcall('HMGET', KEYS[1], 'v', 'rev', 'tok', 'ts')
+if st['err'] then
+  if string.sub(st['err'], 1, 10) == 'WRONGTYPE ' then return {1, 5, now, 0, 0, 0, 0, 0} end
+  return st
+end
+if not st[1] then
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'none' then return {1, 5, now, 0, 0, 0, 0, 0} end
+  st = false
+else
   if st[1] ~= '1' or st[2] ~= rev then return {1, 5, now, 0, 0, 0, 0, 0} end
   if type(st[3]) ~= 'string' or #st[3] > 16 or not string.match(st[3], '^%d+$') then return {1, 5, now, 0, 0, 0, 0, 0} end
   if tonumber(st[3]) > 9007199254740991 then return {1, 5, now, 0, 0, 0, 0, 0} end
   if type(st[4]) ~= 'string' or #st[4] > 16 or not string.match(st[4], '^%d+$') then return {1, 5, now, 0, 0, 0, 0, 0} end
   if tonumber(st[4]) > 9007199254740991 then return {1, 5, now, 0, 0, 0, 0, 0} end
-elseif kind ~= 'none' then
-  return {1, 5, now, 0, 0, 0, 0, 0}
 end
 if dttl > 0 then
-  local dkind = redis.call('TYPE', KEYS[2])['ok']
-  if dkind == 'hash' then
-    local rec = redis.call('HGET', KEYS[2], evalId)
-    if rec then
-      local a, l, r, ra, rs, at = string.match(rec, '^([01]):(%d+):(%d+):(%d+):(%d+):(%d+)$')
-      if #rec > 120 or not at then return {1, 5, now, 0, 0, 0, 0, 0} end
-      if now - tonumber(at) < dttl then return {1, 3, now, tonumber(a), tonumber(l), tonumber(r), tonumber(ra), tonumber(rs)} end
-    end
-  elseif dkind ~= 'none' then
-    return {1, 5, now, 0, 0, 0, 0, 0}
+  -- HGET is false for a missing key or id and fails on a non-hash key.
+  local rec = redis.pcall('HGET', KEYS[2], evalId)
+  if type(rec) == 'table' then
+    if rec['err'] and string.sub(rec['err'], 1, 10) == 'WRONGTYPE ' then return {1, 5, now, 0, 0, 0, 0, 0} end
+    return rec
+  end
+  if rec then
+    local a, l, r, ra, rs, at = string.match(rec, '^([01]):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if #rec > 120 or not at then return {1, 5, now, 0, 0, 0, 0, 0} end
+    if now - tonumber(at) < dttl then return {1, 3, now, tonumber(a), tonumber(l), tonumber(r), tonumber(ra), tonumber(rs)} end
   end
 end
 local eff = now
@@ -84,8 +90,14 @@ end
 local status, allowed, remaining, retry = 2, 0, available, 0
 if available >= cost then
   status, allowed, remaining = 1, 1, available - cost
-  redis.call('HSET', KEYS[1], 'v', '1', 'rev', rev, 'tok', string.format('%.0f', remaining), 'ts', string.format('%.0f', eff))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', horizon + grace))
+  -- Values are integers below 2^53: %d renders them exactly, cheaper than
+  -- %.0f. Schema and revision already hold in an existing bucket.
+  if st then
+    redis.call('HSET', KEYS[1], 'tok', string.format('%d', remaining), 'ts', string.format('%d', eff))
+  else
+    redis.call('HSET', KEYS[1], 'v', '1', 'rev', rev, 'tok', string.format('%d', remaining), 'ts', string.format('%d', eff))
+  end
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', horizon + grace))
 else
   local need = (cost - available) * period
   retry = (need - math.fmod(need, refill)) / refill
