@@ -81,7 +81,7 @@ func TestRatePolicyGuest(t *testing.T) {
 
 	resp, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/search", Method: "GET", APIKeyPlan: "pro"})
 	require.NoError(t, err)
-	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{"search"}, Cost: 5}}, resp.Selections)
+	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 5}}, resp.Selections)
 
 	_, err = m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/x", Method: "BREW"})
 	require.ErrorIs(t, err, abi.CodeInvalidRequest)

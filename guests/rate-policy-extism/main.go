@@ -40,25 +40,36 @@ func Description() *abi.Description {
 	var pols []abi.RatePolicyDecl
 	for _, p := range plans {
 		for _, rc := range []struct {
-			class string
-			limit uint64
-		}{{"read", p.read}, {"write", p.write}} {
+			class   string
+			limit   uint64
+			maxCost uint32
+		}{{"read", p.read, searchCost}, {"write", p.write, 1}} {
 			pols = append(pols, abi.RatePolicyDecl{
 				ID: p.name + "." + rc.class, Revision: 1, Algorithm: abi.AlgTokenBucket,
-				Limit: rc.limit, WindowMs: 60_000, Burst: rc.limit / 4, MaximumCost: searchCost,
-				Dimensions: []string{"route-class"}, FailureMode: "fail-closed",
+				Limit: rc.limit, WindowMs: 60_000, Burst: rc.limit / 4, MaximumCost: rc.maxCost,
+				Dimensions: []string{"api-key"}, FailureMode: "fail-closed",
 			})
 		}
 	}
 	pols = append(pols, abi.RatePolicyDecl{
 		ID: "anonymous.ip", Revision: 1, Algorithm: abi.AlgFixedWindow,
 		Limit: 30, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
+		Dimensions: []string{"client-ip"},
 	})
 	return &abi.Description{
 		ABI:    abi.VersionDecl{Major: abi.Major, Minor: abi.Minor},
 		Module: "rate-policy", Kinds: []abi.Kind{abi.KindRatePolicy}, RatePolicies: pols,
 	}
 }
+
+// Identity modes, indexing selections: which host source keys the plan's
+// bucket.
+const (
+	modeAPIKey = iota
+	modePrincipal
+	modeAnonymous
+	numModes
+)
 
 // Route classes, indexing selections.
 const (
@@ -70,18 +81,25 @@ const (
 
 var classNames = [numClasses]string{"read", "write", "search"}
 
-// selections[plan][class][anonymous] is every possible answer, built once.
-var selections = func() [][numClasses][2][]abi.RateSelection {
-	out := make([][numClasses][2][]abi.RateSelection, len(plans))
+// selections[plan][class][mode] is every possible answer, built once.
+var selections = func() [][numClasses][numModes][]abi.RateSelection {
+	out := make([][numClasses][numModes][]abi.RateSelection, len(plans))
 	for pi, p := range plans {
 		for c := range numClasses {
 			bucket, cost := classNames[c], uint32(1)
 			if c == classSearch {
 				bucket, cost = "read", searchCost
 			}
-			sel := abi.RateSelection{PolicyID: p.name + "." + bucket, Dimensions: []string{classNames[c]}, Cost: cost}
-			out[pi][c][0] = []abi.RateSelection{sel}
-			out[pi][c][1] = []abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, sel}
+			id := p.name + "." + bucket
+			// The dimension value names the host source that fills the
+			// api-key dimension: the key itself, else the principal, else
+			// (anonymous) the client IP. The guest never sees the values.
+			out[pi][c][modeAPIKey] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{""}, Cost: cost}}
+			out[pi][c][modePrincipal] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{"principal"}, Cost: cost}}
+			out[pi][c][modeAnonymous] = []abi.RateSelection{
+				{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1},
+				{PolicyID: id, Dimensions: []string{"client-ip"}, Cost: cost},
+			}
 		}
 	}
 	return out
@@ -94,11 +112,17 @@ func Select(req *abi.RateSelectRequest) (sels []abi.RateSelection, ok bool) {
 	if class < 0 {
 		return nil, false
 	}
-	anon := 0
-	if req.APIKeyPlan == "" && req.PrincipalTier == "" {
-		anon = 1
+	mode := modeAPIKey
+	switch {
+	case req.APIKeyPlan != "":
+	case req.PrincipalTier != "":
+		mode = modePrincipal
+	default:
+		// Anonymous traffic is limited per client IP first, then on the free
+		// tier's bucket keyed by that IP.
+		mode = modeAnonymous
 	}
-	return selections[plan(req)][class][anon], true
+	return selections[plan(req)][class][mode], true
 }
 
 // plan: the API-key plan, else the principal tier; unknown is free (0).

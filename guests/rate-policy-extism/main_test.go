@@ -28,10 +28,10 @@ func TestHandle(t *testing.T) {
 	}
 	got, err := sel(abi.RateSelectRequest{Route: "/search/items", Method: "get", APIKeyPlan: "pro"})
 	require.NoError(t, err)
-	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{"search"}, Cost: searchCost}}, got)
+	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{""}, Cost: searchCost}}, got)
 	got, err = sel(abi.RateSelectRequest{Route: "/x", Method: "DELETE"})
 	require.NoError(t, err)
-	assert.Equal(t, []abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, {PolicyID: "free.write", Dimensions: []string{"write"}, Cost: 1}}, got)
+	assert.Equal(t, []abi.RateSelection{{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1}, {PolicyID: "free.write", Dimensions: []string{"client-ip"}, Cost: 1}}, got)
 	_, err = sel(abi.RateSelectRequest{Route: "/x", Method: "BREW"})
 	require.ErrorIs(t, err, abi.CodeInvalidRequest)
 	_, err = abi.ParseFrame(Handle(abi.ExportRateSelect, []byte{1, 2, 3}, nil, &st))

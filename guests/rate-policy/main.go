@@ -59,19 +59,21 @@ func Module() *guest.Module {
 	var pols []abi.RatePolicyDecl
 	for _, p := range plans {
 		for _, rc := range []struct {
-			class string
-			limit uint64
-		}{{"read", p.read}, {"write", p.write}} {
+			class   string
+			limit   uint64
+			maxCost uint32
+		}{{"read", p.read, searchCost}, {"write", p.write, 1}} {
 			pols = append(pols, abi.RatePolicyDecl{
 				ID: p.name + "." + rc.class, Revision: rev, Algorithm: abi.AlgTokenBucket,
-				Limit: rc.limit * scale, WindowMs: 60_000, Burst: rc.limit / 4 * scale, MaximumCost: searchCost,
-				Dimensions: []string{"route-class"}, FailureMode: "fail-closed",
+				Limit: rc.limit * scale, WindowMs: 60_000, Burst: rc.limit / 4 * scale, MaximumCost: rc.maxCost,
+				Dimensions: []string{"api-key"}, FailureMode: "fail-closed",
 			})
 		}
 	}
 	pols = append(pols, abi.RatePolicyDecl{
 		ID: "anonymous.ip", Revision: rev, Algorithm: abi.AlgFixedWindow,
 		Limit: 30 * scale, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
+		Dimensions: []string{"client-ip"},
 	})
 	return &guest.Module{Name: "rate-policy", Rate: &guest.RatePolicies{Policies: pols, Select: Select}}
 }
@@ -84,13 +86,27 @@ func Select(req *abi.RateSelectRequest) ([]abi.RateSelection, error) {
 	if class < 0 {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "unknown method")
 	}
-	anon := 0
-	if req.APIKeyPlan == "" && req.PrincipalTier == "" {
-		// Anonymous traffic is limited per client-IP class first, then on the free tier.
-		anon = 1
+	mode := modeAPIKey
+	switch {
+	case req.APIKeyPlan != "":
+	case req.PrincipalTier != "":
+		mode = modePrincipal
+	default:
+		// Anonymous traffic is limited per client IP first, then on the free
+		// tier's bucket keyed by that IP.
+		mode = modeAnonymous
 	}
-	return selections[plan(req)][class][anon], nil
+	return selections[plan(req)][class][mode], nil
 }
+
+// Identity modes, indexing selections: which host source keys the plan's
+// bucket.
+const (
+	modeAPIKey = iota
+	modePrincipal
+	modeAnonymous
+	numModes
+)
 
 // Route classes, indexing selections.
 const (
@@ -102,19 +118,26 @@ const (
 
 var classNames = [numClasses]string{"read", "write", "search"}
 
-// selections[plan][class][anonymous] is the answer for that combination.
+// selections[plan][class][mode] is the answer for that combination.
 // Search is charged on the read bucket at searchCost.
-var selections = func() [][numClasses][2][]abi.RateSelection {
-	out := make([][numClasses][2][]abi.RateSelection, len(plans))
+var selections = func() [][numClasses][numModes][]abi.RateSelection {
+	out := make([][numClasses][numModes][]abi.RateSelection, len(plans))
 	for pi, p := range plans {
 		for c := range numClasses {
 			bucket, cost := classNames[c], uint32(1)
 			if c == classSearch {
 				bucket, cost = "read", searchCost
 			}
-			sel := abi.RateSelection{PolicyID: p.name + "." + bucket, Dimensions: []string{classNames[c]}, Cost: cost}
-			out[pi][c][0] = []abi.RateSelection{sel}
-			out[pi][c][1] = []abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, sel}
+			id := p.name + "." + bucket
+			// The dimension value names the host source that fills the
+			// api-key dimension: the key itself, else the principal, else
+			// (anonymous) the client IP. The guest never sees the values.
+			out[pi][c][modeAPIKey] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{""}, Cost: cost}}
+			out[pi][c][modePrincipal] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{"principal"}, Cost: cost}}
+			out[pi][c][modeAnonymous] = []abi.RateSelection{
+				{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1},
+				{PolicyID: id, Dimensions: []string{"client-ip"}, Cost: cost},
+			}
 		}
 	}
 	return out

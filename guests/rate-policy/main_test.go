@@ -19,15 +19,15 @@ func TestSelect(t *testing.T) {
 		want []abi.RateSelection
 	}{
 		{"pro read", abi.RateSelectRequest{Route: "/orders", Method: "GET", APIKeyPlan: "pro"},
-			[]abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{"read"}, Cost: 1}}},
+			[]abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 1}}},
 		{"enterprise write via tier", abi.RateSelectRequest{Route: "/orders", Method: "post", PrincipalTier: "enterprise"},
-			[]abi.RateSelection{{PolicyID: "enterprise.write", Dimensions: []string{"write"}, Cost: 1}}},
+			[]abi.RateSelection{{PolicyID: "enterprise.write", Dimensions: []string{"principal"}, Cost: 1}}},
 		{"search costs more", abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "free"},
-			[]abi.RateSelection{{PolicyID: "free.read", Dimensions: []string{"search"}, Cost: searchCost}}},
+			[]abi.RateSelection{{PolicyID: "free.read", Dimensions: []string{""}, Cost: searchCost}}},
 		{"unknown plan is free", abi.RateSelectRequest{Route: "/x", Method: "DELETE", APIKeyPlan: "platinum"},
-			[]abi.RateSelection{{PolicyID: "free.write", Dimensions: []string{"write"}, Cost: 1}}},
+			[]abi.RateSelection{{PolicyID: "free.write", Dimensions: []string{""}, Cost: 1}}},
 		{"anonymous", abi.RateSelectRequest{Route: "/x", Method: "GET", ClientIPClass: "public"},
-			[]abi.RateSelection{{PolicyID: "anonymous.ip", Cost: 1}, {PolicyID: "free.read", Dimensions: []string{"read"}, Cost: 1}}},
+			[]abi.RateSelection{{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1}, {PolicyID: "free.read", Dimensions: []string{"client-ip"}, Cost: 1}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,8 +44,12 @@ func loadNative(t testing.TB, e *plugins.Engine, name string, lim plugins.Limits
 // a matrix of request attributes.
 func TestFlavoursAgree(t *testing.T) {
 	ctx := context.Background()
-	nat := loadNative(t, newNative(t, plugins.Config{}), "rate-policy", plugins.Limits{})
-	ext := loadExt(t, newExtism(t, plugins.Config{}), "rate-policy-extism", plugins.Limits{})
+	// This test compares answers, not deadlines (TestHostileGuest covers those):
+	// a generous call timeout keeps a loaded, race-instrumented machine from
+	// turning slowness into a spurious failure.
+	lim := plugins.Limits{CallTimeout: 5 * time.Second, InitTimeout: 30 * time.Second}
+	nat := loadNative(t, newNative(t, plugins.Config{}), "rate-policy", lim)
+	ext := loadExt(t, newExtism(t, plugins.Config{}), "rate-policy-extism", lim)
 	assert.Equal(t, nat.Description(), ext.Description())
 
 	methods := []string{"GET", "get", "HEAD", "OPTIONS", "POST", "put", "PATCH", "DELETE", "BREW", ""}
