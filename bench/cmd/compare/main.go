@@ -38,6 +38,7 @@ func main() {
 	slice := flag.Duration("slice", 250*time.Millisecond, "length of one interleaved slice within a round")
 	addr := flag.String("redis", "", "use this Redis instead of starting a private one (must be disposable)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	onlyGet := flag.Bool("only-get", false, "run only the GET rows (skip the rate-decision rows)")
 	control := flag.Bool("control", false, "also run go-redis against an identical second go-redis client (A/A): its ratio is the noise floor")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -56,7 +57,7 @@ func main() {
 	if *slice <= 0 || *slice > *dur {
 		*slice = *dur
 	}
-	if err := run(*dur, *slice, *rounds, *addr, *control); err != nil {
+	if err := run(*dur, *slice, *rounds, *addr, *control, *onlyGet); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -80,7 +81,7 @@ type result struct {
 	cpuPerOp time.Duration
 }
 
-func run(dur, slice time.Duration, rounds int, addr string, control bool) error {
+func run(dur, slice time.Duration, rounds int, addr string, control, onlyGet bool) error {
 	ctx := context.Background()
 	if addr == "" {
 		srv, err := startRedis(ctx)
@@ -142,8 +143,10 @@ func run(dur, slice time.Duration, rounds int, addr string, control bool) error 
 			row(fmt.Sprintf("  A/A control, %d", g), compare(ctx, []contender{getPlain, getTwin}, g, dur, slice, rounds))
 		}
 	}
-	if err := rateRows(ctx, rt, plain, dur, slice, rounds, row); err != nil {
-		return err
+	if !onlyGet {
+		if err := rateRows(ctx, rt, plain, dur, slice, rounds, row); err != nil {
+			return err
+		}
 	}
 	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
 	if control {
