@@ -329,69 +329,29 @@ func (a *api) requests(ctx context.Context, lim *ratelimit.Limiter, sel ratelimi
 	return out, nil
 }
 
-// errMissing names a policy dimension without a value.
-type errMissing struct{ dim string }
-
-func (e errMissing) Error() string { return "no value for subject dimension " + e.dim }
-
 func missing(err error) *Error {
-	var m errMissing
+	var m *ratelimit.SourceError
 	if errors.As(err, &m) {
-		e := newError(http.StatusBadRequest, CodeMissingSubject, err.Error())
-		e.Body.Field = "subject." + m.dim
+		e := newError(http.StatusBadRequest, CodeMissingSubject, "no value for subject dimension "+m.Dimension)
+		e.Body.Field = "subject." + m.Dimension
 		return e
 	}
 	return newError(http.StatusBadRequest, CodeInvalidRequest, "the selection does not fit the policy")
 }
 
-// subjectFor fills pol's dimensions. A selection may map a dimension to a
-// source (ratelimit.Sources); otherwise the dimension takes the subject
-// value of the same name, and the route and resource-class dimensions fall
-// back to the attributes. It mirrors the mapping of ratelimit.Middleware.
+// subjectFor builds the subject of one selection through
+// ratelimit.SubjectFor, the mapping the middleware uses too. The sidecar's
+// subject object carries the identity dimensions; explicit route and
+// resource-class values in it take precedence over the attributes.
 func subjectFor(pol policy.RatePolicy, mapping map[string]string, a ratelimit.Attributes, sub map[string]string) (ratelimit.Subject, error) {
-	out := make(ratelimit.Subject, len(pol.Dimensions))
-	for _, dim := range pol.Dimensions {
-		src := string(dim)
-		if s, ok := mapping[src]; ok {
-			src = s
-		}
-		var v string
-		switch src {
-		case "global":
-			out[dim] = nil
-			continue
-		case "tenant", "principal", "api-key", "client-ip":
-			v = sub[src]
-		case "route":
-			v = sub[src]
-			if v == "" {
-				v = a.Route
-			}
-		case "resource-class":
-			v = sub[src]
-			if v == "" {
-				v = a.ResourceClass
-			}
-		case "method":
-			v = a.Method
-		case "principal-tier":
-			v = a.PrincipalTier
-		case "api-key-plan":
-			v = a.APIKeyPlan
-		case "client-ip-class":
-			v = a.ClientIPClass
-		default:
-			return nil, fmt.Errorf("unknown subject source for dimension %s", dim)
-		}
-		if v == "" {
-			return nil, errMissing{dim: string(dim)}
-		}
-		if len(v) > ratelimit.MaxSubjectValueBytes {
-			return nil, fmt.Errorf("subject value for dimension %s too long", dim)
-		}
-		out[dim] = []byte(v)
+	id := ratelimit.Identity{Tenant: sub["tenant"], Principal: sub["principal"], APIKey: sub["api-key"], ClientIP: sub["client-ip"]}
+	if v := sub["route"]; v != "" {
+		a.Route = v
 	}
-	return out, nil
+	if v := sub["resource-class"]; v != "" {
+		a.ResourceClass = v
+	}
+	return ratelimit.SubjectFor(pol, ratelimit.Selection{Policy: pol.ID, Dimensions: mapping}, a, id)
 }
 
 // responseOf maps an outcome to its JSON form.

@@ -229,7 +229,7 @@ func (l *Limiter) evaluateSelections(ctx context.Context, sels []Selection, attr
 		var o Outcome
 		if !ok {
 			o = unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
-		} else if sub, err := subjectFor(pol, s, attrs, id); err != nil {
+		} else if sub, err := SubjectFor(pol, s, attrs, id); err != nil {
 			o = unavailable(pol, CategoryInvalidRequest)
 		} else {
 			o = l.evaluate(ctx, set, Request{Policy: s.Policy, Subject: sub, Cost: s.Cost})

@@ -152,13 +152,13 @@ func TestHeaderExtractor(t *testing.T) {
 func TestSubjectForSelection(t *testing.T) {
 	pol := policy.RatePolicy{ID: "p", Dimensions: []policy.RateDimension{policy.DimPrincipal, policy.DimRoute}}
 	a := Attributes{Route: "/r", PrincipalTier: "gold"}
-	sub, err := subjectFor(pol, Selection{Policy: "p"}, a, Identity{Principal: "alice"})
+	sub, err := SubjectFor(pol, Selection{Policy: "p"}, a, Identity{Principal: "alice"})
 	require.NoError(t, err)
 	assert.Equal(t, Subject{policy.DimPrincipal: []byte("alice"), policy.DimRoute: []byte("/r")}, sub)
-	sub, err = subjectFor(pol, Selection{Policy: "p", Dimensions: map[string]string{"principal": "principal-tier"}}, a, Identity{})
+	sub, err = SubjectFor(pol, Selection{Policy: "p", Dimensions: map[string]string{"principal": "principal-tier"}}, a, Identity{})
 	require.NoError(t, err)
 	assert.Equal(t, []byte("gold"), sub[policy.DimPrincipal])
-	_, err = subjectFor(pol, Selection{Policy: "p"}, a, Identity{})
+	_, err = SubjectFor(pol, Selection{Policy: "p"}, a, Identity{})
 	require.ErrorIs(t, err, ErrNoSource)
 	assert.NotContains(t, Subject{policy.DimPrincipal: []byte("alice")}.String(), "alice")
 }

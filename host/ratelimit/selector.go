@@ -96,8 +96,24 @@ func (Identity) String() string { return "ratelimit.Identity(***)" }
 // this request (for example principal on an anonymous request).
 var ErrNoSource = errors.New("ratelimit: subject source is empty")
 
-// subjectFor builds the Subject of one selection for pol.
-func subjectFor(pol policy.RatePolicy, sel Selection, a Attributes, id Identity) (Subject, error) {
+// SourceError names a policy dimension whose source has no value for this
+// request. It matches ErrNoSource.
+type SourceError struct{ Dimension string }
+
+func (e *SourceError) Error() string {
+	return "ratelimit: no value for subject dimension " + e.Dimension
+}
+
+// Is reports whether target is ErrNoSource.
+func (e *SourceError) Is(target error) bool { return target == ErrNoSource }
+
+// SubjectFor fills pol's dimensions for one selection: a dimension takes the
+// source the selection maps it to (see Sources), else the source of the same
+// name — identity fields from id, classes from a. Every front end (the
+// middleware, the sidecar API) builds subjects through this one function so
+// the same request always lands in the same bucket. A missing value is a
+// *SourceError; a value over MaxSubjectValueBytes is an error.
+func SubjectFor(pol policy.RatePolicy, sel Selection, a Attributes, id Identity) (Subject, error) {
 	sub := make(Subject, len(pol.Dimensions))
 	for _, dim := range pol.Dimensions {
 		src := string(dim)
@@ -133,7 +149,10 @@ func subjectFor(pol policy.RatePolicy, sel Selection, a Attributes, id Identity)
 			return nil, fmt.Errorf("ratelimit: unknown subject source for dimension %s", dim)
 		}
 		if v == "" {
-			return nil, fmt.Errorf("%w: dimension %s", ErrNoSource, dim)
+			return nil, &SourceError{Dimension: string(dim)}
+		}
+		if len(v) > MaxSubjectValueBytes {
+			return nil, fmt.Errorf("ratelimit: subject value for dimension %s is longer than %d bytes", dim, MaxSubjectValueBytes)
 		}
 		sub[dim] = []byte(v)
 	}
