@@ -188,7 +188,7 @@ func load(ctx context.Context, data []byte, source, base string, o options) (*Co
 	cfg := d.decode(k.Raw(), roles)
 	cfg.Source = source
 	static := append(cfg.Redis.Problems(), policy.GuestProblems(cfg.Guests, cfg.Security)...)
-	all := mergeProblems(d.ps, static)
+	all := mergeProblems(d.Problems, static)
 	keys, fileProblems, err := verifyGuests(ctx, cfg, all)
 	if err != nil {
 		return nil, err

@@ -31,16 +31,16 @@ func DefaultGuestLimits() policy.GuestLimits {
 }
 
 func (d *decoder) guests(g map[string]any, out *policy.GuestsConfig) {
-	d.known("guests", g, "compile-cache-dir", "modules", "watch")
-	out.Watch, _ = d.boolean("guests.watch", g["watch"])
-	if s, ok := d.str("guests.compile-cache-dir", g["compile-cache-dir"]); ok {
+	d.Known("guests", g, "compile-cache-dir", "modules", "watch")
+	out.Watch, _ = d.Bool("guests.watch", g["watch"])
+	if s, ok := d.Str("guests.compile-cache-dir", g["compile-cache-dir"]); ok {
 		if s == "" {
-			d.ps.Add("guests.compile-cache-dir", policy.RuleType, "must be a directory path when set")
+			d.Problems.Add("guests.compile-cache-dir", policy.RuleType, "must be a directory path when set")
 		} else {
 			out.CompileCacheDir = d.resolvePath(s)
 		}
 	}
-	mods, _ := d.object("guests.modules", g["modules"])
+	mods, _ := d.Object("guests.modules", g["modules"])
 	names := make([]string, 0, len(mods))
 	for n := range mods {
 		names = append(names, n)
@@ -48,26 +48,26 @@ func (d *decoder) guests(g map[string]any, out *policy.GuestsConfig) {
 	sort.Strings(names)
 	for _, n := range names {
 		p := "guests.modules." + n
-		m, ok := d.object(p, mods[n])
+		m, ok := d.Object(p, mods[n])
 		if !ok {
 			if mods[n] == nil {
-				d.ps.Add(p+".path", policy.RuleGuestsPath, "required: the .wasm file")
+				d.Problems.Add(p+".path", policy.RuleGuestsPath, "required: the .wasm file")
 			}
 			continue
 		}
-		d.known(p, m, "grants", "limits", "path", "sha256", "signature")
+		d.Known(p, m, "grants", "limits", "path", "sha256", "signature")
 		gm := policy.GuestModule{Name: n, Limits: DefaultGuestLimits()}
-		if s, ok := d.str(p+".path", m["path"]); ok && s != "" {
+		if s, ok := d.Str(p+".path", m["path"]); ok && s != "" {
 			gm.Path = d.resolvePath(s)
 		}
-		gm.SHA256, _ = d.str(p+".sha256", m["sha256"])
-		if s, ok := d.str(p+".signature", m["signature"]); ok && s != "" {
+		gm.SHA256, _ = d.Str(p+".sha256", m["sha256"])
+		if s, ok := d.Str(p+".signature", m["signature"]); ok && s != "" {
 			gm.Signature = d.resolvePath(s)
 		}
-		if l, ok := d.object(p+".limits", m["limits"]); ok {
+		if l, ok := d.Object(p+".limits", m["limits"]); ok {
 			d.guestLimits(p+".limits", l, &gm.Limits)
 		}
-		gm.Grants, _ = d.strList(p+".grants", m["grants"])
+		gm.Grants, _ = d.StrList(p+".grants", m["grants"])
 		if out.Modules == nil {
 			out.Modules = map[string]policy.GuestModule{}
 		}
@@ -76,7 +76,7 @@ func (d *decoder) guests(g map[string]any, out *policy.GuestsConfig) {
 }
 
 func (d *decoder) guestLimits(p string, l map[string]any, out *policy.GuestLimits) {
-	d.known(p, l, "call-timeout", "max-host-calls", "max-input-bytes", "max-output-bytes", "memory-pages", "pool-size", "recycle-after")
+	d.Known(p, l, "call-timeout", "max-host-calls", "max-input-bytes", "max-output-bytes", "memory-pages", "pool-size", "recycle-after")
 	ints := []struct {
 		key string
 		dst *int
@@ -85,13 +85,13 @@ func (d *decoder) guestLimits(p string, l map[string]any, out *policy.GuestLimit
 		{"max-host-calls", &out.MaxHostCalls}, {"pool-size", &out.PoolSize}, {"recycle-after", &out.RecycleAfter},
 	}
 	for _, f := range ints {
-		if v, ok := d.integer(p+"."+f.key, l[f.key]); ok {
+		if v, ok := d.Int(p+"."+f.key, l[f.key]); ok {
 			*f.dst = v
 		} else if l[f.key] != nil {
 			*f.dst = 0 // decode problem reported; policy's echo is shadowed
 		}
 	}
-	if v, ok := d.duration(p+".call-timeout", l["call-timeout"]); ok {
+	if v, ok := d.Duration(p+".call-timeout", l["call-timeout"]); ok {
 		out.CallTimeout = v
 	} else if l["call-timeout"] != nil {
 		out.CallTimeout = 0
@@ -99,15 +99,15 @@ func (d *decoder) guestLimits(p string, l map[string]any, out *policy.GuestLimit
 }
 
 func (d *decoder) security(s map[string]any, out *policy.SecurityConfig) {
-	d.known("security", s, "allow-unsigned-swaps", "require-signed-guests", "trusted-keys")
-	out.AllowUnsignedSwaps, _ = d.boolean("security.allow-unsigned-swaps", s["allow-unsigned-swaps"])
-	out.RequireSignedGuests, _ = d.boolean("security.require-signed-guests", s["require-signed-guests"])
-	keys, _ := d.object("security.trusted-keys", s["trusted-keys"])
+	d.Known("security", s, "allow-unsigned-swaps", "require-signed-guests", "trusted-keys")
+	out.AllowUnsignedSwaps, _ = d.Bool("security.allow-unsigned-swaps", s["allow-unsigned-swaps"])
+	out.RequireSignedGuests, _ = d.Bool("security.require-signed-guests", s["require-signed-guests"])
+	keys, _ := d.Object("security.trusted-keys", s["trusted-keys"])
 	for n, v := range keys {
 		if out.TrustedKeys == nil {
 			out.TrustedKeys = map[string]string{}
 		}
-		path, ok := d.str("security.trusted-keys."+n, v)
+		path, ok := d.Str("security.trusted-keys."+n, v)
 		if ok && path != "" {
 			path = d.resolvePath(path)
 		}

@@ -42,24 +42,24 @@ const (
 
 func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}}
-	d.known("", root, "capabilities", "guests", "redis", "security", "server")
+	d.Known("", root, "capabilities", "guests", "redis", "security", "server")
 
 	selected := map[policy.Role]string{} // role → why it is selected
-	if caps, ok := d.object("capabilities", root["capabilities"]); ok {
+	if caps, ok := d.Object("capabilities", root["capabilities"]); ok {
 		d.capabilities(caps, cfg, selected)
 	}
 	for _, r := range extra {
 		if !r.Valid() {
-			d.ps.Add("(option) roles", policy.RuleRolesUnknown, "unknown role %q (want one of cache, coordination, session)", string(r))
+			d.Problems.Add("(option) roles", policy.RuleRolesUnknown, "unknown role %q (want one of cache, coordination, session)", string(r))
 			continue
 		}
 		if _, ok := selected[r]; !ok {
 			selected[r] = "explicitly selected"
 		}
 	}
-	if srv, ok := d.object("server", root["server"]); ok {
-		d.known("server", srv, "admin-token", "listen")
-		if s, ok := d.str("server.listen", srv["listen"]); ok {
+	if srv, ok := d.Object("server", root["server"]); ok {
+		d.Known("server", srv, "admin-token", "listen")
+		if s, ok := d.Str("server.listen", srv["listen"]); ok {
 			cfg.Server.Listen = s
 		}
 		if ref, sec, ok := d.secret("server.admin-token", srv["admin-token"]); ok {
@@ -67,18 +67,18 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 		}
 	}
 	if err := policy.CheckEndpoint(cfg.Server.Listen); err != nil {
-		d.ps.Add("server.listen", policy.RuleServerListen, "%v", err)
+		d.Problems.Add("server.listen", policy.RuleServerListen, "%v", err)
 	}
 
-	if g, ok := d.object("guests", root["guests"]); ok {
+	if g, ok := d.Object("guests", root["guests"]); ok {
 		d.guests(g, &cfg.Guests)
 	}
-	if s, ok := d.object("security", root["security"]); ok {
+	if s, ok := d.Object("security", root["security"]); ok {
 		d.security(s, &cfg.Security)
 	}
 
-	redis, _ := d.object("redis", root["redis"])
-	d.known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles")
+	redis, _ := d.Object("redis", root["redis"])
+	d.Known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles")
 	d.redis(redis, selected, &cfg.Redis)
 	return cfg
 }
@@ -96,17 +96,17 @@ func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[po
 			known = known || k == name
 		}
 		if !known {
-			d.ps.Add(p, policy.RuleCapabilityUnknown, "unknown capability (known: cache, idempotency, lease, notify, rate-limit, session)")
+			d.Problems.Add(p, policy.RuleCapabilityUnknown, "unknown capability (known: cache, idempotency, lease, notify, rate-limit, session)")
 			continue
 		}
-		block, ok := d.object(p, caps[name])
+		block, ok := d.Object(p, caps[name])
 		if !ok {
 			continue // absent or null: inactive
 		}
-		provider, ok := d.str(p+".provider", block["provider"])
+		provider, ok := d.Str(p+".provider", block["provider"])
 		if !ok {
 			if block["provider"] == nil {
-				d.ps.Add(p+".provider", policy.RuleCapabilityProvider, "required: redis or disabled")
+				d.Problems.Add(p+".provider", policy.RuleCapabilityProvider, "required: redis or disabled")
 			}
 			continue
 		}
@@ -115,17 +115,17 @@ func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[po
 			continue // inactive: the rest of the block is not even looked at
 		case ProviderRedis:
 		default:
-			d.ps.Add(p+".provider", policy.RuleCapabilityProvider, "unknown provider (want redis or disabled)")
+			d.Problems.Add(p+".provider", policy.RuleCapabilityProvider, "unknown provider (want redis or disabled)")
 			continue
 		}
 		c := Capability{Name: name, Provider: provider, Raw: map[string]any{}}
-		roleStr, ok := d.str(p+".redis-role", block["redis-role"])
+		roleStr, ok := d.Str(p+".redis-role", block["redis-role"])
 		switch {
 		case !ok && block["redis-role"] == nil:
-			d.ps.Add(p+".redis-role", policy.RuleCapabilityRole, "required with provider redis: cache, coordination or session")
+			d.Problems.Add(p+".redis-role", policy.RuleCapabilityRole, "required with provider redis: cache, coordination or session")
 		case ok:
 			if r, err := policy.ParseRole(roleStr); err != nil {
-				d.ps.Add(p+".redis-role", policy.RuleCapabilityRole, "unknown role (want cache, coordination or session)")
+				d.Problems.Add(p+".redis-role", policy.RuleCapabilityRole, "unknown role (want cache, coordination or session)")
 			} else {
 				c.RedisRole = r
 				if _, dup := selected[r]; !dup {
@@ -145,16 +145,16 @@ func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[po
 func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, out *policy.RedisConfig) {
 	out.Deployments = map[string]policy.Deployment{}
 	out.Roles = map[policy.Role]policy.RoleBinding{}
-	if v, ok := d.boolean("redis.allow-unsafe-colocation", redis["allow-unsafe-colocation"]); ok {
+	if v, ok := d.Bool("redis.allow-unsafe-colocation", redis["allow-unsafe-colocation"]); ok {
 		out.AllowUnsafeColocation = v
 	}
-	roles, _ := d.object("redis.roles", redis["roles"])
+	roles, _ := d.Object("redis.roles", redis["roles"])
 	for name := range roles {
 		if !policy.Role(name).Valid() {
-			d.ps.Add("redis.roles."+name, policy.RuleRolesUnknown, "unknown role (want one of cache, coordination, session)")
+			d.Problems.Add("redis.roles."+name, policy.RuleRolesUnknown, "unknown role (want one of cache, coordination, session)")
 		}
 	}
-	deps, _ := d.object("redis.deployments", redis["deployments"])
+	deps, _ := d.Object("redis.deployments", redis["deployments"])
 	wanted := map[string]bool{}
 	for _, r := range policy.Roles() {
 		why, ok := selected[r]
@@ -164,24 +164,24 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 		p := "redis.roles." + string(r)
 		raw, present := roles[string(r)]
 		if !present {
-			d.ps.Add(p, policy.RuleRolesMissing, "role is %s but not configured", why)
+			d.Problems.Add(p, policy.RuleRolesMissing, "role is %s but not configured", why)
 			continue
 		}
-		b, ok := d.object(p, raw)
+		b, ok := d.Object(p, raw)
 		if !ok {
 			if raw == nil {
-				d.ps.Add(p, policy.RuleRolesMissing, "role is %s but empty", why)
+				d.Problems.Add(p, policy.RuleRolesMissing, "role is %s but empty", why)
 			}
 			continue
 		}
-		d.known(p, b, "deployment", "expected-eviction", "required")
+		d.Known(p, b, "deployment", "expected-eviction", "required")
 		var rb policy.RoleBinding
-		rb.Deployment, _ = d.str(p+".deployment", b["deployment"])
-		rb.ExpectedEviction, _ = d.str(p+".expected-eviction", b["expected-eviction"])
+		rb.Deployment, _ = d.Str(p+".deployment", b["deployment"])
+		rb.ExpectedEviction, _ = d.Str(p+".expected-eviction", b["expected-eviction"])
 		if b["required"] == nil {
-			d.ps.Add(p+".required", policy.RuleRolesRequired, "must be set explicitly to true or false")
+			d.Problems.Add(p+".required", policy.RuleRolesRequired, "must be set explicitly to true or false")
 		} else {
-			rb.Required, _ = d.boolean(p+".required", b["required"])
+			rb.Required, _ = d.Bool(p+".required", b["required"])
 		}
 		out.Roles[r] = rb
 		if rb.Deployment != "" {
@@ -199,10 +199,10 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 			continue // policy reports roles.deployment
 		}
 		p := "redis.deployments." + id
-		m, ok := d.object(p, raw)
+		m, ok := d.Object(p, raw)
 		if !ok {
 			if raw == nil {
-				d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required")
+				d.Problems.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required")
 			}
 			continue
 		}
@@ -211,24 +211,24 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 	if len(out.Roles) == 0 && len(selected) == 0 {
 		return // Redis unused: programs and keys are not decoded
 	}
-	if prog, ok := d.object("redis.programs", redis["programs"]); ok {
-		d.known("redis.programs", prog, "mode")
-		if s, ok := d.str("redis.programs.mode", prog["mode"]); ok {
+	if prog, ok := d.Object("redis.programs", redis["programs"]); ok {
+		d.Known("redis.programs", prog, "mode")
+		if s, ok := d.Str("redis.programs.mode", prog["mode"]); ok {
 			out.Programs.Mode = policy.ProgramMode(s)
 		}
 	}
-	keys, _ := d.object("redis.keys", redis["keys"])
-	d.known("redis.keys", keys, "app", "env", "hmac")
-	out.Keys.App, _ = d.str("redis.keys.app", keys["app"])
-	out.Keys.Env, _ = d.str("redis.keys.env", keys["env"])
-	hmac, _ := d.object("redis.keys.hmac", keys["hmac"])
-	d.known("redis.keys.hmac", hmac, "versions", "write-version")
+	keys, _ := d.Object("redis.keys", redis["keys"])
+	d.Known("redis.keys", keys, "app", "env", "hmac")
+	out.Keys.App, _ = d.Str("redis.keys.app", keys["app"])
+	out.Keys.Env, _ = d.Str("redis.keys.env", keys["env"])
+	hmac, _ := d.Object("redis.keys.hmac", keys["hmac"])
+	d.Known("redis.keys.hmac", hmac, "versions", "write-version")
 	if hmac["write-version"] == nil {
-		d.ps.Add("redis.keys.hmac.write-version", policy.RuleKeysHMACWrite, "required")
+		d.Problems.Add("redis.keys.hmac.write-version", policy.RuleKeysHMACWrite, "required")
 	} else {
-		out.Keys.HMAC.WriteVersion, _ = d.integer("redis.keys.hmac.write-version", hmac["write-version"])
+		out.Keys.HMAC.WriteVersion, _ = d.Int("redis.keys.hmac.write-version", hmac["write-version"])
 	}
-	versions, _ := d.object("redis.keys.hmac.versions", hmac["versions"])
+	versions, _ := d.Object("redis.keys.hmac.versions", hmac["versions"])
 	out.Keys.HMAC.Versions = map[int]policy.Secret{}
 	vkeys := make([]string, 0, len(versions))
 	for k := range versions {
@@ -243,7 +243,7 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 		p := "redis.keys.hmac.versions." + k
 		n, err := strconv.Atoi(k)
 		if err != nil || strconv.Itoa(n) != k {
-			d.ps.Add(p, policy.RuleKeysHMACVersions, "version must be a positive integer")
+			d.Problems.Add(p, policy.RuleKeysHMACVersions, "version must be a positive integer")
 			continue
 		}
 		_, sec, _ := d.secret(p, versions[k])
@@ -252,7 +252,7 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 }
 
 func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
-	d.known(p, m, "auth", "budgets", "client-name", "cluster", "database", "lanes", "sentinel", "standalone", "timeouts", "tls")
+	d.Known(p, m, "auth", "budgets", "client-name", "cluster", "database", "lanes", "sentinel", "standalone", "timeouts", "tls")
 	dep := policy.Deployment{
 		ID:         id,
 		ClientName: DefaultClientName,
@@ -268,24 +268,24 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 	}
 	switch len(blocks) {
 	case 0:
-		d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required; none given")
+		d.Problems.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is required; none given")
 	case 1:
 		dep.Topology = d.topology(p+"."+blocks[0], blocks[0], m[blocks[0]])
 	default:
-		d.ps.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is allowed; found %v", blocks)
+		d.Problems.Add(p, policy.RuleTopologyExactlyOne, "exactly one of standalone, sentinel, cluster is allowed; found %v", blocks)
 	}
-	if v, ok := d.integer(p+".database", m["database"]); ok {
+	if v, ok := d.Int(p+".database", m["database"]); ok {
 		dep.Database = v
 	}
-	if v, ok := d.str(p+".client-name", m["client-name"]); ok {
+	if v, ok := d.Str(p+".client-name", m["client-name"]); ok {
 		dep.ClientName = v
 	}
-	if auth, ok := d.object(p+".auth", m["auth"]); ok {
+	if auth, ok := d.Object(p+".auth", m["auth"]); ok {
 		allowed := []string{"default"}
 		for _, l := range policy.Lanes() {
 			allowed = append(allowed, string(l))
 		}
-		d.known(p+".auth", auth, allowed...)
+		d.Known(p+".auth", auth, allowed...)
 		if c, ok := d.credential(p+".auth.default", auth["default"]); ok {
 			dep.Default = c
 		}
@@ -296,45 +296,45 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		}
 	}
 	dep.TLS = d.tls(p+".tls", m["tls"])
-	if t, ok := d.object(p+".timeouts", m["timeouts"]); ok {
-		d.known(p+".timeouts", t, "acquire", "command", "connect", "shutdown")
-		dep.Timeouts.Connect, _ = d.duration(p+".timeouts.connect", t["connect"])
-		dep.Timeouts.Command, _ = d.duration(p+".timeouts.command", t["command"])
-		dep.Timeouts.Acquire, _ = d.duration(p+".timeouts.acquire", t["acquire"])
-		dep.Timeouts.Shutdown, _ = d.duration(p+".timeouts.shutdown", t["shutdown"])
+	if t, ok := d.Object(p+".timeouts", m["timeouts"]); ok {
+		d.Known(p+".timeouts", t, "acquire", "command", "connect", "shutdown")
+		dep.Timeouts.Connect, _ = d.Duration(p+".timeouts.connect", t["connect"])
+		dep.Timeouts.Command, _ = d.Duration(p+".timeouts.command", t["command"])
+		dep.Timeouts.Acquire, _ = d.Duration(p+".timeouts.acquire", t["acquire"])
+		dep.Timeouts.Shutdown, _ = d.Duration(p+".timeouts.shutdown", t["shutdown"])
 	}
-	if lanes, ok := d.object(p+".lanes", m["lanes"]); ok {
+	if lanes, ok := d.Object(p+".lanes", m["lanes"]); ok {
 		var allowed []string
 		for _, l := range policy.Lanes() {
 			allowed = append(allowed, string(l))
 		}
-		d.known(p+".lanes", lanes, allowed...)
+		d.Known(p+".lanes", lanes, allowed...)
 		for _, l := range policy.Lanes() {
 			lp := p + ".lanes." + string(l)
-			lm, ok := d.object(lp, lanes[string(l)])
+			lm, ok := d.Object(lp, lanes[string(l)])
 			if !ok {
 				continue
 			}
-			d.known(lp, lm, "command-timeout", "max-in-flight", "pool-size")
+			d.Known(lp, lm, "command-timeout", "max-in-flight", "pool-size")
 			lc := dep.Lanes[l]
-			if v, ok := d.integer(lp+".pool-size", lm["pool-size"]); ok {
+			if v, ok := d.Int(lp+".pool-size", lm["pool-size"]); ok {
 				lc.PoolSize = v
 			}
-			if v, ok := d.integer(lp+".max-in-flight", lm["max-in-flight"]); ok {
+			if v, ok := d.Int(lp+".max-in-flight", lm["max-in-flight"]); ok {
 				lc.MaxInFlight = v
 			}
-			if v, ok := d.duration(lp+".command-timeout", lm["command-timeout"]); ok {
+			if v, ok := d.Duration(lp+".command-timeout", lm["command-timeout"]); ok {
 				lc.CommandTimeout = v
 			}
 			dep.Lanes[l] = lc
 		}
 	}
-	if b, ok := d.object(p+".budgets", m["budgets"]); ok {
-		d.known(p+".budgets", b, "max-reply-bytes", "max-request-bytes")
-		if v, ok := d.integer(p+".budgets.max-request-bytes", b["max-request-bytes"]); ok {
+	if b, ok := d.Object(p+".budgets", m["budgets"]); ok {
+		d.Known(p+".budgets", b, "max-reply-bytes", "max-request-bytes")
+		if v, ok := d.Int(p+".budgets.max-request-bytes", b["max-request-bytes"]); ok {
 			dep.Budgets.MaxRequestBytes = v
 		}
-		if v, ok := d.integer(p+".budgets.max-reply-bytes", b["max-reply-bytes"]); ok {
+		if v, ok := d.Int(p+".budgets.max-reply-bytes", b["max-reply-bytes"]); ok {
 			dep.Budgets.MaxReplyBytes = v
 		}
 	}
@@ -342,33 +342,33 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 }
 
 func (d *decoder) topology(p, kind string, v any) policy.Topology {
-	m, ok := d.object(p, v)
+	m, ok := d.Object(p, v)
 	if !ok {
 		if v == nil {
-			d.ps.Add(p, policy.RuleType, "must be a mapping, got null")
+			d.Problems.Add(p, policy.RuleType, "must be a mapping, got null")
 		}
 		return nil
 	}
 	switch kind {
 	case "standalone":
-		d.known(p, m, "endpoint")
+		d.Known(p, m, "endpoint")
 		t := &policy.Standalone{}
-		t.Endpoint, _ = d.str(p+".endpoint", m["endpoint"])
+		t.Endpoint, _ = d.Str(p+".endpoint", m["endpoint"])
 		return t
 	case "sentinel":
-		d.known(p, m, "auth", "endpoints", "master-name", "tls")
+		d.Known(p, m, "auth", "endpoints", "master-name", "tls")
 		t := &policy.Sentinel{}
-		t.MasterName, _ = d.str(p+".master-name", m["master-name"])
-		t.Endpoints, _ = d.strList(p+".endpoints", m["endpoints"])
+		t.MasterName, _ = d.Str(p+".master-name", m["master-name"])
+		t.Endpoints, _ = d.StrList(p+".endpoints", m["endpoints"])
 		if c, ok := d.credential(p+".auth", m["auth"]); ok {
 			t.Auth = c
 		}
 		t.TLS = d.tls(p+".tls", m["tls"])
 		return t
 	default:
-		d.known(p, m, "seeds")
+		d.Known(p, m, "seeds")
 		t := &policy.Cluster{}
-		t.Seeds, _ = d.strList(p+".seeds", m["seeds"])
+		t.Seeds, _ = d.StrList(p+".seeds", m["seeds"])
 		return t
 	}
 }
@@ -378,25 +378,25 @@ func (d *decoder) topology(p, kind string, v any) policy.Topology {
 // startup rather than at the first handshake; paths are made absolute.
 func (d *decoder) tls(p string, v any) policy.TLSConfig {
 	var t policy.TLSConfig
-	m, ok := d.object(p, v)
+	m, ok := d.Object(p, v)
 	if !ok {
 		return t
 	}
-	d.known(p, m, "ca-file", "cert-file", "enabled", "key-file", "server-name", "verify-hostname")
-	t.Enabled, _ = d.boolean(p+".enabled", m["enabled"])
-	if verify, ok := d.boolean(p+".verify-hostname", m["verify-hostname"]); ok {
+	d.Known(p, m, "ca-file", "cert-file", "enabled", "key-file", "server-name", "verify-hostname")
+	t.Enabled, _ = d.Bool(p+".enabled", m["enabled"])
+	if verify, ok := d.Bool(p+".verify-hostname", m["verify-hostname"]); ok {
 		t.SkipVerifyHostname = !verify
 	}
-	t.ServerName, _ = d.str(p+".server-name", m["server-name"])
+	t.ServerName, _ = d.Str(p+".server-name", m["server-name"])
 	file := func(key string) string {
-		s, ok := d.str(p+"."+key, m[key])
+		s, ok := d.Str(p+"."+key, m[key])
 		if !ok || s == "" {
 			return ""
 		}
 		s = d.resolvePath(s)
 		if t.Enabled {
 			if err := readable(s); err != nil {
-				d.ps.Add(p+"."+key, policy.RuleTLSFile, "%v", err)
+				d.Problems.Add(p+"."+key, policy.RuleTLSFile, "%v", err)
 			}
 		}
 		return s

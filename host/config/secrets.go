@@ -14,16 +14,16 @@ import (
 // field and, for a well-formed reference, the variable or file (references
 // are not secret); they never echo a rejected value or resolved material.
 func (d *decoder) secret(path string, v any) (policy.SecretRef, policy.Secret, bool) {
-	s, ok := d.str(path, v)
+	s, ok := d.Str(path, v)
 	if !ok {
 		return policy.SecretRef{}, policy.Secret{}, false
 	}
 	ref, err := policy.ParseSecretRef(s)
 	if err != nil {
 		if errors.Is(err, policy.ErrSecretLiteral) {
-			d.ps.Add(path, policy.RuleSecretLiteral, "literal secrets are not accepted; use secret://env/NAME or secret://file/PATH")
+			d.Problems.Add(path, policy.RuleSecretLiteral, "literal secrets are not accepted; use secret://env/NAME or secret://file/PATH")
 		} else {
-			d.ps.Add(path, policy.RuleSecretMalformed, "%v", err)
+			d.Problems.Add(path, policy.RuleSecretMalformed, "%v", err)
 		}
 		return policy.SecretRef{}, policy.Secret{}, false
 	}
@@ -31,22 +31,22 @@ func (d *decoder) secret(path string, v any) (policy.SecretRef, policy.Secret, b
 	case policy.SecretFromEnv:
 		val, ok := d.lookup(ref.Name)
 		if !ok {
-			d.ps.Add(path, policy.RuleSecretEnvMissing, "environment variable %s is not set", ref.Name)
+			d.Problems.Add(path, policy.RuleSecretEnvMissing, "environment variable %s is not set", ref.Name)
 			return ref, policy.Secret{}, false
 		}
 		if len(val) > MaxSecretBytes {
-			d.ps.Add(path, policy.RuleSecretTooLarge, "environment variable %s exceeds %d bytes", ref.Name, MaxSecretBytes)
+			d.Problems.Add(path, policy.RuleSecretTooLarge, "environment variable %s exceeds %d bytes", ref.Name, MaxSecretBytes)
 			return ref, policy.Secret{}, false
 		}
 		if val == "" {
-			d.ps.Add(path, policy.RuleSecretEmpty, "environment variable %s resolved to nothing", ref.Name)
+			d.Problems.Add(path, policy.RuleSecretEmpty, "environment variable %s resolved to nothing", ref.Name)
 			return ref, policy.Secret{}, false
 		}
 		return ref, policy.NewSecret([]byte(val)), true
 	default:
 		b, rule, msg := readSecretFile(d.resolvePath(ref.Name))
 		if rule != "" {
-			d.ps.Add(path, rule, "file %s %s", ref.Name, msg)
+			d.Problems.Add(path, rule, "file %s %s", ref.Name, msg)
 			return ref, policy.Secret{}, false
 		}
 		sec := policy.NewSecret(b)
