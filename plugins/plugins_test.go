@@ -168,8 +168,10 @@ func TestPoolBoundsConcurrencyAndRecycles(t *testing.T) {
 	assert.LessOrEqual(t, obs.maxInUse, 2)
 	assert.GreaterOrEqual(t, obs.minInUse, 0, "in-use gauge never negative")
 	obs.mu.Unlock()
-	// 160 calls on instances recycled every 25 calls: at least 6 replacements.
-	assert.GreaterOrEqual(t, obs.discarded.Load(), int64(6))
+	// 160 calls on instances recycled after 25 calls each: at most 2 live
+	// instances hold up to 24 calls each, so the other ≥ 112 calls were
+	// served by discarded instances of 25 each: at least ceil(112/25) = 5.
+	assert.GreaterOrEqual(t, obs.discarded.Load(), int64(5))
 	assert.LessOrEqual(t, obs.started.Load()-obs.discarded.Load(), int64(2))
 
 	// A caller whose context ends while the pool is exhausted gets pool-timeout.
