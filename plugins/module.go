@@ -295,7 +295,10 @@ func (m *Module) begin(ctx context.Context, e abi.Export, in []byte) (pending, e
 		return p, gerr
 	}
 	p.inst = inst
-	frame, err := m.callInstance(ctx, inst, e, in, p.start)
+	// The call deadline bounds guest execution only: time spent waiting for
+	// an instance (or instantiating one on recycle) is bounded by ctx, so a
+	// busy pool never turns into deadline errors and discarded instances.
+	frame, err := m.callInstance(ctx, inst, e, in, time.Now())
 	if err != nil {
 		return p, m.end(&p, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -149,6 +150,7 @@ func TestPoolBoundsConcurrencyAndRecycles(t *testing.T) {
 	m := load(t, newEngine(t, Config{Observer: obs}), "echo", Limits{PoolSize: 2, RecycleAfter: 25})
 	var wg sync.WaitGroup
 	var failures atomic.Int64
+	var firstErr atomic.Value
 	for g := range 16 {
 		wg.Add(1)
 		go func() {
@@ -156,14 +158,18 @@ func TestPoolBoundsConcurrencyAndRecycles(t *testing.T) {
 			for i := range 10 {
 				v := []byte{byte(g), byte(i)}
 				out, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "echo", Value: v})
-				if err != nil || !bytes.Equal(out.Payload, v) {
+				if err == nil && !bytes.Equal(out.Payload, v) {
+					err = fmt.Errorf("payload %x, want %x", out.Payload, v)
+				}
+				if err != nil {
 					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	require.Zero(t, failures.Load())
+	require.Zero(t, failures.Load(), "first failure: %v", firstErr.Load())
 	obs.mu.Lock()
 	assert.LessOrEqual(t, obs.maxInUse, 2)
 	assert.GreaterOrEqual(t, obs.minInUse, 0, "in-use gauge never negative")
