@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caphost/caphost/abi"
@@ -42,13 +43,41 @@ var ErrGuestSelect = errors.New("ratelimit: rate-policy guest selection failed")
 type GuestSelector struct {
 	run     GuestRunner
 	modules []string
+	// tables caches, per module, the mapping of the generation last seen
+	// (keyed by its description, which changes with every swap), so a
+	// selection costs no per-call map building or id rewriting.
+	tables []atomic.Pointer[declTable]
+}
+
+// declTable is the host view of one generation's rate-policy declarations.
+type declTable struct {
+	desc *abi.Description
+	byID map[string]guestDecl
+}
+
+type guestDecl struct {
+	hostID string
+	decl   *abi.RatePolicyDecl
+}
+
+func newDeclTable(d *abi.Description) *declTable {
+	t := &declTable{desc: d}
+	if d == nil {
+		return t
+	}
+	t.byID = make(map[string]guestDecl, len(d.RatePolicies))
+	for i := range d.RatePolicies {
+		p := &d.RatePolicies[i]
+		t.byID[p.ID] = guestDecl{hostID: GuestPolicyID(p.ID), decl: p}
+	}
+	return t
 }
 
 // NewGuestSelector selects through the named modules of run. With more
 // than one module the selections are concatenated in the given order and
 // evaluated as one hierarchy: every selected policy must allow.
 func NewGuestSelector(run GuestRunner, modules ...string) *GuestSelector {
-	return &GuestSelector{run: run, modules: slices.Clone(modules)}
+	return &GuestSelector{run: run, modules: slices.Clone(modules), tables: make([]atomic.Pointer[declTable], len(modules))}
 }
 
 // Modules names the rate-policy guests the selector calls.
@@ -57,8 +86,8 @@ func (s *GuestSelector) Modules() []string { return slices.Clone(s.modules) }
 // Select implements Selector.
 func (s *GuestSelector) Select(ctx context.Context, a Attributes) ([]Selection, error) {
 	var out []Selection
-	for _, mod := range s.modules {
-		sels, err := s.selectOne(ctx, mod, a)
+	for i, mod := range s.modules {
+		sels, err := s.selectOne(ctx, i, mod, a)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +99,7 @@ func (s *GuestSelector) Select(ctx context.Context, a Attributes) ([]Selection, 
 	return out, nil
 }
 
-func (s *GuestSelector) selectOne(ctx context.Context, module string, a Attributes) ([]Selection, error) {
+func (s *GuestSelector) selectOne(ctx context.Context, i int, module string, a Attributes) ([]Selection, error) {
 	req := &abi.RateSelectRequest{
 		Route: a.Route, Method: a.Method, PrincipalTier: a.PrincipalTier,
 		APIKeyPlan: a.APIKeyPlan, ClientIPClass: a.ClientIPClass,
@@ -84,15 +113,14 @@ func (s *GuestSelector) selectOne(ctx context.Context, module string, a Attribut
 		if err != nil {
 			return err
 		}
-		// The description of the same generation: the declarations the
-		// selection was checked against by plugins.
-		decls := map[string]abi.RatePolicyDecl{}
-		if d := m.Description(); d != nil {
-			for _, p := range d.RatePolicies {
-				decls[p.ID] = p
-			}
+		// The declarations of the same generation: the ones plugins
+		// checked the selection against.
+		t := s.tables[i].Load()
+		if d := m.Description(); t == nil || t.desc != d {
+			t = newDeclTable(d)
+			s.tables[i].Store(t)
 		}
-		out, err = mapSelections(resp.Selections, decls)
+		out, err = mapSelections(resp.Selections, t)
 		return err
 	})
 	if err != nil {
@@ -101,18 +129,18 @@ func (s *GuestSelector) selectOne(ctx context.Context, module string, a Attribut
 	return out, nil
 }
 
-func mapSelections(sels []abi.RateSelection, decls map[string]abi.RatePolicyDecl) ([]Selection, error) {
+func mapSelections(sels []abi.RateSelection, t *declTable) ([]Selection, error) {
 	if len(sels) > MaxSelections {
 		return nil, fmt.Errorf("%d selections, at most %d", len(sels), MaxSelections)
 	}
 	out := make([]Selection, 0, len(sels))
 	for _, gs := range sels {
-		d, ok := decls[gs.PolicyID]
-		if !ok || len(gs.Dimensions) != len(d.Dimensions) {
+		g, ok := t.byID[gs.PolicyID]
+		if !ok || len(gs.Dimensions) != len(g.decl.Dimensions) {
 			return nil, fmt.Errorf("selection does not match a declared policy")
 		}
-		sel := Selection{Policy: GuestPolicyID(gs.PolicyID), Cost: int64(gs.Cost)}
-		for i, dim := range d.Dimensions {
+		sel := Selection{Policy: g.hostID, Cost: int64(gs.Cost)}
+		for i, dim := range g.decl.Dimensions {
 			if !policy.RateDimension(dim).Valid() || dim == string(policy.DimGlobal) {
 				continue // guest classification: not keyed (see GuestSelector)
 			}
@@ -139,7 +167,12 @@ func mapSelections(sels []abi.RateSelection, decls map[string]abi.RatePolicyDecl
 // compile with a rate.id problem naming it; two guest ids that collide fail
 // as duplicates.
 func GuestPolicyID(id string) string {
-	return strings.NewReplacer(".", "-", "_", "-").Replace(id)
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' {
+			return '-'
+		}
+		return r
+	}, id)
 }
 
 // GuestPolicyRevision maps a guest policy revision (>= 1) to the host's

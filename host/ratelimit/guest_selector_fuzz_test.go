@@ -32,7 +32,7 @@ func FuzzGuestOutput(f *testing.F) {
 			values[i] = value
 		}
 		sels, err := mapSelections([]abi.RateSelection{{PolicyID: id, Dimensions: values, Cost: cost}},
-			map[string]abi.RatePolicyDecl{id: decl})
+			newDeclTable(&abi.Description{RatePolicies: []abi.RatePolicyDecl{decl}}))
 		if err != nil {
 			return
 		}

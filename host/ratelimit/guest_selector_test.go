@@ -78,10 +78,10 @@ func TestCompileWithGuests(t *testing.T) {
 }
 
 func TestMapSelections(t *testing.T) {
-	decls := map[string]abi.RatePolicyDecl{
-		"pro.read": {ID: "pro.read", Dimensions: []string{"route-class"}},
-		"per-user": {ID: "per-user", Dimensions: []string{"principal", "tenant"}},
-	}
+	decls := newDeclTable(&abi.Description{RatePolicies: []abi.RatePolicyDecl{
+		{ID: "pro.read", Dimensions: []string{"route-class"}},
+		{ID: "per-user", Dimensions: []string{"principal", "tenant"}},
+	}})
 	got, err := mapSelections([]abi.RateSelection{
 		{PolicyID: "pro.read", Dimensions: []string{"read"}, Cost: 5},
 		{PolicyID: "per-user", Dimensions: []string{"api-key", ""}, Cost: 1},
