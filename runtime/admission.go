@@ -29,7 +29,7 @@ type admission struct {
 	deployment string
 	lane       policy.Lane
 	gate       *gate
-	sem        chan struct{}
+	inflight   *inflight
 	acquire    time.Duration
 	catalog    *commands.Catalog
 	obs        Observer
@@ -262,28 +262,17 @@ func (a *admission) admit(ctx context.Context) *AdmissionError {
 	if !a.gate.enter() {
 		return &AdmissionError{Deployment: a.deployment, Lane: a.lane, Outcome: certainty.UnavailableBeforeSend}
 	}
-	select {
-	case a.sem <- struct{}{}:
-	default:
-		t := time.NewTimer(a.acquire)
-		defer t.Stop()
-		select {
-		case a.sem <- struct{}{}:
-		case <-t.C:
-			a.gate.leave()
-			return &AdmissionError{Deployment: a.deployment, Lane: a.lane, Outcome: certainty.OverloadedBeforeSend}
-		case <-ctx.Done():
-			a.gate.leave()
-			return &AdmissionError{Deployment: a.deployment, Lane: a.lane, Outcome: certainty.OverloadedBeforeSend}
-		}
+	if !a.inflight.acquire(ctx, a.acquire) {
+		a.gate.leave()
+		return &AdmissionError{Deployment: a.deployment, Lane: a.lane, Outcome: certainty.OverloadedBeforeSend}
 	}
-	a.obs.InFlight(a.deployment, a.lane, len(a.sem))
+	a.obs.InFlight(a.deployment, a.lane, a.inflight.load())
 	return nil
 }
 
 func (a *admission) release() {
-	<-a.sem
-	a.obs.InFlight(a.deployment, a.lane, len(a.sem))
+	a.inflight.release()
+	a.obs.InFlight(a.deployment, a.lane, a.inflight.load())
 	a.gate.leave()
 }
 

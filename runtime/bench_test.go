@@ -99,7 +99,7 @@ func hookChainObserved(tb testing.TB, obs Observer) (redis.ProcessHook, string) 
 	g, err := guard.New(guard.Config{Deployment: "bench", Lane: policy.LaneRegular, Catalog: cat, Namespace: testNS,
 		Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20}})
 	require.NoError(tb, err)
-	adm := &admission{deployment: "bench", lane: policy.LaneRegular, gate: newGate(), sem: make(chan struct{}, 1024),
+	adm := &admission{deployment: "bench", lane: policy.LaneRegular, gate: newGate(), inflight: newInflight(1024),
 		acquire: time.Second, catalog: cat, obs: obs}
 	value := string(make([]byte, 256))
 	terminal := func(_ context.Context, cmd redis.Cmder) error {
@@ -128,7 +128,7 @@ func BenchmarkHookPathParts(b *testing.B) {
 	g, err := guard.New(guard.Config{Deployment: "bench", Lane: policy.LaneRegular, Catalog: cat, Namespace: testNS,
 		Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20}})
 	require.NoError(b, err)
-	adm := &admission{deployment: "bench", lane: policy.LaneRegular, gate: newGate(), sem: make(chan struct{}, 1024),
+	adm := &admission{deployment: "bench", lane: policy.LaneRegular, gate: newGate(), inflight: newInflight(1024),
 		acquire: time.Second, catalog: cat, obs: nopObserver{}}
 	value := string(make([]byte, 256))
 	terminal := func(_ context.Context, cmd redis.Cmder) error {

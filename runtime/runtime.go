@@ -179,7 +179,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 			return nil, fmt.Errorf("%w: deployment %s lane %s: %w", ErrConfig, dc.ID, l, err)
 		}
 		adm := &admission{
-			deployment: dc.ID, lane: l, gate: r.gate, sem: make(chan struct{}, lc.MaxInFlight),
+			deployment: dc.ID, lane: l, gate: r.gate, inflight: newInflight(lc.MaxInFlight),
 			acquire: dc.Timeouts.Acquire, catalog: cat, obs: obs,
 		}
 		install := func(c interface{ AddHook(redis.Hook) }) {
