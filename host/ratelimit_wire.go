@@ -29,6 +29,7 @@ type rateWire struct {
 	log     *slog.Logger
 	cfg     ratelimit.Config
 	lim     *ratelimit.Limiter
+	conc    *ratelimit.ConcurrencyLimiter
 	sel     ratelimit.Selector
 	g       *guests // nil without guest modules
 	mods    []string
@@ -74,6 +75,9 @@ func (h *Host) newRate(ctx context.Context, c config.Capability) (*rateWire, err
 		return nil, err
 	}
 	if w.lim, err = ratelimit.New(h.rt, cfg, set, ratelimit.WithLogger(h.log), ratelimit.WithRegisterer(h.reg)); err != nil {
+		return nil, err
+	}
+	if w.conc, err = ratelimit.NewConcurrencyLimiter(w.lim, ratelimit.WithLogger(h.log), ratelimit.WithRegisterer(h.reg)); err != nil {
 		return nil, err
 	}
 	if w.reloads, err = metrics.NewRatePolicyReloads(h.reg); err != nil {

@@ -91,6 +91,12 @@ const (
 	RateMaxDedupTTL      = 24 * time.Hour
 	RateMaxDedupEntries  = 4096
 	RateMaxPolicies      = 256
+	// RateMinPermitTTL and RateMaxPermitTTL bound a concurrency permit's
+	// life. A permit is a lease on work in flight: long work renews it
+	// (ratelimit's auto-renewal), so a day bounds how long a holder that
+	// died without releasing can keep a slot.
+	RateMinPermitTTL = 10 * time.Millisecond
+	RateMaxPermitTTL = 24 * time.Hour
 	// RateScale is the fixed-point scale of token amounts (micro-tokens), as
 	// in the token-bucket program.
 	RateScale = 1_000_000
@@ -123,7 +129,9 @@ type RateParameters struct {
 	RefillTokens int64
 	// RefillPeriod is the token-bucket refill period. Whole milliseconds.
 	RefillPeriod time.Duration
-	// PermitTTL bounds a leaked concurrency permit's life.
+	// PermitTTL bounds a leaked concurrency permit's life
+	// (RateMinPermitTTL..RateMaxPermitTTL). It is also the default and the
+	// largest TTL one acquire or renew may ask for.
 	PermitTTL time.Duration
 }
 
@@ -544,7 +552,20 @@ func checkRateParams(p RatePolicy, path string, ps *Problems) {
 		if pp.Limit < 1 || pp.Limit > RateMaxLogLimit {
 			bad("limit", "maximum permits must be within 1..%d", RateMaxLogLimit)
 		}
-		window("permit-ttl", pp.PermitTTL)
+		if pp.PermitTTL < RateMinPermitTTL || pp.PermitTTL > RateMaxPermitTTL || pp.PermitTTL%time.Millisecond != 0 {
+			bad("permit-ttl", "must be whole milliseconds within %s..%s", RateMinPermitTTL, RateMaxPermitTTL)
+		}
+		// §21.4/§21.5 define the local emergency limiter, fail-open and
+		// shadow for rates (per-pod window and bucket limits, allow plus
+		// telemetry); none of them is defined for permits of work in flight.
+		// A permit limiter whose global state cannot be reached therefore
+		// fails closed, always.
+		if p.FailureMode != FailClosed && p.FailureMode != "" {
+			ps.Add(path+".failure-mode", RuleRateFailureMode, "a concurrency limiter always fails closed (§21 defines no local or open fallback for permits)")
+		}
+		if p.Shadow {
+			bad("shadow", "does not apply to %s: a shadow permit would admit work it does not count", p.Algorithm)
+		}
 		costUpTo(1)
 		notFor("window", pp.Window != 0)
 		notFor("capacity", pp.Capacity != 0)

@@ -50,6 +50,10 @@ func (f *fakeBackend) RateLimit() (*ratelimit.Limiter, ratelimit.Selector, error
 	return nil, nil, host.ErrCapabilityDisabled
 }
 
+func (f *fakeBackend) Concurrency() (*ratelimit.ConcurrencyLimiter, error) {
+	return nil, host.ErrCapabilityDisabled
+}
+
 func (f *fakeBackend) Guests() []host.GuestStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()

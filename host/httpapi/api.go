@@ -38,6 +38,9 @@ type Backend interface {
 	// RateLimit returns the limiter and selector, or an error matching
 	// host.ErrCapabilityDisabled when the capability is off.
 	RateLimit() (*ratelimit.Limiter, ratelimit.Selector, error)
+	// Concurrency returns the concurrency-permit limiter of the rate-limit
+	// capability, or an error matching host.ErrCapabilityDisabled.
+	Concurrency() (*ratelimit.ConcurrencyLimiter, error)
 	// Guests lists the loaded guest slots.
 	Guests() []host.GuestStatus
 	// SwapGuest replaces the named guest's module; on failure the previous
@@ -95,6 +98,9 @@ func New(b Backend, opts Options) http.Handler {
 		mux.Handle(p, ops)
 	}
 	mux.Handle("/v1/ratelimit/evaluate", only(http.MethodPost, http.HandlerFunc(a.evaluate)))
+	for _, op := range []string{"acquire", "renew", "release"} {
+		mux.Handle("/v1/concurrency/"+op, only(http.MethodPost, a.concurrency(op)))
+	}
 	if a.admin != nil {
 		mux.Handle("/admin/guests", a.admin.auth(only(http.MethodGet, http.HandlerFunc(a.admin.list))))
 		mux.Handle("/admin/guests/{name}", a.admin.auth(only(http.MethodPut, http.HandlerFunc(a.admin.swap))))

@@ -4,7 +4,9 @@
 // Indeterminate), the failure modes (fail-closed, a bounded local emergency
 // limiter, explicit fail-open, shadow), evaluation-id dedup and its single
 // reconciling retry, hierarchical evaluation, Prometheus metrics, policy
-// selection (Selector, StaticSelector) and the net/http middleware.
+// selection (Selector, StaticSelector) and the net/http middleware; and the
+// separate concurrency-permit port of §20.8 (ConcurrencyLimiter, Lease):
+// acquire/renew/release with host-minted owner tokens, always fail-closed.
 //
 // Raw subject values (tenant, principal, API key, client IP, ...) enter only
 // through Request.Subject and leave only as an HMAC digest inside a

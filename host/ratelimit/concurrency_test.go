@@ -1,0 +1,670 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// permits is a per-tenant concurrency policy.
+func permits(id string, limit int64, ttl time.Duration) policy.RatePolicyDecl {
+	return policy.RatePolicyDecl{ID: id, Revision: "r1", Algorithm: policy.RateConcurrency,
+		Parameters: policy.RateParameters{Limit: limit, PermitTTL: ttl}, Dimensions: []policy.RateDimension{policy.DimTenant}}
+}
+
+type concFixture struct {
+	*fixture
+	c *ConcurrencyLimiter
+}
+
+func newConcFixture(t testing.TB, addr string, srv *redistest.Server, cfg Config, opts []Option, decls ...policy.RatePolicyDecl) *concFixture {
+	t.Helper()
+	f := newFixture(t, addr, srv, cfg, nil, decls...)
+	c, err := NewConcurrencyLimiter(f.l, append([]Option{WithRegisterer(f.reg)}, opts...)...)
+	require.NoError(t, err)
+	return &concFixture{fixture: f, c: c}
+}
+
+func acq(pol, subject string) ConcurrencyRequest {
+	return ConcurrencyRequest{Policy: pol, Subject: tenant(subject), Deadline: time.Now().Add(3 * time.Second)}
+}
+
+// permitKey rebuilds the permit set key of (policy revision, subject).
+func (f *concFixture) permitKey(t testing.TB, id, rev string, sub Subject) keys.Key {
+	t.Helper()
+	pol, ok := f.l.Policies().Policy(id)
+	require.True(t, ok)
+	pol.Revision = rev
+	k, err := f.rt.Keys().Build(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: keyVersion,
+		Kind: concurrencyKind, Parts: subjectParts(pol, sub)})
+	require.NoError(t, err)
+	return k
+}
+
+// owners lists the live owners stored in a permit set (sentinel excluded).
+func (f *concFixture) owners(t testing.TB, k keys.Key) []string {
+	t.Helper()
+	got, err := f.srv.Admin().ZRangeByScore(ctxT(t), k.Redis(), &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Result()
+	require.NoError(t, err)
+	return got
+}
+
+// TestConcurrencyExactAdmission: 32 goroutines compete for 5 permits of one
+// subject for a while; a holder counts itself in between the acquire's
+// return and the release's send (the window in which Redis certainly holds
+// its permit), and the count never exceeds the limit while it does reach
+// it. Afterwards the permit set is empty.
+func TestConcurrencyExactAdmission(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	const limit = 5
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", limit, 30*time.Second))
+	ctx := ctxT(t)
+	var holders, peak, acquired, contended atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(1500 * time.Millisecond)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for time.Now().Before(stop) {
+				lease, err := f.c.AcquireLease(ctx, acq("jobs", "acme"))
+				if errors.Is(err, ErrPermitContended) {
+					contended.Add(1)
+					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				acquired.Add(1)
+				n := holders.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+				holders.Add(-1)
+				o := lease.Release(ctx)
+				st, _ := o.Status()
+				assert.Equal(t, PermitReleased, st)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("acquired %d, contended %d, peak %d", acquired.Load(), contended.Load(), peak.Load())
+	assert.LessOrEqual(t, peak.Load(), int64(limit), "never more holders than permits")
+	assert.Equal(t, int64(limit), peak.Load(), "the limit is reachable")
+	assert.Positive(t, contended.Load())
+	assert.Greater(t, acquired.Load(), int64(2*limit))
+	assert.Empty(t, f.owners(t, f.permitKey(t, "jobs", "r1", tenant("acme"))), "every permit was returned")
+	assert.Equal(t, float64(acquired.Load()), counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "jobs", "operation": "acquire", "result": "acquired"}))
+}
+
+func TestConcurrencyReleaseFreesASlotAndSubjectsAreSeparate(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	ctx := ctxT(t)
+	a := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, a.Acquired(), "%v %s", a.Kind(), a.Category())
+	assert.Equal(t, certainty.Applied, a.Certainty())
+	assert.Equal(t, int64(1), a.Limit())
+	assert.Equal(t, int64(1), a.InUse())
+	require.NotNil(t, a.Lease())
+	assert.Equal(t, LeaseActive, a.Lease().State())
+	assert.InDelta(t, float64(30*time.Second), float64(a.Lease().RemainingValidity()), float64(time.Second))
+	assert.WithinDuration(t, time.Now().Add(30*time.Second), a.ExpiresAt(), 5*time.Second)
+
+	b := f.c.Acquire(ctx, acq("one", "acme"))
+	st, ok := b.Status()
+	require.True(t, ok)
+	assert.Equal(t, PermitContended, st)
+	assert.False(t, b.Acquired())
+	assert.Nil(t, b.Lease())
+	assert.Equal(t, certainty.Conflict, b.Certainty())
+	assert.InDelta(t, float64(30*time.Second), float64(b.RetryAfter()), float64(time.Second), "until the holder expires")
+	require.ErrorIs(t, b.Err(), ErrPermitContended)
+
+	assert.True(t, f.c.Acquire(ctx, acq("one", "other")).Acquired(), "another subject has its own permits")
+
+	r := a.Lease().Release(ctx)
+	st, _ = r.Status()
+	assert.Equal(t, PermitReleased, st)
+	assert.Equal(t, certainty.Applied, r.Certainty())
+	assert.Equal(t, LeaseReleased, a.Lease().State())
+	assert.Equal(t, r, a.Lease().Release(ctx), "a second release answers from the lease")
+	select {
+	case <-a.Lease().Done():
+	default:
+		t.Fatal("Done is closed after release")
+	}
+	assert.True(t, f.c.Acquire(ctx, acq("one", "acme")).Acquired(), "the slot is free again")
+	rn := a.Lease().Renew(ctx)
+	assert.Equal(t, Unavailable, rn.Kind(), "a released lease does not renew")
+	assert.ErrorIs(t, rn.Err(), ErrPermitInvalid)
+}
+
+// TestConcurrencyRenewExtends: a renewed permit outlives its first TTL
+// (Redis still counts it; another acquire is contended), and its stored
+// expiry moved forward by about the time between acquire and renew.
+func TestConcurrencyRenewExtends(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, time.Second))
+	ctx := ctxT(t)
+	a := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, a.Acquired())
+	lease := a.Lease()
+	k := f.permitKey(t, "one", "r1", tenant("acme"))
+	first, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, float64(a.ExpiresAt().UnixMilli()), first)
+
+	time.Sleep(600 * time.Millisecond)
+	r := lease.Renew(ctx)
+	st, _ := r.Status()
+	require.Equal(t, PermitRenewed, st, "%v %s", r.Kind(), r.Category())
+	assert.Equal(t, certainty.Applied, r.Certainty())
+	second, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, float64(r.ExpiresAt().UnixMilli()), second)
+	assert.GreaterOrEqual(t, second-first, 550.0, "extended by the time between acquire and renew")
+	assert.Equal(t, r.ExpiresAt(), lease.ExpiresAt())
+	assert.Greater(t, lease.RemainingValidity(), 900*time.Millisecond, "validity restarts at the renew")
+
+	time.Sleep(600 * time.Millisecond) // past the first TTL
+	assert.Equal(t, LeaseActive, lease.State())
+	b := f.c.Acquire(ctx, acq("one", "acme"))
+	st, _ = b.Status()
+	assert.Equal(t, PermitContended, st, "the renewed permit still counts")
+	assert.Equal(t, []string{lease.Owner().Reveal()}, f.owners(t, k))
+}
+
+// TestConcurrencyExpiredPermitIsReclaimed: a holder that never releases
+// loses its permit at the TTL; the next acquire takes the slot, and the old
+// owner's renew and release are told NotHeld (distinct from released).
+func TestConcurrencyExpiredPermitIsReclaimed(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	ctx := ctxT(t)
+	r := acq("one", "acme")
+	r.TTL = 60 * time.Millisecond
+	a := f.c.Acquire(ctx, r)
+	require.True(t, a.Acquired())
+	old := a.Lease()
+	select {
+	case <-old.Done():
+		t.Fatal("Done closed early")
+	default:
+	}
+	st, _ := f.c.Acquire(ctx, acq("one", "acme")).Status()
+	require.Equal(t, PermitContended, st)
+
+	select {
+	case <-old.Done(): // the validity timer closes it
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed when the validity ran out")
+	}
+	assert.Equal(t, LeaseLost, old.State())
+	assert.Zero(t, old.RemainingValidity())
+	time.Sleep(50 * time.Millisecond) // the local validity ends before the server expiry
+	b := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, b.Acquired(), "the expired permit was reclaimed")
+	assert.Equal(t, int64(1), b.InUse())
+
+	rn := f.c.Renew(ctx, PermitRef{Policy: "one", Subject: tenant("acme"), Owner: old.Owner()})
+	st, _ = rn.Status()
+	assert.Equal(t, PermitNotHeld, st)
+	assert.Equal(t, certainty.NotApplied, rn.Certainty())
+	assert.ErrorIs(t, rn.Err(), ErrPermitNotHeld)
+	rel := old.Release(ctx)
+	st, _ = rel.Status()
+	assert.Equal(t, PermitNotHeld, st, "an expired owner's release is reported as not held, not released")
+	assert.False(t, rel.Reconciled())
+	assert.Equal(t, LeaseReleased, old.State())
+	assert.Equal(t, []string{b.Lease().Owner().Reveal()}, f.owners(t, f.permitKey(t, "one", "r1", tenant("acme"))))
+	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_concurrency_leases_lost_total", map[string]string{"policy": "one"}))
+	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "one", "operation": "release", "result": "not-held"}))
+}
+
+// TestConcurrencyWrongOwnerCannotRelease: a token that is not the holder's
+// (a fresh one, or another holder's) releases and renews nothing.
+func TestConcurrencyWrongOwnerCannotRelease(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	ctx := ctxT(t)
+	a := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, a.Acquired())
+	other := f.c.Acquire(ctx, acq("one", "other"))
+	require.True(t, other.Acquired())
+	k := f.permitKey(t, "one", "r1", tenant("acme"))
+
+	for name, tok := range map[string]OwnerToken{"fresh": newOwnerToken(), "another subject's holder": other.Lease().Owner()} {
+		rel := f.c.Release(ctx, PermitRef{Policy: "one", Subject: tenant("acme"), Owner: tok})
+		st, ok := rel.Status()
+		require.True(t, ok, name)
+		assert.Equal(t, PermitNotHeld, st, name)
+		rn := f.c.Renew(ctx, PermitRef{Policy: "one", Subject: tenant("acme"), Owner: tok})
+		st, _ = rn.Status()
+		assert.Equal(t, PermitNotHeld, st, name)
+		assert.Equal(t, []string{a.Lease().Owner().Reveal()}, f.owners(t, k), "%s: the holder keeps its permit", name)
+	}
+	st, _ := f.c.Acquire(ctx, acq("one", "acme")).Status()
+	assert.Equal(t, PermitContended, st)
+
+	// The holder's own token, through the stateless API, does release.
+	rel := f.c.Release(ctx, PermitRef{Policy: "one", Revision: "r1", Subject: tenant("acme"), Owner: a.Lease().Owner()})
+	st, _ = rel.Status()
+	assert.Equal(t, PermitReleased, st)
+
+	for _, bad := range []string{"", "short", strings.Repeat("A", 32), strings.Repeat("g", 32), strings.Repeat("a", 33), "!" + strings.Repeat("a", 31)} {
+		_, err := ParseOwnerToken(bad)
+		assert.ErrorIs(t, err, ErrInvalidOwnerToken, "%q", bad)
+	}
+	tok, err := ParseOwnerToken(a.Lease().Owner().Reveal())
+	require.NoError(t, err)
+	assert.Equal(t, a.Lease().Owner(), tok)
+	rel = f.c.Release(ctx, PermitRef{Policy: "one", Subject: tenant("acme")})
+	assert.ErrorIs(t, rel.Err(), ErrPermitInvalid, "a zero token is refused before sending")
+}
+
+// TestConcurrencyRedisKilledFailsClosed: §21.4/§21.5 define no local
+// fallback for permits, so a dead Redis makes every operation Unavailable
+// (nothing sent), never an acquired permit.
+func TestConcurrencyRedisKilledFailsClosed(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, localCfg(), nil, permits("one", 5, 30*time.Second), fixedWindow("fw", 10))
+	ctx := ctxT(t)
+	a := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, a.Acquired())
+	s.Kill()
+
+	o := f.c.Acquire(ctx, acq("one", "acme"))
+	assert.Equal(t, Unavailable, o.Kind())
+	assert.Equal(t, CategoryRedisUnavailable, o.Category())
+	assert.Equal(t, certainty.UnavailableBeforeSend, o.Certainty())
+	assert.False(t, o.Acquired())
+	assert.Nil(t, o.Lease())
+	assert.Equal(t, time.Second, o.RetryAfter())
+	_, err := f.c.AcquireLease(ctx, acq("one", "acme"))
+	require.ErrorIs(t, err, ErrPermitUnavailable)
+	var pe *PermitError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, CategoryRedisUnavailable, pe.Outcome.Category())
+
+	rn := a.Lease().Renew(ctx)
+	assert.Equal(t, Unavailable, rn.Kind())
+	assert.Equal(t, LeaseActive, a.Lease().State(), "a failed renew changes nothing locally: validity decides")
+	rel := a.Lease().Release(ctx)
+	assert.Equal(t, Unavailable, rel.Kind())
+	assert.ErrorIs(t, rel.Err(), ErrPermitUnavailable)
+	assert.Equal(t, LeaseUnknown, a.Lease().State(), "the permit may be held until it expires")
+
+	// The rate side keeps its own failure modes (this config has a local
+	// emergency limiter; the permit limiter did not use it).
+	assert.Equal(t, Unavailable, f.l.Evaluate(ctx, req("fw", "acme")).Kind())
+	assert.Equal(t, 2.0, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "one", "operation": "acquire", "result": "unavailable", "category": "redis-unavailable"}))
+}
+
+// TestConcurrencyStallIsIndeterminate: a stalled reply makes the acquire
+// Indeterminate with INDETERMINATE certainty after the one repeat; the
+// outcome carries the lease so the caller can release what the stalled
+// write did take.
+func TestConcurrencyStallIsIndeterminate(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, s.Addr())
+	var repeats atomic.Int32
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 200 * time.Millisecond}
+	f := newConcFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { repeats.Add(1) })}, permits("one", 3, 30*time.Second))
+	ctx := ctxT(t)
+	// A warm-up leaves one live pooled connection and loads the script.
+	warm := f.c.Acquire(ctx, acq("one", "warm"))
+	require.True(t, warm.Acquired())
+	p.Stall()
+	o := f.c.Acquire(ctx, acq("one", "acme"))
+	p.Passthrough()
+	assert.Equal(t, Indeterminate, o.Kind())
+	assert.Equal(t, certainty.Indeterminate, o.Certainty())
+	assert.Equal(t, CategoryTimeout, o.Category())
+	assert.False(t, o.Acquired(), "a timeout is never a permit")
+	assert.Equal(t, int32(1), repeats.Load(), "repeated once with the same token")
+	assert.ErrorIs(t, o.Err(), ErrPermitIndeterminate)
+	lease := o.Lease()
+	require.NotNil(t, lease, "the token of the attempt is not hidden from the caller")
+	assert.Equal(t, LeaseUnknown, lease.State())
+	assert.Zero(t, lease.RemainingValidity())
+	k := f.permitKey(t, "one", "r1", tenant("acme"))
+	assert.Equal(t, []string{lease.Owner().Reveal()}, f.owners(t, k), "the stalled write did apply")
+
+	rel := lease.Release(ctx)
+	st, _ := rel.Status()
+	assert.Equal(t, PermitReleased, st)
+	assert.Empty(t, f.owners(t, k))
+	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "one", "operation": "acquire", "result": "indeterminate", "category": "timeout"}))
+}
+
+// TestConcurrencyStallReconciledByRepeat: the repeat with the same token
+// finds the first attempt's permit (ALREADY_HELD) and reports it acquired:
+// exactly one permit is taken.
+func TestConcurrencyStallReconciledByRepeat(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, s.Addr())
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 300 * time.Millisecond}
+	f := newConcFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(p.Passthrough)}, permits("one", 3, 30*time.Second))
+	ctx := ctxT(t)
+	require.True(t, f.c.Acquire(ctx, acq("one", "warm")).Acquired())
+	p.Stall()
+	o := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, o.Acquired(), "%v %s", o.Kind(), o.Category())
+	assert.True(t, o.Reconciled())
+	assert.Equal(t, certainty.Applied, o.Certainty())
+	assert.Equal(t, LeaseActive, o.Lease().State())
+	assert.Equal(t, []string{o.Lease().Owner().Reveal()}, f.owners(t, f.permitKey(t, "one", "r1", tenant("acme"))), "one permit, not two")
+}
+
+// TestConcurrencyStalledAcquireLeaseCleansUp: AcquireLease releases what an
+// indeterminate acquire may hold once Redis answers again.
+func TestConcurrencyStalledAcquireLeaseCleansUp(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, s.Addr())
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 200 * time.Millisecond}
+	f := newConcFixture(t, p.Addr(), s, cfg, nil, permits("one", 3, 30*time.Second))
+	f.c.beforeCleanup = p.Passthrough // Redis answers again when the clean-up runs
+	ctx := ctxT(t)
+	require.True(t, f.c.Acquire(ctx, acq("one", "warm")).Acquired())
+	p.Stall()
+	lease, err := f.c.AcquireLease(ctx, acq("one", "acme"))
+	p.Passthrough()
+	require.ErrorIs(t, err, ErrPermitIndeterminate)
+	assert.Nil(t, lease)
+	assert.Empty(t, f.owners(t, f.permitKey(t, "one", "r1", tenant("acme"))), "the permit the stalled acquire took was released")
+}
+
+// renewers counts the live goroutines Lease.AutoRenew started, started or
+// not (goleak-style: by their "created by" frame, so unrelated goroutines
+// can neither mask a leak nor fake one).
+func renewers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte("created by github.com/caphost/caphost/host/ratelimit.(*Lease).AutoRenew in goroutine"))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestConcurrencyAutoRenewKeepsLongWorkAndStops: auto-renewed leases
+// outlive their TTL several times over; each runs exactly one renew
+// goroutine, and Release stops it — none is left afterwards.
+func TestConcurrencyAutoRenewKeepsLongWorkAndStops(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+	ctx := ctxT(t)
+	base := renewers()
+	const n = 12
+	leases := make([]*Lease, n)
+	for i := range leases {
+		r := acq("jobs", "acme")
+		r.TTL = 300 * time.Millisecond
+		l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(0))
+		require.NoError(t, err)
+		leases[i] = l
+	}
+	assert.Equal(t, base+n, renewers(), "one renew goroutine per lease")
+	time.Sleep(1200 * time.Millisecond) // four TTLs
+	k := f.permitKey(t, "jobs", "r1", tenant("acme"))
+	assert.Len(t, f.owners(t, k), n, "every permit is still held")
+	for _, l := range leases {
+		assert.Equal(t, LeaseActive, l.State())
+		assert.True(t, l.IsUsableFor(10*time.Millisecond))
+	}
+	assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"}))
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, _ := l.Release(ctx).Status()
+			assert.Equal(t, PermitReleased, st)
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, base, renewers(), "Release waits for its renewer to return")
+	assert.Empty(t, f.owners(t, k))
+
+	// Errors: the interval must be shorter than the TTL; once only.
+	r := acq("jobs", "acme")
+	r.TTL = 300 * time.Millisecond
+	_, err := f.c.AcquireLease(ctx, r, WithAutoRenew(300*time.Millisecond))
+	require.ErrorIs(t, err, ErrLeaseOption)
+	l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(0))
+	require.NoError(t, err)
+	require.ErrorIs(t, l.AutoRenew(0, 0), ErrLeaseOption)
+	l.Release(ctx)
+	require.ErrorIs(t, l.AutoRenew(0, 0), ErrLeaseOption, "not on a released lease")
+	assert.Equal(t, base, renewers())
+}
+
+// TestConcurrencyAutoRenewStopsWhenLost: with Redis gone, renewals fail,
+// the lease is lost when its validity runs out (not after a failure count),
+// Done closes and the renew goroutine returns without a Release. MaxHold
+// ends renewals on a healthy server too.
+func TestConcurrencyAutoRenewStopsWhenLost(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+	ctx := ctxT(t)
+	base := renewers()
+	r := acq("jobs", "acme")
+	r.TTL = 300 * time.Millisecond
+	held, err := f.c.AcquireLease(ctx, r, WithAutoRenew(0), WithMaxHold(400*time.Millisecond))
+	require.NoError(t, err)
+	start := time.Now()
+	select {
+	case <-held.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("max hold did not end the lease")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "renewed until the max hold")
+	assert.Equal(t, LeaseLost, held.State())
+	require.Eventually(t, func() bool { return renewers() == base }, 2*time.Second, 10*time.Millisecond)
+
+	lease, err := f.c.AcquireLease(ctx, r, WithAutoRenew(100*time.Millisecond))
+	require.NoError(t, err)
+	s.Kill()
+	killed := time.Now()
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the validity ran out")
+	}
+	assert.Less(t, time.Since(killed), 300*time.Millisecond+500*time.Millisecond, "lost at the validity deadline")
+	assert.Equal(t, LeaseLost, lease.State())
+	require.Eventually(t, func() bool { return renewers() == base }, 2*time.Second, 10*time.Millisecond,
+		"the renewer returns without a Release")
+	assert.Equal(t, 2.0, counter(t, f.reg, "caphost_rate_concurrency_leases_lost_total", map[string]string{"policy": "jobs"}))
+	assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "jobs", "operation": "renew", "result": "unavailable"}))
+}
+
+// TestConcurrencyReleaseAfterCancelledContext: `defer lease.Release(ctx)`
+// on a context that has ended still returns the permit.
+func TestConcurrencyReleaseAfterCancelledContext(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	lease, err := f.c.AcquireLease(ctx, acq("one", "acme"))
+	require.NoError(t, err)
+	cancel()
+	st, _ := lease.Release(ctx).Status()
+	assert.Equal(t, PermitReleased, st)
+	assert.True(t, f.c.Acquire(ctxT(t), acq("one", "acme")).Acquired())
+}
+
+func TestConcurrencyInvalidRequests(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 10*time.Second), fixedWindow("fw", 10))
+	ctx := ctxT(t)
+	ttl := func(d time.Duration) ConcurrencyRequest { r := acq("one", "acme"); r.TTL = d; return r }
+	cases := map[string]ConcurrencyRequest{
+		"unknown policy":    acq("nope", "acme"),
+		"a rate policy":     acq("fw", "acme"),
+		"missing dimension": {Policy: "one", Subject: Subject{}},
+		"extra dimension":   {Policy: "one", Subject: Subject{policy.DimTenant: []byte("a"), policy.DimRoute: []byte("/")}},
+		"empty value":       {Policy: "one", Subject: Subject{policy.DimTenant: nil}},
+		"value too long":    {Policy: "one", Subject: tenant(strings.Repeat("x", MaxSubjectValueBytes+1))},
+		"ttl over policy":   ttl(10*time.Second + time.Millisecond),
+		"ttl under minimum": ttl(policy.RateMinPermitTTL - time.Millisecond),
+		"ttl sub-ms":        ttl(20*time.Millisecond + time.Microsecond),
+		"ttl negative":      ttl(-time.Second),
+	}
+	for name, r := range cases {
+		o := f.c.Acquire(ctx, r)
+		assert.Equal(t, Unavailable, o.Kind(), name)
+		assert.Equal(t, CategoryInvalidRequest, o.Category(), name)
+		assert.Equal(t, certainty.Rejected, o.Certainty(), name)
+		assert.ErrorIs(t, o.Err(), ErrPermitInvalid, name)
+	}
+	for _, rev := range []string{"R1", "a--b", strings.Repeat("r", policy.RateMaxRevisionBytes+1)} {
+		o := f.c.Release(ctx, PermitRef{Policy: "one", Revision: rev, Subject: tenant("acme"), Owner: newOwnerToken()})
+		assert.ErrorIs(t, o.Err(), ErrPermitInvalid, rev)
+	}
+	o := f.c.Acquire(ctx, ConcurrencyRequest{Policy: "one", Subject: tenant("acme"), Deadline: time.Now().Add(-time.Second)})
+	assert.Equal(t, CategoryDeadline, o.Category())
+	assert.Equal(t, certainty.UnavailableBeforeSend, o.Certainty())
+	assert.Empty(t, f.owners(t, f.permitKey(t, "one", "r1", tenant("acme"))), "nothing was sent")
+
+	// Evaluate still refuses to emulate a permit with cost.
+	ev := f.l.Evaluate(ctx, Request{Policy: "one", Subject: tenant("acme"), Cost: 1})
+	assert.Equal(t, CategoryMisconfigured, ev.Category())
+}
+
+// TestConcurrencyLeaseSurvivesPolicySwap: a lease renews and releases in
+// its own revision's permit set after a swap; new acquires count in the new
+// revision's set; the stateless API reaches the old set by revision.
+func TestConcurrencyLeaseSurvivesPolicySwap(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	ctx := ctxT(t)
+	a := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, a.Acquired())
+	b := f.c.Acquire(ctx, acq("one", "other"))
+	require.True(t, b.Acquired())
+	next := permits("one", 2, 30*time.Second)
+	next.Revision = "r2"
+	require.NoError(t, f.l.Swap(compile(t, Config{Provider: ProviderRedis}, next)))
+
+	assert.Equal(t, "r1", a.Lease().Revision())
+	st, _ := a.Lease().Renew(ctx).Status()
+	assert.Equal(t, PermitRenewed, st)
+	c := f.c.Acquire(ctx, acq("one", "acme"))
+	require.True(t, c.Acquired(), "r2 has its own permits")
+	assert.Equal(t, "r2", c.Revision())
+	assert.Equal(t, int64(2), c.Limit())
+	st, _ = a.Lease().Release(ctx).Status()
+	assert.Equal(t, PermitReleased, st)
+
+	ref := PermitRef{Policy: "one", Subject: tenant("other"), Owner: b.Lease().Owner()}
+	st, _ = f.c.Release(ctx, ref).Status()
+	assert.Equal(t, PermitNotHeld, st, "not in the active revision's set")
+	ref.Revision = "r1"
+	st, _ = f.c.Release(ctx, ref).Status()
+	assert.Equal(t, PermitReleased, st, "released in the revision it was acquired under")
+	assert.Empty(t, f.owners(t, f.permitKey(t, "one", "r1", tenant("other"))))
+}
+
+// TestConcurrencyNoSecretLeaks: owner tokens and subjects never reach a
+// formatted value, a log line, JSON or a metric label.
+func TestConcurrencyNoSecretLeaks(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	var logBuf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, []Option{WithLogger(log)}, permits("one", 1, 30*time.Second))
+	ctx := ctxT(t)
+	subject := "tenant-secret-alice"
+	r := acq("one", subject)
+	r.TTL = 20 * time.Millisecond
+	o := f.c.Acquire(ctx, r)
+	require.True(t, o.Acquired())
+	tok := o.Lease().Owner()
+	<-o.Lease().Done() // lost: logs a warning
+	f.c.Acquire(ctx, acq("one", subject))
+	f.c.Acquire(ctx, acq("one", subject))
+	rel := f.c.Release(ctx, PermitRef{Policy: "one", Subject: tenant(subject), Owner: newOwnerToken()})
+	require.Error(t, rel.Err())
+	ghost := f.c.Acquire(ctx, acq("ghost-policy", subject))
+	require.Error(t, ghost.Err())
+
+	js, err := json.Marshal(struct{ T OwnerToken }{tok})
+	require.NoError(t, err)
+	log.Info("token", "owner", tok)
+	texts := []string{fmt.Sprint(tok), fmt.Sprintf("%v %+v %#v %s %q %x", tok, tok, tok, tok, tok, tok), string(js),
+		fmt.Sprintf("%+v", o), rel.Err().Error(), ghost.Err().Error(), logBuf.String(), o.Lease().Owner().String()}
+	for _, txt := range texts {
+		assert.NotContains(t, txt, tok.Reveal())
+		assert.NotContains(t, txt, subject)
+	}
+	assert.Contains(t, logBuf.String(), "concurrency lease lost")
+
+	mfs, err := f.reg.Gather()
+	require.NoError(t, err)
+	allowed := map[string]bool{"policy": true, "revision": true, "operation": true, "result": true, "category": true,
+		"decision": true, "source": true, "kind": true, "reason": true}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				assert.True(t, allowed[lp.GetName()], "label %s", lp.GetName())
+				assert.NotContains(t, lp.GetValue(), subject)
+				assert.NotContains(t, lp.GetValue(), tok.Reveal())
+				assert.NotContains(t, lp.GetValue(), "ghost")
+			}
+		}
+	}
+	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "unknown", "operation": "acquire", "result": "unavailable", "category": "invalid-request"}))
+	_, err = NewConcurrencyLimiter(f.l, WithRegisterer(f.reg))
+	require.Error(t, err, "one concurrency limiter per registry")
+	_, err = NewConcurrencyLimiter(nil)
+	require.ErrorIs(t, err, ErrConfig)
+	_, err = NewConcurrencyLimiter(f.l, WithRegisterer(prometheus.NewRegistry()))
+	require.NoError(t, err)
+}
+
+// BenchmarkConcurrencyAcquireRelease measures one acquire plus its release
+// (two program calls) against a local redis-server.
+func BenchmarkConcurrencyAcquireRelease(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	f := newConcFixture(b, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 10_000, 30*time.Second))
+	ctx := context.Background()
+	r := ConcurrencyRequest{Policy: "jobs", Subject: tenant("acme")}
+	b.ReportAllocs()
+	for b.Loop() {
+		lease, err := f.c.AcquireLease(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lease.Release(ctx)
+	}
+}
