@@ -206,7 +206,9 @@ func (d *Description) Validate() error {
 		if p.Limit == 0 || p.MaximumCost == 0 {
 			bad("rate policy %q: limit and maximum_cost must be > 0", p.ID)
 		}
-		if p.Algorithm != AlgConcurrency && p.WindowMs <= 0 {
+		// For concurrency window_ms is the permit TTL, which the host
+		// requires too: a permit without one would never be reclaimed.
+		if p.WindowMs <= 0 {
 			bad("rate policy %q: window_ms must be > 0", p.ID)
 		}
 		if len(p.Dimensions) > MaxDimensions {
