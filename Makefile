@@ -15,15 +15,21 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/caphost
 
-## guests: every reference guest under guests/ as build/guests/<name>.wasm
+## guests: every reference guest under guests/ as build/guests/<name>.wasm, with the
+## self-test vectors of guests/<name>/selftest.json bundled in (and checked) by
+## internal/tools/selftestpack; sign a module only after this step
 ## (guests that need a special toolchain, *-extism, are skipped)
 guests:
 	@mkdir -p $(BUILD)/guests
+	@$(GO) build -o $(BUILD)/selftestpack ./internal/tools/selftestpack
 	@for g in $(GUESTS); do \
 		case $$g in *-extism) echo "guest $$g: skipped (needs its own toolchain)"; continue;; esac; \
 		[ -f guests/$$g/main.go ] || continue; \
 		echo "guest $$g"; \
 		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BUILD)/guests/$$g.wasm ./guests/$$g || exit 1; \
+		if [ -f guests/$$g/selftest.json ]; then \
+			$(BUILD)/selftestpack -cache-dir $(BUILD)/wazero-cache -vectors guests/$$g/selftest.json $(BUILD)/guests/$$g.wasm || exit 1; \
+		fi; \
 	done
 
 ## demo: the main job, against a private redis-server it starts (or $CAPHOST_REDIS_ADDR):

@@ -52,18 +52,35 @@ func (r ConformanceReport) OK() bool {
 	return true
 }
 
-// Summary names the failed checks (bounded), or "ok".
+// summaryBytes bounds Summary; it leaves room for the SwapError prefix
+// within the maxStatusError bound of ModuleStatus.
+const summaryBytes = maxStatusError - 128
+
+// Summary names every failed check with as much of its detail as fits
+// (bounded), or "ok". Names come first in the budget so one long detail (a
+// trap's stderr) cannot hide the other failures.
 func (r ConformanceReport) Summary() string {
-	var fails []string
+	var fails []CheckResult
+	names := 0
 	for _, c := range r.Checks {
 		if c.Status == CheckFail {
-			fails = append(fails, c.Name+": "+c.Detail)
+			fails = append(fails, c)
+			names += len(c.Name) + len(": ; ")
 		}
 	}
 	if len(fails) == 0 {
 		return "ok"
 	}
-	return sanitize([]byte(strings.Join(fails, "; ")), maxStatusError)
+	per := max((summaryBytes-names)/len(fails), 0)
+	parts := make([]string, len(fails))
+	for i, c := range fails {
+		d := c.Detail
+		if len(d) > per {
+			d = d[:max(per-3, 0)] + "..."
+		}
+		parts[i] = c.Name + ": " + d
+	}
+	return sanitize([]byte(strings.Join(parts, "; ")), summaryBytes)
 }
 
 func (r *ConformanceReport) add(k abi.Kind, name string, failures []string, skip string) {
@@ -104,12 +121,31 @@ func SelfTest(ctx context.Context, m *Module, wasm []byte) ConformanceReport {
 		case err != nil:
 			rep.add("", name, []string{err.Error()}, "")
 		case !bytes.Equal(got, v.Response):
-			rep.add("", name, []string{fmt.Sprintf("response frame differs (%d bytes, want %d)", len(got), len(v.Response))}, "")
+			rep.add("", name, []string{frameDiff(got, v.Response)}, "")
 		default:
 			rep.add("", name, nil, "")
 		}
 	}
 	return rep
+}
+
+// frameDiff locates where a self-test answer departs from the vector, with
+// both frames' status codes (never their bytes: answers are guest output).
+func frameDiff(got, want []byte) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	status := func(f []byte) string {
+		if len(f) == 0 {
+			return "an empty frame"
+		}
+		if c := abi.Code(f[0]); c.Valid() {
+			return c.String()
+		}
+		return "a malformed frame"
+	}
+	return fmt.Sprintf("response frame differs at byte %d: got %s (%d bytes), want %s (%d bytes)", i, status(got), len(got), status(want), len(want))
 }
 
 // CheckConformance runs the host conformance suite for every kind m
@@ -208,7 +244,7 @@ func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, 
 		expect := func(want abi.Code, v uint32, payload []byte, fails *[]string) {
 			code, ok := answered(decode(v, payload))
 			if !ok || code != want {
-				*fails = append(*fails, fmt.Sprintf("version %d: got %s, want %s", v, describeAnswer(code, ok), want))
+				*fails = append(*fails, fmt.Sprintf("version %d: got %s, want %s", v, describeAnswer(code, ok), want.String()))
 			}
 		}
 		var garbage, readable, unknownVer, unknownSchema []string

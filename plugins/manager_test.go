@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
 )
 
 // The manager tests need three more guests; adding them here (rather than in
@@ -49,7 +50,7 @@ func (r *swapRec) ActiveGeneration(module string, g uint64) {
 	r.active[module] = g
 }
 
-func wasmOf(t *testing.T, name string) []byte {
+func wasmOf(t testing.TB, name string) []byte {
 	t.Helper()
 	b, ok := th.wasm[name]
 	require.True(t, ok, "guest %s was not built", name)
@@ -279,12 +280,45 @@ func TestManagerSelfTestVectors(t *testing.T) {
 	assert.True(t, rep.OK())
 	assert.Equal(t, CheckSkip, rep.Checks[0].Status)
 
-	// The swap pipeline runs them: a failing vector rejects the candidate.
-	_, err := mgr.Swap(ctx, "rate", bundle(wrong))
+	// The reference vectors `make guests` bundles into this guest pass.
+	f, err := vectors.ReadFile("../guests/rate-policy/selftest.json")
+	require.NoError(t, err)
+	ref, err := f.Section()
+	require.NoError(t, err)
+	rep = SelfTest(ctx, mod, abi.AppendSelfTestSection(base, ref))
+	require.True(t, rep.OK(), rep.Summary())
+	require.Len(t, rep.Checks, len(ref.Vectors))
+	for _, c := range rep.Checks {
+		assert.Equal(t, CheckPass, c.Status, c.Name)
+	}
+
+	// The swap pipeline runs them: a candidate whose vectors disagree with
+	// its code (the first reference answer's cost changed from 1 to 2) is
+	// refused at the self-test stage and generation 1 keeps serving.
+	sel := f.Vectors[0].Response.(*abi.RateSelectResponse).Selections
+	require.Equal(t, uint32(1), sel[0].Cost)
+	sel[0].Cost = 2
+	disagree, err := f.Section()
+	require.NoError(t, err)
+	_, err = mgr.Swap(ctx, "rate", abi.AppendSelfTestSection(base, disagree))
 	require.ErrorIs(t, err, ErrSelfTest)
+	var se *SwapError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, StageSelfTest, se.Stage)
+	assert.Contains(t, err.Error(), "self-test vector 0 (caphost_rate_select): response frame differs at byte")
+	assert.NotContains(t, err.Error(), "self-test vector 1 ", "only the changed vector fails")
 	st := mgr.Status()[0]
 	assert.Equal(t, uint64(1), st.Generation)
-	assert.Contains(t, st.LastSwap.Error, "self-test")
+	assert.False(t, st.LastSwap.OK)
+	assert.Contains(t, st.LastSwap.Error, "rejected at self-test")
+	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
+		assert.Same(t, mod, m, "the old generation serves")
+		resp, err := m.RateSelect(ctx, proRead)
+		if err == nil {
+			assert.Equal(t, "pro.read", resp.Selections[0].PolicyID)
+		}
+		return err
+	}))
 }
 
 func TestManagerWatchRename(t *testing.T) {

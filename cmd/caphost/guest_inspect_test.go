@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
 )
 
 // inspectGuests builds the reference guests once per test binary and, under
@@ -28,6 +31,31 @@ var inspectGuests = sync.OnceValues(func() (string, error) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("build %s (needs Go 1.26+ on PATH): %v\n%s", pkg, err, b)
 		}
+	}
+	// rate-policy-vectors.wasm is rate-policy as `make guests` writes it:
+	// with guests/rate-policy/selftest.json bundled.
+	f, err := vectors.ReadFile("../../guests/rate-policy/selftest.json")
+	if err != nil {
+		return "", err
+	}
+	sec, err := f.Section()
+	if err != nil {
+		return "", err
+	}
+	plain, err := os.ReadFile(filepath.Join(dir, "rate-policy.wasm"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rate-policy-vectors.wasm"), abi.AppendSelfTestSection(plain, sec), 0o644); err != nil {
+		return "", err
+	}
+	// rate-policy-wrongvec.wasm carries vector 2 with a wrong answer.
+	f.Vectors[2].Response.(*abi.RateSelectResponse).Selections[0].PolicyID = "pro.write"
+	if sec, err = f.Section(); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rate-policy-wrongvec.wasm"), abi.AppendSelfTestSection(plain, sec), 0o644); err != nil {
+		return "", err
 	}
 	cache := filepath.Join(dir, "cache")
 	if raceEnabled {
@@ -75,6 +103,20 @@ func TestGuestTest(t *testing.T) {
 	assert.Contains(t, out, "PASS [cache-region] region products: canonicalize answers bounded key parts")
 	assert.Contains(t, out, "SKIP self-test vectors: module bundles no self-test vectors")
 	assert.Contains(t, out, "ok: ")
+
+	// A module with bundled vectors runs and reports each of them.
+	code, out, errOut = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "rate-policy-vectors.wasm"))
+	require.Equal(t, 0, code, out+errOut)
+	for i := range 8 {
+		assert.Contains(t, out, fmt.Sprintf("PASS self-test vector %d (caphost_rate_select)\n", i))
+	}
+	assert.Contains(t, out, "PASS [rate-policy] select is deterministic")
+	assert.NotContains(t, out, "SKIP")
+	code, out, _ = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "rate-policy-wrongvec.wasm"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "FAIL self-test vector 2 (caphost_rate_select): response frame differs at byte ")
+	assert.Contains(t, out, "PASS self-test vector 1 (caphost_rate_select)\n")
+	assert.Contains(t, out, "FAILED: 1 of ")
 
 	code, out, _ = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "ratebad.wasm"))
 	assert.Equal(t, 1, code)

@@ -1,15 +1,16 @@
 // Command quickstart is caphost's demo (run it with `make demo`).
 //
 // It builds the rate-policy guest twice (revision v1, and v2 in which every
-// limit is doubled), starts a private redis-server with ACL users (unless
-// CAPHOST_REDIS_ADDR names one you run), creates a demo signing key and signs
-// both modules, runs the operator checks briefly, starts `caphost serve`,
-// drives traffic from six simulated clients (two per plan) through
-// POST /v1/ratelimit/evaluate, hot-swaps the guest to v2 mid-run through
-// PUT /admin/guests/rate-tiers while traffic continues, prints a per-plan
-// allow/deny table per policy revision and the number of failed requests,
-// and finally stops serve (SIGTERM, graceful) and Redis. Nothing it started
-// is left running, whatever happens.
+// limit is doubled), bundles its self-test vectors into both, starts a
+// private redis-server with ACL users (unless CAPHOST_REDIS_ADDR names one
+// you run), creates a demo signing key and signs both modules, runs the
+// operator checks briefly, starts `caphost serve`, drives traffic from six
+// simulated clients (two per plan) through POST /v1/ratelimit/evaluate,
+// hot-swaps the guest to v2 mid-run through PUT /admin/guests/rate-tiers
+// while traffic continues, prints a per-plan allow/deny table per policy
+// revision and the number of failed requests, and finally stops serve
+// (SIGTERM, graceful) and Redis. Nothing it started is left running,
+// whatever happens.
 //
 // This package owns the demo's orchestration and output only; it talks to
 // caphost exclusively through the binary and its HTTP API, like a user.
@@ -106,7 +107,7 @@ func (d *demo) run(ctx context.Context) error {
 		"CAPHOST_DEMO_ADMIN_TOKEN="+d.token,
 	)
 
-	d.say("building the rate-policy guest: revision v1, and v2 (every limit doubled)")
+	d.say("building the rate-policy guest: revision v1, and v2 (every limit doubled), self-test vectors bundled")
 	v1, v2 := filepath.Join(d.work, guestName+".wasm"), filepath.Join(d.work, guestName+"-v2.wasm")
 	if err := buildGuest(ctx, here, v1, ""); err != nil {
 		return err
@@ -223,11 +224,21 @@ func buildGuest(ctx context.Context, repo, out, ldflags string) error {
 	if ldflags != "" {
 		args = append(args, "-ldflags="+ldflags)
 	}
+	root := filepath.Join(repo, "..", "..")
 	cmd := exec.CommandContext(ctx, goBin, append(args, "./guests/rate-policy")...)
-	cmd.Dir = filepath.Join(repo, "..", "..")
+	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the guest: %w\n%s", err, b)
+	}
+	// Bundle the guest's self-test vectors (as `make guests` does) before
+	// anything signs the module: the host runs them before every swap, and
+	// the section is covered by the sha256 pin and the signature.
+	cmd = exec.CommandContext(ctx, goBin, "run", "./internal/tools/selftestpack",
+		"-cache-dir", filepath.Join(root, "build", "wazero-cache"), "-vectors", "guests/rate-policy/selftest.json", out)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("bundling the guest's self-test vectors: %w\n%s", err, b)
 	}
 	return nil
 }

@@ -1,0 +1,170 @@
+package conformance_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
+	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/conformance"
+)
+
+// bundled returns the guest's bytes with its reference vectors
+// (guests/<name>/selftest.json) in the self-test section. The section
+// changes no code, so a module loaded from the plain bytes runs them.
+func bundled(t *testing.T, name string) ([]byte, int) {
+	t.Helper()
+	f, err := vectors.ReadFile(filepath.Join("..", "..", "guests", name, "selftest.json"))
+	require.NoError(t, err)
+	sec, err := f.Section()
+	require.NoError(t, err)
+	return abi.AppendSelfTestSection(th.wasm[name], sec), len(sec.Vectors)
+}
+
+// checksOf lists "[kind] name: status" for every check of rep.
+func checksOf(rep conformance.Report) map[string]plugins.CheckStatus {
+	out := map[string]plugins.CheckStatus{}
+	for _, c := range rep.Checks {
+		out["["+string(c.Kind)+"] "+c.Name] = c.Status
+	}
+	return out
+}
+
+func TestReferenceGuestsConform(t *testing.T) {
+	ctx := context.Background()
+	// Checks that must be among each kind's results, so the suite is known
+	// to have exercised the kind rather than passed vacuously.
+	expected := map[string][]string{
+		"codec": {
+			"[codec] codec user-profile: encode/decode round trip at the write version",
+			"[codec] codec user-profile: readable versions are accepted",
+			"[codec] codec user-profile: garbage decodes as corrupt",
+			"[codec] codec user-profile: unknown versions are schema-mismatch",
+			"[codec] codec user-profile: unknown schema is not-found",
+		},
+		"cache-region": {
+			"[cache-region] region products: canonicalize answers bounded key parts",
+			"[cache-region] region products: canonicalize and admit are deterministic",
+			"[cache-region] region search-results: admit answers",
+			"[cache-region] region search-results: unknown region is not-found",
+		},
+		"rate-policy": {
+			"[rate-policy] select answers on the attribute matrix",
+			"[rate-policy] select returns declared policy ids with bounded costs",
+			"[rate-policy] select is deterministic",
+			"[rate-policy] select handles unknown plans, tiers and routes",
+		},
+		"renderer": {
+			"[renderer] template welcome v1: every locale and channel renders",
+			"[renderer] template welcome v1: parameters are escaped in HTML parts",
+			"[renderer] template welcome v1: output is bounded",
+			"[renderer] template welcome v1: rendering is deterministic for a fixed now",
+			"[renderer] template welcome v1: unknown locale is not-found",
+			"[renderer] unknown template is not-found",
+		},
+	}
+	for name, want := range expected {
+		t.Run(name, func(t *testing.T) {
+			m := load(t, name)
+			wasm, n := bundled(t, name)
+			rep := conformance.RunWithSelfTest(ctx, m, wasm)
+			require.True(t, rep.OK(), rep.Summary())
+			assert.Equal(t, "ok", rep.Summary())
+			got := checksOf(rep)
+			for _, c := range want {
+				assert.Equal(t, plugins.CheckPass, got[c], c)
+			}
+			vectorsRun := 0
+			for _, c := range rep.Checks {
+				assert.Equal(t, plugins.CheckPass, c.Status, "%s: %s", c.Name, c.Detail)
+				if c.Kind == "" {
+					assert.True(t, strings.HasPrefix(c.Name, "self-test vector "), c.Name)
+					vectorsRun++
+				}
+			}
+			assert.Equal(t, n, vectorsRun, "every bundled vector ran")
+
+			// Without vectors the same suite runs, minus the self-test.
+			plain := conformance.Run(ctx, m)
+			require.True(t, plain.OK(), plain.Summary())
+			assert.Len(t, plain.Checks, len(rep.Checks)-n)
+		})
+	}
+}
+
+// The codec refuses the suite's generic sample values (a profile needs id,
+// name, email and locale), so only its bundled codec_encode vector lets the
+// round-trip check run.
+func TestCodecRoundTripUsesBundledSamples(t *testing.T) {
+	ctx := context.Background()
+	m := load(t, "codec")
+	const check = "[codec] codec user-profile: encode/decode round trip at the write version"
+	plain := conformance.Run(ctx, m)
+	assert.Equal(t, plugins.CheckSkip, checksOf(plain)[check])
+	wasm, _ := bundled(t, "codec")
+	assert.Equal(t, plugins.CheckPass, checksOf(conformance.RunWithSelfTest(ctx, m, wasm))[check])
+}
+
+// TestWrongGuestFailsPrecisely runs the suite on testdata/guests/wrongans,
+// which gets exactly one thing wrong per kind: each kind fails exactly that
+// check, with a detail naming the offending input, and nothing else.
+func TestWrongGuestFailsPrecisely(t *testing.T) {
+	ctx := context.Background()
+	m := load(t, "wrongans")
+	rep := conformance.Run(ctx, m)
+	require.False(t, rep.OK())
+	type failure struct {
+		kind   abi.Kind
+		detail []string // substrings of the check's detail
+	}
+	want := map[string]failure{
+		"codec wrong.profile: readable versions are accepted": {abi.KindCodec,
+			[]string{"version 1: got ok, want corrupt"}},
+		"region wrong.region: canonicalize answers bounded key parts": {abi.KindCacheRegion,
+			[]string{"attrs 3: ", "wrongans", string(plugins.ClassTrap)}},
+		"select handles unknown plans, tiers and routes": {abi.KindRatePolicy,
+			[]string{"plan=conformance-unknown-plan", string(plugins.ClassTrap)}},
+		"template wrong.welcome v1: parameters are escaped in HTML parts": {abi.KindRenderer,
+			[]string{"en/email part html"}},
+	}
+	kinds := map[abi.Kind]int{}
+	for _, c := range rep.Checks {
+		kinds[c.Kind]++
+		w, isWanted := want[c.Name]
+		if !isWanted {
+			assert.Equal(t, plugins.CheckPass, c.Status, "%s [%s]: %s", c.Name, c.Kind, c.Detail)
+			continue
+		}
+		delete(want, c.Name)
+		assert.Equal(t, plugins.CheckFail, c.Status, c.Name)
+		assert.Equal(t, w.kind, c.Kind, c.Name)
+		for _, s := range w.detail {
+			assert.Contains(t, c.Detail, s, c.Name)
+		}
+		assert.Contains(t, rep.Summary(), c.Name+": ")
+	}
+	assert.Empty(t, want, "checks that did not run")
+	// A trap's long detail does not crowd the other failures out of the
+	// bounded summary a rejected swap reports.
+	assert.LessOrEqual(t, len(rep.Summary()), 512)
+	for _, k := range []abi.Kind{abi.KindCodec, abi.KindCacheRegion, abi.KindRatePolicy, abi.KindRenderer} {
+		assert.Greater(t, kinds[k], 1, "kind %s ran its suite", k)
+	}
+	// The rate-policy failures are the unknown plans only: known plans,
+	// unknown tiers and unknown routes answered.
+	for _, c := range rep.Checks {
+		if c.Name == "select handles unknown plans, tiers and routes" {
+			assert.NotContains(t, c.Detail, "tier=conformance-unknown-tier")
+		}
+	}
+
+	// The module keeps serving after the trapped calls.
+	_, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/", Method: "GET", APIKeyPlan: "pro"})
+	require.NoError(t, err)
+}
