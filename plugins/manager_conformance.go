@@ -13,7 +13,8 @@ import (
 
 // The conformance suite lives in this package (and is re-exported by
 // plugins/conformance) because the Manager must run it before every swap and
-// a subpackage importing plugins cannot be imported back.
+// a subpackage importing plugins cannot be imported back. It takes a Guest,
+// so the Extism flavour (plugins/extism) runs the same checks.
 
 // CheckStatus is the outcome of one check.
 type CheckStatus string
@@ -100,11 +101,12 @@ func (r *ConformanceReport) add(k abi.Kind, name string, failures []string, skip
 }
 
 // SelfTest runs the vectors bundled in wasm's self-test section (see
-// abi.SelfTestSection) against m, which must be loaded from the same bytes.
+// abi.SelfTestSection) against g (either flavour), which must be loaded from
+// the same bytes.
 // Each vector's response frame must match byte for byte. A module without
 // vectors yields one skipped check.
-func SelfTest(ctx context.Context, m *Module, wasm []byte) ConformanceReport {
-	rep := ConformanceReport{Module: m.Name()}
+func SelfTest(ctx context.Context, g Guest, wasm []byte) ConformanceReport {
+	rep := ConformanceReport{Module: g.Name()}
 	vs, err := abi.ReadSelfTestSection(wasm)
 	if err != nil {
 		rep.add("", "self-test section", []string{err.Error()}, "")
@@ -116,7 +118,7 @@ func SelfTest(ctx context.Context, m *Module, wasm []byte) ConformanceReport {
 	}
 	for i, v := range vs.Vectors {
 		name := fmt.Sprintf("self-test vector %d (%s)", i, v.Export)
-		got, err := m.Call(ctx, v.Export, v.Request, nil)
+		got, err := g.Call(ctx, v.Export, v.Request, nil)
 		switch {
 		case err != nil:
 			rep.add("", name, []string{err.Error()}, "")
@@ -148,22 +150,24 @@ func frameDiff(got, want []byte) string {
 	return fmt.Sprintf("response frame differs at byte %d: got %s (%d bytes), want %s (%d bytes)", i, status(got), len(got), status(want), len(want))
 }
 
-// CheckConformance runs the host conformance suite for every kind m
-// declares. vectors (may be nil) supplies sample codec values: the value of
-// every bundled codec_encode request is used for the round-trip check.
-func CheckConformance(ctx context.Context, m *Module, vectors *abi.SelfTestVectors) ConformanceReport {
-	rep := ConformanceReport{Module: m.Name()}
-	d := m.Description()
+// CheckConformance runs the host conformance suite for every kind g
+// declares, through the typed calls (and their host-side re-checks) the host
+// serves with, so both flavours face the same suite. vectors (may be nil)
+// supplies sample codec values: the value of every bundled codec_encode
+// request is used for the round-trip check.
+func CheckConformance(ctx context.Context, g Guest, vectors *abi.SelfTestVectors) ConformanceReport {
+	rep := ConformanceReport{Module: g.Name()}
+	d := g.Description()
 	for _, k := range d.Kinds {
 		switch k {
 		case abi.KindRatePolicy:
-			conformRate(ctx, m, &rep)
+			conformRate(ctx, g, &rep)
 		case abi.KindCodec:
-			conformCodec(ctx, m, vectors, &rep)
+			conformCodec(ctx, g, vectors, &rep)
 		case abi.KindCacheRegion:
-			conformRegion(ctx, m, &rep)
+			conformRegion(ctx, g, &rep)
 		case abi.KindRenderer:
-			conformRenderer(ctx, m, &rep)
+			conformRenderer(ctx, g, &rep)
 		}
 	}
 	return rep
@@ -182,10 +186,10 @@ func answered(err error) (abi.Code, bool) {
 	return 0, false
 }
 
-func conformRate(ctx context.Context, m *Module, rep *ConformanceReport) {
+func conformRate(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindRatePolicy
 	policies := map[string]abi.RatePolicyDecl{}
-	for _, p := range m.Description().RatePolicies {
+	for _, p := range g.Description().RatePolicies {
 		policies[p.ID] = p
 	}
 	var failed, undeclared, nondet, unknown []string
@@ -199,8 +203,8 @@ func conformRate(ctx context.Context, m *Module, rep *ConformanceReport) {
 					req := &abi.RateSelectRequest{Route: route, Method: method, APIKeyPlan: plan, PrincipalTier: tier,
 						ClientIPClass: "public", Attrs: []abi.Attr{{Name: "conformance", Value: "1"}}}
 					where := method + " " + route + " plan=" + plan + " tier=" + tier
-					a, err1 := m.RateSelect(ctx, req)
-					b, err2 := m.RateSelect(ctx, req)
+					a, err1 := RateSelect(ctx, g, req)
+					b, err2 := RateSelect(ctx, g, req)
 					if _, ok := answered(err1); !ok {
 						if strings.Contains(plan+tier+route, "unknown") {
 							unknown = append(unknown, where+": "+err1.Error())
@@ -233,12 +237,12 @@ func conformRate(ctx context.Context, m *Module, rep *ConformanceReport) {
 
 var garbagePayloads = [][]byte{{0xff, 0xfe, 0x00, 0xc3, 0x28}, []byte("\x00conformance garbage\xff")}
 
-func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, rep *ConformanceReport) {
+func conformCodec(ctx context.Context, g Guest, vectors *abi.SelfTestVectors, rep *ConformanceReport) {
 	const k = abi.KindCodec
-	for _, c := range m.Description().Codecs {
+	for _, c := range g.Description().Codecs {
 		p := "codec " + c.SchemaID + ": "
 		decode := func(v uint32, payload []byte) error {
-			_, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: v, Payload: payload})
+			_, err := CodecDecode(ctx, g, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: v, Payload: payload})
 			return err
 		}
 		expect := func(want abi.Code, v uint32, payload []byte, fails *[]string) {
@@ -260,7 +264,7 @@ func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, 
 		if code, ok := answered(decode(0, garbagePayloads[0])); !ok || code == abi.CodeOK {
 			unknownVer = append(unknownVer, "version 0: got "+describeAnswer(code, ok))
 		}
-		_, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: "conformance.unknown-schema", StoredVersion: c.WriteVersion, Payload: garbagePayloads[0]})
+		_, err := CodecDecode(ctx, g, &abi.CodecDecodeRequest{Schema: "conformance.unknown-schema", StoredVersion: c.WriteVersion, Payload: garbagePayloads[0]})
 		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
 			unknownSchema = append(unknownSchema, "got "+describeAnswer(code, ok))
 		}
@@ -277,7 +281,7 @@ func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, 
 		var roundTrip []string
 		exercised := 0
 		for i, s := range samples {
-			enc, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: s})
+			enc, err := CodecEncode(ctx, g, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: s})
 			if code, ok := answered(err); !ok {
 				roundTrip = append(roundTrip, fmt.Sprintf("sample %d encode: %v", i, err))
 				continue
@@ -285,12 +289,12 @@ func conformCodec(ctx context.Context, m *Module, vectors *abi.SelfTestVectors, 
 				continue // the guest refuses this value: not a sample for it
 			}
 			exercised++
-			dec, err := m.CodecDecode(ctx, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: enc.Version, Payload: enc.Payload})
+			dec, err := CodecDecode(ctx, g, &abi.CodecDecodeRequest{Schema: c.SchemaID, StoredVersion: enc.Version, Payload: enc.Payload})
 			if err != nil {
 				roundTrip = append(roundTrip, fmt.Sprintf("sample %d decode: %v", i, err))
 				continue
 			}
-			again, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: dec.Value})
+			again, err := CodecEncode(ctx, g, &abi.CodecEncodeRequest{Schema: c.SchemaID, Value: dec.Value})
 			if err != nil || !bytes.Equal(again.Payload, enc.Payload) {
 				roundTrip = append(roundTrip, fmt.Sprintf("sample %d: encode(decode(encode(v))) differs from encode(v)", i))
 			}
@@ -314,7 +318,7 @@ func describeAnswer(c abi.Code, ok bool) string {
 	return c.String()
 }
 
-func conformRegion(ctx context.Context, m *Module, rep *ConformanceReport) {
+func conformRegion(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindCacheRegion
 	attrSets := [][]abi.Attr{
 		nil,
@@ -323,13 +327,13 @@ func conformRegion(ctx context.Context, m *Module, rep *ConformanceReport) {
 		{{Name: "id", Value: strings.Repeat("x", abi.MaxValueBytes)}},
 		{{Name: "conformance-unknown", Value: "\u00e9\u00e8"}},
 	}
-	for _, r := range m.Description().Regions {
+	for _, r := range g.Description().Regions {
 		p := "region " + r.ID + ": "
 		var bounded, nondet, admit, unknown []string
 		for i, attrs := range attrSets {
 			req := &abi.CanonicalizeRequest{Region: r.ID, Attrs: attrs}
-			a, err1 := m.Canonicalize(ctx, req)
-			b, err2 := m.Canonicalize(ctx, req)
+			a, err1 := Canonicalize(ctx, g, req)
+			b, err2 := Canonicalize(ctx, g, req)
 			if _, ok := answered(err1); !ok {
 				bounded = append(bounded, fmt.Sprintf("attrs %d: %v", i, err1))
 				continue
@@ -340,15 +344,15 @@ func conformRegion(ctx context.Context, m *Module, rep *ConformanceReport) {
 		}
 		for _, size := range []uint64{0, 1, uint64(r.MaxBytes), uint64(r.MaxBytes) + 1} {
 			req := &abi.AdmitRequest{Region: r.ID, SizeBytes: size, Class: "conformance", CostHintUS: 1000, LoadLatency: 5000}
-			a, err1 := m.Admit(ctx, req)
-			b, err2 := m.Admit(ctx, req)
+			a, err1 := Admit(ctx, g, req)
+			b, err2 := Admit(ctx, g, req)
 			if err1 != nil {
 				admit = append(admit, fmt.Sprintf("size %d: %v", size, err1))
 			} else if err2 != nil || a != b {
 				nondet = append(nondet, fmt.Sprintf("admit size %d", size))
 			}
 		}
-		_, err := m.Canonicalize(ctx, &abi.CanonicalizeRequest{Region: "conformance.unknown-region"})
+		_, err := Canonicalize(ctx, g, &abi.CanonicalizeRequest{Region: "conformance.unknown-region"})
 		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
 			unknown = append(unknown, "canonicalize: got "+describeAnswer(code, ok))
 		}
@@ -363,9 +367,9 @@ func conformRegion(ctx context.Context, m *Module, rep *ConformanceReport) {
 // shows it verbatim is injectable.
 const hostileParam = `<script>alert("x")</script>&'`
 
-func conformRenderer(ctx context.Context, m *Module, rep *ConformanceReport) {
+func conformRenderer(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindRenderer
-	for _, t := range m.Description().Templates {
+	for _, t := range g.Description().Templates {
 		p := fmt.Sprintf("template %s v%d: ", t.ID, t.Version)
 		var renders, escaped, bounded, nondet, unknown []string
 		params := make([]abi.Attr, 0, len(t.Params))
@@ -376,7 +380,7 @@ func conformRenderer(ctx context.Context, m *Module, rep *ConformanceReport) {
 			for _, ch := range t.Channels {
 				where := loc + "/" + ch
 				req := &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: loc, Channel: ch, Params: params, NowUnixMilli: 1_767_225_600_000}
-				a, err := m.Render(ctx, req)
+				a, err := Render(ctx, g, req)
 				if err != nil {
 					renders = append(renders, where+": "+err.Error())
 					continue
@@ -391,12 +395,12 @@ func conformRenderer(ctx context.Context, m *Module, rep *ConformanceReport) {
 				if total > abi.MaxPayloadBytes {
 					bounded = append(bounded, fmt.Sprintf("%s: %d bytes", where, total))
 				}
-				if b, err := m.Render(ctx, req); err != nil || !reflect.DeepEqual(a, b) {
+				if b, err := Render(ctx, g, req); err != nil || !reflect.DeepEqual(a, b) {
 					nondet = append(nondet, where)
 				}
 			}
 		}
-		_, err := m.Render(ctx, &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: "conformance-unknown", Channel: t.Channels[0]})
+		_, err := Render(ctx, g, &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: "conformance-unknown", Channel: t.Channels[0]})
 		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
 			unknown = append(unknown, "unknown locale: got "+describeAnswer(code, ok))
 		}
@@ -406,7 +410,7 @@ func conformRenderer(ctx context.Context, m *Module, rep *ConformanceReport) {
 		rep.add(k, p+"rendering is deterministic for a fixed now", nondet, "")
 		rep.add(k, p+"unknown locale is not-found", unknown, "")
 	}
-	_, err := m.Render(ctx, &abi.RenderRequest{Template: "conformance.unknown-template", Version: 1, Locale: "en", Channel: "email"})
+	_, err := Render(ctx, g, &abi.RenderRequest{Template: "conformance.unknown-template", Version: 1, Locale: "en", Channel: "email"})
 	var unknown []string
 	if code, ok := answered(err); !ok || code != abi.CodeNotFound {
 		unknown = append(unknown, "got "+describeAnswer(code, ok))

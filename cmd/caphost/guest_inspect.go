@@ -13,7 +13,7 @@ func newGuestInspectCmd() *cobra.Command {
 	var cacheDir string
 	cmd := &cobra.Command{
 		Use:   "inspect F.wasm",
-		Short: "Print a module's kinds, ABI version, sha256, imports, exports and declarations",
+		Short: "Print a module's kinds, flavour, ABI version, sha256, imports, exports and declarations",
 		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			wasm, err := readModuleFile(args[0])
@@ -27,8 +27,8 @@ func newGuestInspectCmd() *cobra.Command {
 			if err != nil {
 				return failed(w, err)
 			}
-			fmt.Fprintf(w, "module: %s\nabi: %s\nkinds: %s\nself-test vectors: %d\n",
-				in.Module, in.ABI, strings.Join(in.Kinds, ", "), in.SelfTestVectors)
+			fmt.Fprintf(w, "module: %s\nflavour: %s\nabi: %s\nkinds: %s\nself-test vectors: %d\n",
+				in.Module, in.Flavour, in.ABI, strings.Join(in.Kinds, ", "), in.SelfTestVectors)
 			list := func(title string, items []string) {
 				fmt.Fprintf(w, "%s:\n", title)
 				for _, s := range items {
@@ -50,9 +50,10 @@ func newGuestTestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "test F.wasm",
 		Short: "Run a module's self-test vectors and the host conformance suite for its kinds",
-		Long: "test loads the module in a throwaway engine, runs its bundled self-test vectors\n" +
-			"and the conformance checks for every kind it declares, prints each check and\n" +
-			"exits 1 if any check fails or the module does not load.",
+		Long: "test loads the module in a throwaway engine of its flavour (native, or Extism when\n" +
+			"it imports Extism's kernel), runs its bundled self-test vectors and the conformance\n" +
+			"checks for every kind it declares, prints each check and exits 1 if any check fails\n" +
+			"or the module does not load.",
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			wasm, err := readModuleFile(args[0])
@@ -65,7 +66,7 @@ func newGuestTestCmd() *cobra.Command {
 			if err != nil {
 				return failed(w, err)
 			}
-			fmt.Fprintf(w, "module: %s\n", rep.Module)
+			fmt.Fprintf(w, "module: %s\nflavour: %s\n", rep.Module, rep.Flavour)
 			fails := 0
 			for _, c := range rep.Checks {
 				line := fmt.Sprintf("%-4s %s", strings.ToUpper(c.Status), c.Name)

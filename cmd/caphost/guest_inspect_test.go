@@ -24,7 +24,8 @@ var inspectGuests = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for name, pkg := range map[string]string{"rate-policy": "guests/rate-policy", "cache-region": "guests/cache-region", "ratebad": "plugins/testdata/guests/ratebad"} {
+	for name, pkg := range map[string]string{"rate-policy": "guests/rate-policy", "cache-region": "guests/cache-region",
+		"ratebad": "plugins/testdata/guests/ratebad", "rate-policy-extism": "guests/rate-policy-extism"} {
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, name+".wasm"), "./"+pkg)
 		cmd.Dir = "../.."
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
@@ -47,6 +48,15 @@ var inspectGuests = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "rate-policy-vectors.wasm"), abi.AppendSelfTestSection(plain, sec), 0o644); err != nil {
+		return "", err
+	}
+	// rate-policy-extism-vectors.wasm is the Extism twin as `make guests`
+	// writes it: with the same vectors bundled.
+	ext, err := os.ReadFile(filepath.Join(dir, "rate-policy-extism.wasm"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rate-policy-extism-vectors.wasm"), abi.AppendSelfTestSection(ext, sec), 0o644); err != nil {
 		return "", err
 	}
 	// rate-policy-wrongvec.wasm carries vector 2 with a wrong answer.
@@ -80,12 +90,20 @@ func TestGuestInspect(t *testing.T) {
 	dir, cache := guestFiles(t)
 	code, out, errOut := cli(t, "guest", "inspect", "--cache-dir", cache, filepath.Join(dir, "rate-policy.wasm"))
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"module: rate-policy", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 0",
+	for _, want := range []string{"module: rate-policy", "flavour: native", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 0",
 		"rate-policy pro.read revision 1 token-bucket limit 600 window 60000ms burst 150 max-cost 5",
 		"caphost_rate_select(i32,i32)->i64", "wasi_snapshot_preview1.random_get(i32,i32)->i32"} {
 		assert.Contains(t, out, want)
 	}
 	assert.Regexp(t, `sha256: [0-9a-f]{64}\n`, out)
+
+	code, out, errOut = cli(t, "guest", "inspect", "--cache-dir", cache, filepath.Join(dir, "rate-policy-extism-vectors.wasm"))
+	require.Equal(t, 0, code, out+errOut)
+	for _, want := range []string{"module: rate-policy", "flavour: extism", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 8",
+		"rate-policy pro.read revision 1 token-bucket limit 600 window 60000ms burst 150 max-cost 5",
+		"caphost_rate_select()->i32", "extism:host/env.input_length()->i64"} {
+		assert.Contains(t, out, want)
+	}
 
 	bad := filepath.Join(t.TempDir(), "bad.wasm")
 	require.NoError(t, os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644))
@@ -117,6 +135,16 @@ func TestGuestTest(t *testing.T) {
 	assert.Contains(t, out, "FAIL self-test vector 2 (caphost_rate_select): response frame differs at byte ")
 	assert.Contains(t, out, "PASS self-test vector 1 (caphost_rate_select)\n")
 	assert.Contains(t, out, "FAILED: 1 of ")
+
+	// The Extism flavour runs the same vectors and suite.
+	code, out, errOut = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "rate-policy-extism-vectors.wasm"))
+	require.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, "flavour: extism\n")
+	for i := range 8 {
+		assert.Contains(t, out, fmt.Sprintf("PASS self-test vector %d (caphost_rate_select)\n", i))
+	}
+	assert.Contains(t, out, "PASS [rate-policy] select is deterministic")
+	assert.Contains(t, out, "ok: 12 checks")
 
 	code, out, _ = cli(t, "guest", "test", "--cache-dir", cache, filepath.Join(dir, "ratebad.wasm"))
 	assert.Equal(t, 1, code)

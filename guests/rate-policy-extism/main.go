@@ -8,7 +8,9 @@
 // caphost_count in extism:host/user).
 //
 // The policy table is duplicated from guests/rate-policy (a main package
-// cannot be imported); the host's cross-flavour test fails if they drift.
+// cannot be imported); the host's cross-flavour tests fail if they drift.
+// It has no selftest.json of its own: `make guests` bundles its native
+// twin's, which it must answer byte for byte.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o rate-policy-extism.wasm ./guests/rate-policy-extism
 package main

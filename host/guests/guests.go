@@ -3,8 +3,11 @@
 // (self-test vectors plus the host conformance suite for the module's kinds),
 // each in a throwaway engine. It exists so cmd/caphost can offer
 // `caphost guest inspect|test` without importing the engine; results are plain
-// values. What a module may import and how it is checked are decided in
-// package plugins, not here.
+// values. Both flavours are served: a module importing Extism's kernel is
+// loaded through plugins/extism, any other through the native engine, and
+// both run the same self-test and conformance suite. What a module may
+// import and how it is checked are decided in package plugins (and
+// plugins/extism), not here.
 package guests
 
 import (
@@ -19,6 +22,7 @@ import (
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/conformance"
+	"github.com/caphost/caphost/plugins/extism"
 )
 
 // inspectName is the name throwaway engines load a module under; the
@@ -31,10 +35,20 @@ type Options struct {
 	CacheDir string
 }
 
+// Flavours of guest module (see Inspection.Flavour).
+const (
+	// FlavourNative: ABI v1 on the native engine (package plugins).
+	FlavourNative = "native"
+	// FlavourExtism: ABI v1 over Extism's calling convention (plugins/extism).
+	FlavourExtism = "extism"
+)
+
 // Inspection describes a module file.
 type Inspection struct {
 	SHA256 string
 	Bytes  int
+	// Flavour is FlavourNative or FlavourExtism, decided by the imports.
+	Flavour string
 	// ABI is "major.minor" from describe.
 	ABI     string
 	Module  string
@@ -57,9 +71,10 @@ type Check struct {
 
 // TestReport is the outcome of Test.
 type TestReport struct {
-	SHA256 string
-	Module string
-	Checks []Check
+	SHA256  string
+	Flavour string
+	Module  string
+	Checks  []Check
 }
 
 // OK reports whether no check failed.
@@ -77,10 +92,31 @@ func digest(wasm []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// load starts wasm in a throwaway engine; the caller closes the engine.
-func load(ctx context.Context, wasm []byte, opts Options) (*plugins.Engine, *plugins.Module, error) {
-	e, err := plugins.NewEngine(plugins.Config{CacheDir: opts.CacheDir,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// flavour picks the engine for wasm from its imports.
+func flavour(s plugins.ModuleShape) string {
+	if extism.IsModule(s) {
+		return FlavourExtism
+	}
+	return FlavourNative
+}
+
+// load starts wasm in a throwaway engine of its flavour; the caller calls
+// closeEngine when done with the module.
+func load(ctx context.Context, wasm []byte, flav string, opts Options) (plugins.Guest, func(context.Context) error, error) {
+	cfg := plugins.Config{CacheDir: opts.CacheDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if flav == FlavourExtism {
+		e, err := extism.NewEngine(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{})
+		if err != nil {
+			_ = e.Close(ctx)
+			return nil, nil, err
+		}
+		return m, e.Close, nil
+	}
+	e, err := plugins.NewEngine(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,11 +125,11 @@ func load(ctx context.Context, wasm []byte, opts Options) (*plugins.Engine, *plu
 		_ = e.Close(ctx)
 		return nil, nil, err
 	}
-	return e, m, nil
+	return m, e.Close, nil
 }
 
-// Inspect loads wasm in a throwaway engine and describes it. A module that
-// fails to load is an error (the engine's *plugins.GuestError).
+// Inspect loads wasm in a throwaway engine of its flavour and describes it.
+// A module that fails to load is an error (the engine's *plugins.GuestError).
 func Inspect(ctx context.Context, wasm []byte, opts Options) (Inspection, error) {
 	in := Inspection{SHA256: digest(wasm), Bytes: len(wasm)}
 	shape, err := plugins.Shape(ctx, wasm)
@@ -101,6 +137,7 @@ func Inspect(ctx context.Context, wasm []byte, opts Options) (Inspection, error)
 		return in, err
 	}
 	in.Imports, in.Exports = shape.Imports, shape.Exports
+	in.Flavour = flavour(shape)
 	vs, err := abi.ReadSelfTestSection(wasm)
 	if err != nil {
 		return in, err
@@ -108,11 +145,11 @@ func Inspect(ctx context.Context, wasm []byte, opts Options) (Inspection, error)
 	if vs != nil {
 		in.SelfTestVectors = len(vs.Vectors)
 	}
-	e, m, err := load(ctx, wasm, opts)
+	m, closeEngine, err := load(ctx, wasm, in.Flavour, opts)
 	if err != nil {
 		return in, err
 	}
-	defer e.Close(context.WithoutCancel(ctx))
+	defer closeEngine(context.WithoutCancel(ctx))
 	d := m.Description()
 	in.ABI = fmt.Sprintf("%d.%d", d.ABI.Major, d.ABI.Minor)
 	in.Module = d.Module
@@ -143,16 +180,21 @@ func declarations(d *abi.Description) []string {
 	return out
 }
 
-// Test loads wasm in a throwaway engine and runs its bundled self-test
-// vectors and the conformance suite for its kinds. A module that fails to
-// load is an error; failed checks are reported in the TestReport.
+// Test loads wasm in a throwaway engine of its flavour and runs its bundled
+// self-test vectors and the conformance suite for its kinds. A module that
+// fails to load is an error; failed checks are reported in the TestReport.
 func Test(ctx context.Context, wasm []byte, opts Options) (TestReport, error) {
 	rep := TestReport{SHA256: digest(wasm)}
-	e, m, err := load(ctx, wasm, opts)
+	shape, err := plugins.Shape(ctx, wasm)
 	if err != nil {
 		return rep, err
 	}
-	defer e.Close(context.WithoutCancel(ctx))
+	rep.Flavour = flavour(shape)
+	m, closeEngine, err := load(ctx, wasm, rep.Flavour, opts)
+	if err != nil {
+		return rep, err
+	}
+	defer closeEngine(context.WithoutCancel(ctx))
 	rep.Module = m.Description().Module
 	for _, c := range conformance.RunWithSelfTest(ctx, m, wasm).Checks {
 		rep.Checks = append(rep.Checks, Check{Kind: string(c.Kind), Name: c.Name, Status: string(c.Status), Detail: c.Detail})

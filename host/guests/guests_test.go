@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
 	"github.com/caphost/caphost/plugins"
 )
 
@@ -58,4 +60,41 @@ func TestConformanceCatchesNondeterminism(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"select is deterministic"}, failed)
+}
+
+// TestExtismFlavour: a module built with the Extism Go PDK is recognised by
+// its imports, loaded through plugins/extism, and tested with the same
+// self-test vectors and conformance suite as its native twin.
+func TestExtismFlavour(t *testing.T) {
+	ctx := context.Background()
+	in, err := Inspect(ctx, testWasm["rate-policy-extism"], Options{CacheDir: testCache})
+	require.NoError(t, err)
+	assert.Equal(t, FlavourExtism, in.Flavour)
+	assert.Equal(t, "rate-policy", in.Module)
+	assert.Equal(t, []string{"rate-policy"}, in.Kinds)
+	assert.Contains(t, in.Exports, "caphost_rate_select()->i32")
+	assert.Contains(t, in.Imports, "extism:host/env.input_length()->i64")
+	nat, err := Inspect(ctx, testWasm["rate-policy"], Options{CacheDir: testCache})
+	require.NoError(t, err)
+	assert.Equal(t, FlavourNative, nat.Flavour)
+	assert.Equal(t, nat.Declarations, in.Declarations)
+
+	// Bundled with the native twin's vectors, as `make guests` does.
+	f, err := vectors.ReadFile("../../guests/rate-policy/selftest.json")
+	require.NoError(t, err)
+	sec, err := f.Section()
+	require.NoError(t, err)
+	wasm := abi.AppendSelfTestSection(testWasm["rate-policy-extism"], sec)
+	rep, err := Test(ctx, wasm, Options{CacheDir: testCache})
+	require.NoError(t, err)
+	assert.Equal(t, FlavourExtism, rep.Flavour)
+	assert.True(t, rep.OK(), "%+v", rep.Checks)
+	var names []string
+	for _, c := range rep.Checks {
+		assert.Equal(t, "pass", c.Status, "%s: %s", c.Name, c.Detail)
+		names = append(names, c.Name)
+	}
+	assert.Len(t, names, len(f.Vectors)+4, "every vector and the four rate-policy checks")
+	assert.Contains(t, names, "self-test vector 7 (caphost_rate_select)")
+	assert.Contains(t, names, "select is deterministic")
 }

@@ -20,6 +20,8 @@ var testGuests = map[string]string{
 	"renderer":     "guests/renderer",
 	"cache-region": "guests/cache-region",
 	"ratebad":      "plugins/testdata/guests/ratebad",
+	// The Extism flavour's reference guest (go-pdk, same toolchain).
+	"rate-policy-extism": "guests/rate-policy-extism",
 }
 
 const (

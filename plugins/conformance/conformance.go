@@ -6,8 +6,9 @@
 // template, locale and channel renders, HTML parts escape parameters, output
 // is bounded). The checks are implemented in package plugins, whose hot-swap
 // Manager runs them before every swap; this package is the entry point for
-// tools (`caphost guest test`) and for testing other flavours. New checks are
-// added in plugins/manager_conformance.go.
+// tools (`caphost guest test`, selftestpack) and takes a plugins.Guest, so a
+// module of either flavour (native *plugins.Module, Extism *extism.Module)
+// runs the same suite. New checks are added in plugins/manager_conformance.go.
 package conformance
 
 import (
@@ -23,21 +24,21 @@ type Report = plugins.ConformanceReport
 // Check is one check's result.
 type Check = plugins.CheckResult
 
-// Run runs the conformance suite for every kind m declares.
-func Run(ctx context.Context, m *plugins.Module) Report {
-	return plugins.CheckConformance(ctx, m, nil)
+// Run runs the conformance suite for every kind g declares.
+func Run(ctx context.Context, g plugins.Guest) Report {
+	return plugins.CheckConformance(ctx, g, nil)
 }
 
 // RunWithSelfTest runs the module's bundled self-test vectors (wasm must be
-// the bytes m was loaded from) and then the conformance suite, using the
+// the bytes g was loaded from) and then the conformance suite, using the
 // bundled codec_encode vectors as round-trip samples.
-func RunWithSelfTest(ctx context.Context, m *plugins.Module, wasm []byte) Report {
-	rep := plugins.SelfTest(ctx, m, wasm)
+func RunWithSelfTest(ctx context.Context, g plugins.Guest, wasm []byte) Report {
+	rep := plugins.SelfTest(ctx, g, wasm)
 	vectors, err := abi.ReadSelfTestSection(wasm)
 	if err != nil {
 		vectors = nil // already reported as a failed check by SelfTest
 	}
-	conf := plugins.CheckConformance(ctx, m, vectors)
+	conf := plugins.CheckConformance(ctx, g, vectors)
 	rep.Checks = append(rep.Checks, conf.Checks...)
 	return rep
 }

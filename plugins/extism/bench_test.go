@@ -30,7 +30,7 @@ func BenchmarkCall256(b *testing.B) {
 	}
 	for _, name := range []string{"native", "extism"} {
 		b.Run(name+"/pool1", func(b *testing.B) {
-			m := flavours(plugins.Limits{PoolSize: 1})[name]
+			m := flavours(plugins.Limits{PoolSize: 1, CallTimeout: 2 * time.Second})[name]
 			b.ReportAllocs()
 			b.SetBytes(256)
 			out := make([]byte, 0, 512)
@@ -66,7 +66,10 @@ func BenchmarkRateSelect(b *testing.B) {
 	ctx := context.Background()
 	req := &abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "pro", ClientIPClass: "public",
 		Attrs: []abi.Attr{{Name: "region", Value: "eu"}}}
-	lim := plugins.Limits{PoolSize: 1}
+	// A benchmark measures speed, not deadlines: on a loaded machine one
+	// Extism call (about 230 KB of garbage each) can stall past the default
+	// 100 ms call timeout.
+	lim := plugins.Limits{PoolSize: 1, CallTimeout: 2 * time.Second}
 	for name, load := range map[string]func() caller{
 		"native": func() caller { return loadNative(b, newNative(b, plugins.Config{}), "rate-policy", lim) },
 		"extism": func() caller { return loadExt(b, newExtism(b, plugins.Config{}), "rate-policy-extism", lim) },

@@ -14,6 +14,12 @@
 // calls per invocation, pool size and recycling here), and every failure is
 // a *plugins.GuestError with the native flavour's classes.
 //
+// A *Module is a plugins.Guest: the typed calls (plugins.RateSelect,
+// plugins.CodecEncode, ...) and their host-side re-checks
+// (plugins.DecodeResponse), plugins.SelfTest and the conformance suite are
+// the native flavour's code, not copies. The hot-swap plugins.Manager is
+// native only.
+//
 // This flavour is for portability (PDKs in many languages), not speed: an
 // Extism call costs tens of microseconds against about one for the native
 // path. Change the ABI in package abi first, then both flavours.
@@ -191,6 +197,20 @@ func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err err
 }
 
 const i32 = api.ValueTypeI32
+
+// IsModule reports whether a module's imports (from plugins.Shape) mark it
+// as built for this flavour: every Extism PDK module imports Extism's kernel
+// (extism:host/env), and the native engine refuses any extism:host import.
+// Tools use it to pick the engine for a file; the engines themselves still
+// vet every import.
+func IsModule(s plugins.ModuleShape) bool {
+	for _, imp := range s.Imports {
+		if strings.HasPrefix(imp, "extism:host/") {
+			return true
+		}
+	}
+	return false
+}
 
 // Load compiles, vets and starts an Extism module: imports are checked, the
 // ABI major negotiated, describe validated and the kinds' exports checked,
@@ -595,6 +615,10 @@ func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(
 	return err
 }
 
+// The Extism flavour is a plugins.Guest: the conformance suite, the
+// self-test and the typed calls run on it unchanged.
+var _ plugins.Guest = (*Module)(nil)
+
 // Call sends a pre-encoded request to export e and appends the raw response
 // frame to out, like (*plugins.Module).Call.
 func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte, error) {
@@ -605,31 +629,24 @@ func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte
 	return out, err
 }
 
-// RateSelect asks the rate-policy guest which policies apply, with the same
-// host-side re-checks as (*plugins.Module).RateSelect.
-func (m *Module) RateSelect(ctx context.Context, req *abi.RateSelectRequest) (*abi.RateSelectResponse, error) {
-	var resp abi.RateSelectResponse
-	err := m.invoke(ctx, abi.ExportRateSelect, req.AppendTo(nil), func(frame []byte) error {
-		body, err := abi.ParseFrame(frame)
-		if err != nil {
-			return err
-		}
-		if err := resp.Unmarshal(body); err != nil {
-			return err
-		}
-		for _, s := range resp.Selections {
-			p, ok := m.policies[s.PolicyID]
-			if !ok {
-				return fmt.Errorf("selected undeclared policy")
-			}
-			if s.Cost == 0 || s.Cost > p.MaximumCost || len(s.Dimensions) != len(p.Dimensions) {
-				return fmt.Errorf("selection of %s violates its declaration", p.ID)
-			}
-		}
-		return nil
+// Exchange implements plugins.Guest: the response frame is decoded and
+// re-checked by plugins.DecodeResponse (the native flavour's checks) while
+// the instance is held, so a bad answer discards it.
+func (m *Module) Exchange(ctx context.Context, e abi.Export, req, resp abi.Message) error {
+	// Extism copies the input into guest memory itself: no buffer to pool.
+	return m.invoke(ctx, e, req.AppendTo(nil), func(frame []byte) error {
+		return plugins.DecodeResponse(m, e, req, frame, resp)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &resp, nil
+}
+
+// RatePolicy implements plugins.Guest.
+func (m *Module) RatePolicy(id string) (*abi.RatePolicyDecl, bool) {
+	p, ok := m.policies[id]
+	return p, ok
+}
+
+// RateSelect is plugins.RateSelect(ctx, m, req); the other kinds' typed calls
+// are the plugins functions of the same names.
+func (m *Module) RateSelect(ctx context.Context, req *abi.RateSelectRequest) (*abi.RateSelectResponse, error) {
+	return plugins.RateSelect(ctx, m, req)
 }

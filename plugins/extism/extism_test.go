@@ -151,10 +151,21 @@ func TestHostileGuest(t *testing.T) {
 	assert.Contains(t, ge.Detail, "guest panicked on purpose")
 	requireClass(t, sel("/undeclared"), plugins.ClassMalformedOutput)
 	require.NoError(t, sel("/ok"))
+	// The other kinds' typed calls carry the same re-checks: the echo codec
+	// answers any schema at version 1, which for an undeclared schema is
+	// malformed output.
+	enc, err := plugins.CodecEncode(ctx, m, &abi.CodecEncodeRequest{Schema: "echo", Value: []byte("v")})
+	require.NoError(t, err)
+	assert.Equal(t, []byte("v"), enc.Payload)
+	_, err = plugins.CodecEncode(ctx, m, &abi.CodecEncodeRequest{Schema: "undeclared", Value: []byte("v")})
+	ge = requireClass(t, err, plugins.ClassMalformedOutput)
+	assert.Contains(t, ge.Error(), "encoded undeclared schema")
+	_, err = plugins.CodecDecode(ctx, m, &abi.CodecDecodeRequest{Schema: "echo", StoredVersion: 1})
+	require.ErrorIs(t, err, abi.CodeUnsupported)
 
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err := m.RateSelect(short, &abi.RateSelectRequest{Route: "/loop", Method: "GET"})
+	_, err = m.RateSelect(short, &abi.RateSelectRequest{Route: "/loop", Method: "GET"})
 	requireClass(t, err, plugins.ClassDeadline)
 
 	out, err := m.Call(ctx, abi.ExportCodecEncode, (&abi.CodecEncodeRequest{Schema: "echo", Value: []byte("hi")}).AppendTo(nil), nil)

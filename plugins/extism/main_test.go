@@ -19,6 +19,8 @@ var testGuests = map[string]string{
 	"rate-policy-extism": "guests/rate-policy-extism",
 	"echo":               "testdata/guests/echo",
 	"testguest":          "plugins/extism/testdata/guests/testguest",
+	"wrongans":           "testdata/guests/wrongans",
+	"wrongans-extism":    "plugins/extism/testdata/guests/wrongans",
 }
 
 type harness struct {
@@ -81,12 +83,12 @@ func loadAll() error {
 		return err
 	}
 	defer ext.Close(ctx)
-	for _, n := range []string{"rate-policy", "echo"} {
+	for _, n := range []string{"rate-policy", "echo", "wrongans"} {
 		if _, err := nat.Load(ctx, n, th.wasm[n], plugins.Limits{}); err != nil {
 			return err
 		}
 	}
-	for _, n := range []string{"rate-policy-extism", "testguest"} {
+	for _, n := range []string{"rate-policy-extism", "testguest", "wrongans-extism"} {
 		if _, err := ext.Load(ctx, n, th.wasm[n], plugins.Limits{}); err != nil {
 			return err
 		}

@@ -9,8 +9,9 @@
 //	selftestpack -vectors guests/codec/selftest.json build/guests/codec.wasm
 //	selftestpack -record -vectors guests/codec/selftest.json build/guests/codec.wasm
 //
-// By default the bundled module is then loaded in a throwaway engine and its
-// vectors are run (plugins.SelfTest), so a guest that drifted from its
+// By default the bundled module is then loaded in a throwaway engine of its
+// flavour (native, or plugins/extism for a module importing Extism's kernel)
+// and its vectors are run (plugins.SelfTest), so a guest that drifted from its
 // vectors fails the build instead of failing its first hot swap; nothing is
 // written unless they all pass.
 //
@@ -34,6 +35,7 @@ import (
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/extism"
 )
 
 func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
@@ -134,32 +136,58 @@ func (p packer) bundle(ctx context.Context, vecPath, src, dst string, verify boo
 	return nil
 }
 
-// load starts wasm in a throwaway engine and checks that it is the module
-// the vectors file names.
-func (p packer) load(ctx context.Context, f *vectors.File, wasm []byte) (*plugins.Engine, *plugins.Module, error) {
-	e, err := plugins.NewEngine(plugins.Config{CacheDir: p.cacheDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// load starts wasm in a throwaway engine of its flavour (Extism when it
+// imports Extism's kernel, else native) and checks that it is the module
+// the vectors file names. The caller calls closeEngine when done.
+func (p packer) load(ctx context.Context, f *vectors.File, wasm []byte) (plugins.Guest, func(context.Context) error, error) {
+	shape, err := plugins.Shape(ctx, wasm)
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg := plugins.Config{CacheDir: p.cacheDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The vectors check answers, not speed: a generous call deadline keeps a
 	// busy build machine from failing them.
-	m, err := e.Load(ctx, "selftestpack", wasm, plugins.Limits{CallTimeout: 10 * time.Second})
-	if err == nil && m.Description().Module != f.Module {
-		err = fmt.Errorf("the vectors are for module %q, the module describes itself as %q", f.Module, m.Description().Module)
+	lim := plugins.Limits{CallTimeout: 10 * time.Second}
+	var (
+		m           plugins.Guest
+		closeEngine func(context.Context) error
+	)
+	if extism.IsModule(shape) {
+		e, err := extism.NewEngine(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		em, err := e.Load(ctx, "selftestpack", wasm, lim)
+		if err != nil {
+			_ = e.Close(ctx)
+			return nil, nil, err
+		}
+		m, closeEngine = em, e.Close
+	} else {
+		e, err := plugins.NewEngine(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		nm, err := e.Load(ctx, "selftestpack", wasm, lim)
+		if err != nil {
+			_ = e.Close(ctx)
+			return nil, nil, err
+		}
+		m, closeEngine = nm, e.Close
 	}
-	if err != nil {
-		_ = e.Close(ctx)
-		return nil, nil, err
+	if got := m.Description().Module; got != f.Module {
+		_ = closeEngine(ctx)
+		return nil, nil, fmt.Errorf("the vectors are for module %q, the module describes itself as %q", f.Module, got)
 	}
-	return e, m, nil
+	return m, closeEngine, nil
 }
 
 func (p packer) verify(ctx context.Context, f *vectors.File, bundled []byte) error {
-	e, m, err := p.load(ctx, f, bundled)
+	m, closeEngine, err := p.load(ctx, f, bundled)
 	if err != nil {
 		return err
 	}
-	defer e.Close(context.WithoutCancel(ctx))
+	defer closeEngine(context.WithoutCancel(ctx))
 	rep := plugins.SelfTest(ctx, m, bundled)
 	var fails []error
 	for i, c := range rep.Checks {
@@ -187,11 +215,11 @@ func (p packer) record(ctx context.Context, vecPath, src string) error {
 	if err != nil {
 		return err
 	}
-	e, m, err := p.load(ctx, f, wasm)
+	m, closeEngine, err := p.load(ctx, f, wasm)
 	if err != nil {
 		return err
 	}
-	defer e.Close(context.WithoutCancel(ctx))
+	defer closeEngine(context.WithoutCancel(ctx))
 	changed := 0
 	for i := range f.Vectors {
 		v := &f.Vectors[i]
