@@ -8,6 +8,11 @@
 // separate concurrency-permit port of §20.8 (ConcurrencyLimiter, Lease):
 // acquire/renew/release with host-minted owner tokens, always fail-closed.
 //
+// Token-bucket decisions run rate-token-bucket-v2 through a
+// programs.Batcher: concurrent decisions that find the script lane busy
+// share one pipeline (WithBatching), each keeping its own atomic program
+// call and outcome; a lone decision is sent at once.
+//
 // Raw subject values (tenant, principal, API key, client IP, ...) enter only
 // through Request.Subject and leave only as an HMAC digest inside a
 // keys.Key: they are never stored, logged, put in errors or metric labels,

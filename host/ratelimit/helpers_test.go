@@ -88,12 +88,18 @@ func req(pol, subject string) Request {
 	return Request{Policy: pol, Subject: tenant(subject), Cost: 1, Deadline: time.Now().Add(3 * time.Second)}
 }
 
-// stateKey rebuilds the state key of (policy, subject) the way the limiter does.
+// stateKey rebuilds the state key of (policy, subject) the way the limiter
+// does: key version 2 for the token bucket (rate-token-bucket-v2's string
+// state), 1 otherwise.
 func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 	t.Helper()
 	pol, ok := f.l.Policies().Policy(id)
 	require.True(t, ok)
-	ks, err := f.rt.Keys().Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: keyVersion,
+	kv := keyVersion
+	if pol.Algorithm == policy.RateTokenBucket {
+		kv = tokenBucketKeyVersion
+	}
+	ks, err := f.rt.Keys().Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: kv,
 		Parts: subjectParts(pol, sub)}, stateKind(pol.Algorithm), "dedup")
 	require.NoError(t, err)
 	return ks[0]

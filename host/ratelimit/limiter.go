@@ -26,6 +26,10 @@ const (
 	MaxSubjectValueBytes = keys.MaxPartBytes
 	// keyVersion is the kv<n> of rate state keys.
 	keyVersion = 1
+	// tokenBucketKeyVersion is the kv<n> of token-bucket state, which
+	// rate-token-bucket-v2 keeps as a string (v1, under kv1, kept a hash):
+	// the two never share a key.
+	tokenBucketKeyVersion = 2
 	// unavailableRetryAfter is the Retry-After of outcomes without a
 	// decision: a short, fixed back-off, since nothing better is known.
 	unavailableRetryAfter = time.Second
@@ -73,7 +77,15 @@ type options struct {
 	reg         prometheus.Registerer
 	now         func() time.Time
 	beforeRetry func()
+	flights     int // concurrent token-bucket sends before calls batch; 0: no batching
+	batchMax    int
 }
+
+// Token-bucket batching defaults (see WithBatching).
+const (
+	DefaultBatchFlights = 4
+	DefaultBatchMax     = 64
+)
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
@@ -90,6 +102,18 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
 }
 
+// WithBatching sets how token-bucket evaluations share pipelines: while
+// fewer than maxFlights of them are in flight a call is sent at once and
+// alone; further calls queue and go out together (at most maxBatch per
+// pipeline) as soon as a send completes. No call waits for a timer, so a
+// lone caller's latency is unchanged; under concurrency client and server
+// pay one round trip per batch instead of per decision. Each decision stays
+// its own atomic program call with its own outcome. maxFlights 0 turns
+// batching off. Defaults: DefaultBatchFlights, DefaultBatchMax.
+func WithBatching(maxFlights, maxBatch int) Option {
+	return func(o *options) { o.flights, o.batchMax = maxFlights, maxBatch }
+}
+
 // withBeforeRetry runs f just before the reconciling retry (tests only).
 func withBeforeRetry(f func()) Option {
 	return func(o *options) { o.beforeRetry = f }
@@ -99,9 +123,12 @@ func withBeforeRetry(f func()) Option {
 type Limiter struct {
 	log  *slog.Logger
 	exec *programs.Executor
-	keys *keys.Builder
-	cfg  Config
-	set  atomic.Pointer[policy.RatePolicySet]
+	// batch sends token-bucket evaluations, batching concurrent ones (nil:
+	// each goes out alone through exec).
+	batch *programs.Batcher
+	keys  *keys.Builder
+	cfg   Config
+	set   atomic.Pointer[policy.RatePolicySet]
 	// gen is the per-policy rendering of set (keys, program arguments,
 	// metric handles). It is stored right after set under swapMu; an
 	// evaluation that sees a different set compiles on the fly instead.
@@ -117,7 +144,7 @@ type Limiter struct {
 
 // New binds a limiter to the runtime role cfg.RedisRole with the policy set.
 func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Option) (*Limiter, error) {
-	o := options{log: slog.Default(), now: time.Now}
+	o := options{log: slog.Default(), now: time.Now, flights: DefaultBatchFlights, batchMax: DefaultBatchMax}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -135,6 +162,9 @@ func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Opt
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	l := &Limiter{log: o.log, exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, beforeRetry: o.beforeRetry}
+	if o.flights > 0 {
+		l.batch = l.exec.NewBatcher(o.flights, o.batchMax)
+	}
 	if cfg.DegradedProvider == DegradedLocalEmergency {
 		if cfg.LocalEmergency == nil {
 			return nil, fmt.Errorf("%w: local-emergency needs its limits", ErrConfig)
@@ -294,9 +324,7 @@ func (l *Limiter) evaluateCompiled(ctx context.Context, cp *compiledPolicy, req 
 	}
 	evalID := req.EvaluationID
 	if pol.Dedup.Enabled && evalID == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-		evalID = hex.EncodeToString(b[:])
+		evalID = mintEvaluationID()
 	}
 	if !req.Deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -306,10 +334,13 @@ func (l *Limiter) evaluateCompiled(ctx context.Context, cp *compiledPolicy, req 
 	if ctx.Err() != nil {
 		return unavailable(*pol, CategoryDeadline)
 	}
-	// The parts live on the stack for the usual one or two dimensions.
-	var partsBuf [2 * 4][]byte
-	ks, err := l.keys.Group(keys.Spec{Capability: keys.CapRate, Region: cp.region, KeyVersion: keyVersion,
-		Parts: cp.appendParts(partsBuf[:0], req.Subject)}, cp.kind, "dedup")
+	// The parts and keys live on the stack for the usual one or two
+	// dimensions; the keys' text is the one allocation.
+	var (
+		partsBuf [2 * 4][]byte
+		keysBuf  [2]keys.Key
+	)
+	ks, err := cp.appendKeys(l.keys, keysBuf[:0], cp.appendParts(partsBuf[:0], req.Subject))
 	if err != nil {
 		return unavailable(*pol, CategoryMisconfigured)
 	}
@@ -346,12 +377,19 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
+	if cp.tb != nil {
+		var dedup keys.Key
+		if cp.tb.Dedup() {
+			dedup = ks[1]
+		}
+		if l.batch != nil {
+			return l.batch.RateTokenBucketPlan(ctx, ks[0], dedup, cp.tb, cost*policy.RateScale, evalID)
+		}
+		return l.exec.RateTokenBucketPlan(ctx, ks[0], dedup, cp.tb, cost*policy.RateScale, evalID)
+	}
 	var id []byte
 	if pol.Dedup.Enabled {
 		id = []byte(evalID)
-	}
-	if cp.tb != nil {
-		return l.exec.RateTokenBucketPlan(ctx, ks[0], ks[1], cp.tb, cost*policy.RateScale, id)
 	}
 	opts := rateOptions(pol)
 	opts.EvaluationID = id
@@ -361,8 +399,12 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		return l.exec.RateFixedWindow(ctx, ks[0], ks[1], programs.FixedWindowRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
 	case policy.RateSlidingCounter:
 		return l.exec.RateSlidingCounter(ctx, ks[0], ks[1], programs.SlidingCounterRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
-	case policy.RateTokenBucket:
-		return l.exec.RateTokenBucket(ctx, ks[0], ks[1], programs.TokenBucketRequest{
+	case policy.RateTokenBucket: // compiled policies carry a plan; kept for completeness
+		var dedup keys.Key
+		if pol.Dedup.Enabled {
+			dedup = ks[1]
+		}
+		return l.exec.RateTokenBucketV2(ctx, ks[0], dedup, programs.TokenBucketRequest{
 			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
 			RefillPeriod: p.RefillPeriod, CostScaled: cost * policy.RateScale, RateOptions: opts})
 	case policy.RateGCRA:
@@ -519,12 +561,17 @@ type generation struct {
 // neither clones the policy nor formats program arguments nor looks up
 // metric label values. Immutable once built.
 type compiledPolicy struct {
-	pol    policy.RatePolicy
-	region string   // key region (id--revision)
-	kind   string   // state key kind
-	dims   [][]byte // dimension names as key parts, in canonical order
-	tb     *programs.TokenBucketPlan
-	m      policyMetrics
+	pol  policy.RatePolicy
+	spec keys.Spec // capability, region (id--revision) and key version
+	// kinds are the key kinds one evaluation needs: the state kind, then
+	// "dedup" unless the program is rate-token-bucket-v2 without dedup.
+	kinds []string
+	// keys is spec and kinds prepared (nil if the builder refused them:
+	// then every evaluation reports the builder's error).
+	keys *keys.Prepared
+	dims [][]byte // dimension names as key parts, in canonical order
+	tb   *programs.TokenBucketPlan
+	m    policyMetrics
 }
 
 // compile renders every policy of set.
@@ -553,7 +600,9 @@ func (l *Limiter) compiled(set *policy.RatePolicySet, id string) *compiledPolicy
 }
 
 func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
-	cp := &compiledPolicy{pol: pol, region: pol.KeyRegion(), kind: stateKind(pol.Algorithm), m: l.metrics.forPolicy(pol)}
+	cp := &compiledPolicy{pol: pol, m: l.metrics.forPolicy(pol),
+		spec:  keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: keyVersion},
+		kinds: []string{stateKind(pol.Algorithm), "dedup"}}
 	cp.dims = make([][]byte, len(pol.Dimensions))
 	for i, d := range pol.Dimensions {
 		cp.dims[i] = []byte(d)
@@ -563,8 +612,37 @@ func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
 		cp.tb = programs.NewTokenBucketPlan(programs.TokenBucketRequest{
 			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
 			RefillPeriod: p.RefillPeriod, CostScaled: policy.RateScale, RateOptions: rateOptions(&pol)})
+		cp.spec.KeyVersion = tokenBucketKeyVersion
+		if !pol.Dedup.Enabled {
+			cp.kinds = cp.kinds[:1] // no dedup key is sent
+		}
+	}
+	if pk, err := l.keys.Prepare(cp.spec, cp.kinds...); err == nil {
+		cp.keys = pk
 	}
 	return cp
+}
+
+// appendKeys renders the evaluation's keys (state first) for parts.
+func (cp *compiledPolicy) appendKeys(b *keys.Builder, dst []keys.Key, parts [][]byte) ([]keys.Key, error) {
+	if cp.keys != nil {
+		return cp.keys.AppendKeys(dst, parts)
+	}
+	s := cp.spec
+	s.Parts = parts
+	ks, err := b.Group(s, cp.kinds...) // reports why Prepare refused
+	return append(dst, ks...), err
+}
+
+// mintEvaluationID returns a fresh random evaluation id (32 hex digits)
+// for a dedup policy called without one: enough for the limiter's own
+// reconciling retry.
+func mintEvaluationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // appendParts appends the key parts of sub to dst: what subjectParts

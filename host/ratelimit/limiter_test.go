@@ -72,6 +72,55 @@ func TestExactAdmissionTokenBucket(t *testing.T) {
 	assert.Greater(t, d.RetryAfter, 30*time.Minute)
 }
 
+// The token bucket with evaluation-id dedup, batching off and on (default):
+// 32 goroutines on one subject admit exactly the capacity, and the state
+// is rate-token-bucket-v2's string under key version 2.
+func TestExactAdmissionTokenBucketDedupBatching(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	tb := policy.RatePolicyDecl{ID: "tbd", Revision: "r1", Algorithm: policy.RateTokenBucket,
+		Parameters: policy.RateParameters{Capacity: 100, RefillTokens: 1, RefillPeriod: time.Hour},
+		Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: true}}
+	for name, opts := range map[string][]Option{"unbatched": {WithBatching(0, 0)}, "batched": {WithBatching(1, 8)}} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, opts, tb)
+			require.NoError(t, s.Admin().Del(ctxT(t), f.stateKey(t, "tbd", tenant("acme")).Redis()).Err())
+			assert.Equal(t, int64(100), exactAdmission(t, f, "tbd"))
+			v, err := s.Admin().Get(ctxT(t), f.stateKey(t, "tbd", tenant("acme")).Redis()).Result()
+			require.NoError(t, err)
+			assert.Regexp(t, `^1:0:\d+:r1$`, v)
+		})
+	}
+}
+
+// A stalled token-bucket call with dedup is retried once with the same
+// evaluation id and charged once, batched or not.
+func TestStallTokenBucketWithDedupRetriesOnce(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, s.Addr())
+	tb := policy.RatePolicyDecl{ID: "tbd", Revision: "r1", Algorithm: policy.RateTokenBucket,
+		Parameters: policy.RateParameters{Capacity: 10, RefillTokens: 1, RefillPeriod: time.Hour},
+		Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: true}}
+	var retries atomic.Int32
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 300 * time.Millisecond}
+	f := newFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { retries.Add(1); p.Passthrough() })}, tb)
+	ctx := ctxT(t)
+	require.True(t, f.l.Evaluate(ctx, req("tbd", "warm")).Allowed(), "loads the script through the proxy")
+
+	p.Stall()
+	r := req("tbd", "acme")
+	r.EvaluationID = "eval-1"
+	o := f.l.Evaluate(ctx, r)
+	require.Equal(t, Evaluated, o.Kind(), "category %s", o.Category())
+	assert.True(t, o.Allowed())
+	assert.True(t, o.Replayed(), "the retry found the first attempt's decision")
+	assert.Equal(t, int32(1), retries.Load())
+	d, _ := o.Decision()
+	assert.Equal(t, int64(9), d.Remaining, "the original decision")
+	v, err := s.Admin().Get(ctx, f.stateKey(t, "tbd", tenant("acme")).Redis()).Result()
+	require.NoError(t, err)
+	assert.Regexp(t, `^1:9000000:\d+:r1$`, v, "charged exactly once")
+}
+
 func TestServerKilledFailureModes(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	local := func(id string, limit int64) policy.RatePolicyDecl {

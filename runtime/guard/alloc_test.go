@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/policy"
 )
 
 // The guard runs on every command: admitting a typed single-key command
@@ -80,4 +82,33 @@ func TestTTLOptionsFoldASCIIOnly(t *testing.T) {
 	assert.Equal(t, ReasonMissingTTL, rejection(t, err).Reason)
 	_, err = run(g, redis.NewStatusCmd(ctx, "set", ns+"k", "v", "xx", "keepttl"))
 	require.NoError(t, err)
+}
+
+// A program call read as integers (programs reads rate-token-bucket-v2's
+// tuple into an IntSliceCmd) is measured by concrete type, without
+// allocating, and an over-budget integer reply is still withheld.
+func TestIntSliceReplyMeasuredByType(t *testing.T) {
+	g, rec := newGuard(t, func(c *Config) { c.Lane = policy.LaneScript })
+	ctx := context.Background()
+	tuple := []int64{1, 1, 1796030779868, 1, 10000000, 9000000, 0, 1796030779968}
+	h := g.ProcessHook(func(_ context.Context, cmd redis.Cmder) error {
+		cmd.(*redis.IntSliceCmd).SetVal(tuple)
+		return nil
+	})
+	cmd := redis.NewIntSliceCmd(ctx, "evalsha", testSHA, 1, ns+"k", "r1")
+	var err error
+	allocs := testing.AllocsPerRun(200, func() { err = h(ctx, cmd) })
+	require.NoError(t, err)
+	assert.Zero(t, allocs)
+	assert.Equal(t, tuple, cmd.Val())
+	assert.Equal(t, 8*len(tuple), rec.reply[len(rec.reply)-1], "8 bytes per integer")
+
+	// 200 integers are 1600 bytes, over the 1024-byte test budget.
+	over := g.ProcessHook(func(_ context.Context, cmd redis.Cmder) error {
+		cmd.(*redis.IntSliceCmd).SetVal(make([]int64, 200))
+		return nil
+	})
+	big := redis.NewIntSliceCmd(ctx, "evalsha", testSHA, 1, ns+"k", "r1")
+	require.ErrorIs(t, over(ctx, big), ErrRejected)
+	assert.Nil(t, big.Val(), "the over-budget reply is never handed back")
 }

@@ -124,6 +124,10 @@ func replyBytes(cmd redis.Cmder, limit int) int {
 			n += len(s)
 		}
 		return n
+	case *redis.IntSliceCmd:
+		// The catalog's integer-tuple programs (rate-token-bucket-v2) read
+		// their reply as []int64; 8 per integer, as IntCmd.
+		return 8 * len(c.Val())
 	}
 	m := reflect.ValueOf(cmd).MethodByName("Val")
 	if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
@@ -199,6 +203,9 @@ func clearReply(cmd redis.Cmder) {
 		c.SetVal(nil)
 		return
 	case *redis.StringSliceCmd:
+		c.SetVal(nil)
+		return
+	case *redis.IntSliceCmd:
 		c.SetVal(nil)
 		return
 	}

@@ -106,9 +106,9 @@ type versionMaterial struct {
 
 // digestState is one pooled HMAC state plus its scratch buffer.
 type digestState struct {
-	mac hash.Hash // nil for the unkeyed (opaque) profile
-	buf []byte
-	sum [sha256.Size]byte
+	mac    hash.Hash // nil for the unkeyed (opaque) profile
+	buf    []byte
+	sum256 [sha256.Size]byte
 }
 
 func (v *versionMaterial) String() string { return "***" }
@@ -338,29 +338,44 @@ func (b *Builder) digest(s Spec, group string, hashVersion int) digestHex {
 		vm = b.material[hashVersion]
 	}
 	st := vm.pool.Get().(*digestState)
-	buf := st.buf[:0]
+	buf := b.appendHead(st.buf[:0], s, group)
+	return st.sum(vm, appendParts(buf, s.Parts))
+}
+
+// appendHead appends the canonical encoding up to (not including) the part
+// count: everything that does not depend on the parts.
+func (b *Builder) appendHead(buf []byte, s Spec, group string) []byte {
 	buf = appendField(buf, digestDomain)
 	buf = appendField(buf, b.app)
 	buf = appendField(buf, b.env)
 	buf = appendField(buf, string(s.Capability))
 	buf = appendField(buf, s.Region)
 	buf = appendField(buf, group)
-	buf = appendU32Field(buf, uint32(s.KeyVersion))
-	buf = appendU32Field(buf, uint32(len(s.Parts)))
-	for _, p := range s.Parts {
+	return appendU32Field(buf, uint32(s.KeyVersion))
+}
+
+// appendParts appends the part count and every part.
+func appendParts(buf []byte, parts [][]byte) []byte {
+	buf = appendU32Field(buf, uint32(len(parts)))
+	for _, p := range parts {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(p)))
 		buf = append(buf, p...)
 	}
+	return buf
+}
 
+// sum digests buf (st's scratch buffer, possibly grown), wipes it and
+// returns st to vm's pool.
+func (st *digestState) sum(vm *versionMaterial, buf []byte) digestHex {
 	if st.mac == nil {
-		st.sum = sha256.Sum256(buf)
+		st.sum256 = sha256.Sum256(buf)
 	} else {
 		st.mac.Reset()
 		st.mac.Write(buf)
-		st.mac.Sum(st.sum[:0])
+		st.mac.Sum(st.sum256[:0])
 	}
 	var out digestHex
-	hex.Encode(out[:], st.sum[:])
+	hex.Encode(out[:], st.sum256[:])
 	// Parts may be personal data: do not leave them in pooled memory, and
 	// do not keep a buffer grown by a 16 KiB request alive in the pool.
 	clear(buf)

@@ -24,6 +24,10 @@
 // once per call and are specified by the pure-Go reference
 // in internal/rateref; a formula change is a new program id there and here.
 //
+// A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
+// while the script lane is busy as one pipeline, each call keeping its own
+// atomicity, reply and certainty.
+//
 // Callers never name a program, pass KEYS or see numeric statuses: facades
 // take keys.Key values and typed arguments and return typed results whose
 // status maps 1:1 to the manifest and to a certainty.Outcome.

@@ -34,6 +34,7 @@ func facadeMethods() map[string]string {
 		"rate-fixed-window-v1":          "RateFixedWindow",
 		"rate-sliding-counter-v1":       "RateSlidingCounter",
 		"rate-token-bucket-v1":          "RateTokenBucket",
+		"rate-token-bucket-v2":          "RateTokenBucketV2",
 		"rate-gcra-v1":                  "RateGCRA",
 		"rate-sliding-log-v1":           "RateSlidingLog",
 		"rate-concurrency-acquire-v1":   "RateConcurrencyAcquire",

@@ -18,6 +18,8 @@ type Executor struct {
 	cat    *Catalog
 	mode   policy.ProgramMode
 	client redis.UniversalClient
+	// tokenBucket is rate-token-bucket-v2 prepared for the plan path.
+	tokenBucket *fastProgram
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -32,7 +34,9 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrMode, mode)
 	}
-	return &Executor{cat: c, mode: mode, client: script}, nil
+	e := &Executor{cat: c, mode: mode, client: script}
+	e.tokenBucket = e.prepare(tokenBucketV2)
+	return e, nil
 }
 
 // Mode returns the executor's program mode.

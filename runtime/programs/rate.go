@@ -74,8 +74,8 @@ type SlidingCounterRequest struct {
 	RateOptions
 }
 
-// TokenBucketRequest is one rate-token-bucket-v1 evaluation. Token amounts
-// are micro-tokens (RateScale per token).
+// TokenBucketRequest is one rate-token-bucket-v1 or -v2 evaluation. Token
+// amounts are micro-tokens (RateScale per token).
 type TokenBucketRequest struct {
 	// CapacityScaled is the bucket size; CapacityScaled*RefillPeriod(ms) must
 	// not exceed 2^52 and the full-refill horizon must not exceed 30 days.
@@ -142,70 +142,12 @@ func (e *Executor) RateSlidingCounter(ctx context.Context, state, dedup keys.Key
 	return rateResult(&r), nil
 }
 
-// RateTokenBucket evaluates a token-bucket limit.
+// RateTokenBucket evaluates a token-bucket limit with rate-token-bucket-v1
+// (hash state). The rate limiter uses RateTokenBucketV2 / TokenBucketPlan.
 func (e *Executor) RateTokenBucket(ctx context.Context, bucket, dedup keys.Key, req TokenBucketRequest) (RateResult, error) {
-	return e.RateTokenBucketPlan(ctx, bucket, dedup, NewTokenBucketPlan(req), req.CostScaled, req.EvaluationID)
-}
-
-// Positions in the rate-token-bucket-v1 ARGV of the per-call arguments.
-const (
-	tbArgCost   = 4
-	tbArgEvalID = 9
-)
-
-// TokenBucketPlan is a token-bucket request rendered once into its ARGV, so
-// that a caller evaluating the same policy many times (the rate limiter
-// renders one per policy revision when a policy set is installed) sends
-// each evaluation without formatting or boxing arguments. Only the cost and
-// the evaluation id vary per call. A plan is immutable and safe for
-// concurrent use; the program still validates every argument server-side.
-type TokenBucketPlan struct {
-	args       []any // complete ARGV for costScaled and no evaluation id
-	costScaled int64
-	dedup      bool
-}
-
-// NewTokenBucketPlan renders req. req.CostScaled is the cost the plan is
-// rendered for (other costs cost one formatting per call) and
-// req.EvaluationID is ignored: it is per call.
-func NewTokenBucketPlan(req TokenBucketRequest) *TokenBucketPlan {
-	opts := req.RateOptions
-	opts.EvaluationID = nil
-	return &TokenBucketPlan{
-		args: append([]any{
-			req.PolicyRevision, strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
-			millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10),
-		}, opts.args()...),
-		costScaled: req.CostScaled,
-		dedup:      req.DedupTTL != 0,
-	}
-}
-
-// argv is the ARGV of one call: the shared rendering itself when nothing
-// varies (go-redis copies arguments into its command, so it is only ever
-// read), else a copy with the cost and evaluation id substituted.
-func (p *TokenBucketPlan) argv(costScaled int64, evaluationID []byte) []any {
-	if costScaled == p.costScaled && !p.dedup && len(evaluationID) == 0 {
-		return p.args
-	}
-	args := append(make([]any, 0, len(p.args)), p.args...)
-	if costScaled != p.costScaled {
-		args[tbArgCost] = strconv.FormatInt(costScaled, 10)
-	}
-	if p.dedup || len(evaluationID) > 0 {
-		args[tbArgEvalID] = evaluationID
-	}
-	return args
-}
-
-// RateTokenBucketPlan evaluates a token-bucket limit rendered by plan, for
-// costScaled micro-tokens. evaluationID is required when the plan has dedup
-// enabled; without dedup an empty one sends the program's placeholder.
-func (e *Executor) RateTokenBucketPlan(ctx context.Context, bucket, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID []byte) (RateResult, error) {
-	if plan == nil {
-		return RateResult{}, &CompatibilityError{Program: "rate-token-bucket-v1", Reason: "nil token-bucket plan"}
-	}
-	r, err := e.run(ctx, "rate-token-bucket-v1", []keys.Key{bucket, dedup}, plan.argv(costScaled, evaluationID)...)
+	args := append([]any{req.PolicyRevision, strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
+		millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10)}, req.args()...)
+	r, err := e.run(ctx, "rate-token-bucket-v1", []keys.Key{bucket, dedup}, args...)
 	if err != nil {
 		return RateResult{}, err
 	}

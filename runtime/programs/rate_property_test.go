@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +45,35 @@ type rateAlgo struct {
 	// sorted set whose sentinel score is minus the last observation).
 	read       func(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error)
 	redisShift func(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error
+	// noDedup marks an algorithm run with dedup off: no replays expected.
+	noDedup bool
+}
+
+// readString and shiftString are the read/shift of a string state
+// '1:<tokens>:<ts>:<rev>' (rate-token-bucket-v2), as a one-entry map.
+func readString(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
+	v, err := admin.Get(ctx, key).Result()
+	if err == redis.Nil {
+		return map[string]string{}, nil
+	}
+	return map[string]string{"value": v}, err
+}
+
+func shiftString(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+	v, err := admin.Get(ctx, key).Result()
+	if err != nil {
+		return err
+	}
+	parts := strings.SplitN(v, ":", 4)
+	if len(parts) != 4 {
+		return fmt.Errorf("malformed state %q", v)
+	}
+	ts, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return err
+	}
+	parts[2] = strconv.FormatInt(ts+ms, 10)
+	return admin.Set(ctx, key, strings.Join(parts, ":"), redis.KeepTTL).Err()
 }
 
 func readHash(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
@@ -70,16 +100,19 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func newRateAlgos(seed uint64) []rateAlgo {
 	r := rand.New(rand.NewPCG(seed, 7))
 	var (
-		fw     rateref.FixedWindowState
-		sc     rateref.SlidingCounterState
-		tb     rateref.TokenBucketState
-		dedupF = &rateref.Dedup{}
-		dedupS = &rateref.Dedup{}
-		dedupT = &rateref.Dedup{}
-		gc     rateref.GCRAState
-		dedupG = &rateref.Dedup{}
-		lg     rateref.SlidingLogState
-		dedupL = &rateref.Dedup{}
+		fw      rateref.FixedWindowState
+		sc      rateref.SlidingCounterState
+		tb      rateref.TokenBucketState
+		tb2     rateref.TokenBucketState
+		tb2n    rateref.TokenBucketState
+		dedupT2 = &rateref.Dedup{}
+		dedupF  = &rateref.Dedup{}
+		dedupS  = &rateref.Dedup{}
+		dedupT  = &rateref.Dedup{}
+		gc      rateref.GCRAState
+		dedupG  = &rateref.Dedup{}
+		lg      rateref.SlidingLogState
+		dedupL  = &rateref.Dedup{}
 	)
 	limit := 3 + r.Int64N(18)
 	window := 40 + r.Int64N(160)
@@ -205,6 +238,42 @@ func newRateAlgos(seed uint64) []rateAlgo {
 			},
 			shift: func(ms int64) bool { tb.Observed += ms; return tb.Present },
 		},
+		tokenBucketV2Algo("token-bucket-v2", &tb2, dedupT2, capacity, refill, period, false),
+		// The same program with dedup off: one key, seven arguments, no
+		// dedup record; every decision and the state still match.
+		tokenBucketV2Algo("token-bucket-v2-nodedup", &tb2n, &rateref.Dedup{}, capacity, refill, period, true),
+	}
+}
+
+// tokenBucketV2Algo drives rate-token-bucket-v2 against rateref.TokenBucket
+// (the same formulas as v1) over its string state.
+func tokenBucketV2Algo(name string, tb *rateref.TokenBucketState, dedup *rateref.Dedup, capacity, refill, period int64, noDedup bool) rateAlgo {
+	return rateAlgo{
+		name: name, kind: "bucket", noDedup: noDedup,
+		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+			p := rateref.TokenBucketParams{CapacityScaled: capacity, RefillScaled: refill, PeriodMillis: period, CostScaled: 1 + r.Int64N(capacity/2)}
+			if noDedup {
+				o.DedupTTL, o.DedupMaxEntries, o.EvaluationID, dd = 0, 0, nil, keys.Key{}
+			}
+			res, err := e.RateTokenBucketV2(ctx, st, dd, TokenBucketRequest{
+				CapacityScaled: p.CapacityScaled, RefillScaled: p.RefillScaled, RefillPeriod: time.Duration(period) * time.Millisecond,
+				CostScaled: p.CostScaled, RateOptions: o,
+			})
+			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+				if noDedup {
+					c.DedupTTLMillis = 0 // the reference validates the (unused) id and bound
+				}
+				return rateref.TokenBucket(tb, dedup, now, p, c)
+			}, err
+		},
+		stored: func() map[string]string {
+			if !tb.Present {
+				return map[string]string{}
+			}
+			return map[string]string{"value": "1:" + itoa(tb.TokensScaled) + ":" + itoa(tb.Observed) + ":r1"}
+		},
+		shift: func(ms int64) bool { tb.Observed += ms; return tb.Present },
+		read:  readString, redisShift: shiftString,
 	}
 }
 
@@ -294,7 +363,11 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 					// The stream must have exercised the interesting paths.
 					assert.Positive(t, counts[rateref.Allowed], "allowed")
 					assert.Positive(t, counts[rateref.Denied], "denied")
-					assert.Positive(t, counts[rateref.DedupReplay], "replayed")
+					if !algo.noDedup {
+						assert.Positive(t, counts[rateref.DedupReplay], "replayed")
+					} else {
+						assert.Zero(t, counts[rateref.DedupReplay], "replayed without dedup")
+					}
 					assert.Positive(t, counts[rateref.ClockUnsafe], "clock unsafe")
 					t.Logf("statuses: %v", counts)
 				})
@@ -305,7 +378,8 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 
 // TestRateConcurrencyExactAdmission hammers one subject from many
 // goroutines: the program's atomicity admits exactly the limit, never more
-// and never less, for the fixed window and the token bucket.
+// and never less, for the fixed window and the token buckets (v2 with and
+// without dedup).
 func TestRateConcurrencyExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	user, pass := s.AdminUser()
@@ -338,10 +412,26 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 				CostScaled: RateScale, RateOptions: opts(id),
 			})
 		},
+		"token-bucket-v2": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateTokenBucketV2(ctx, st, dd, TokenBucketRequest{
+				CapacityScaled: limit * RateScale, RefillScaled: 2 * RateScale, RefillPeriod: 45_000 * time.Second,
+				CostScaled: RateScale, RateOptions: opts(id),
+			})
+		},
+		"token-bucket-v2-nodedup": func(st, _ keys.Key, _ string) (RateResult, error) {
+			return e.RateTokenBucketV2(ctx, st, keys.Key{}, TokenBucketRequest{
+				CapacityScaled: limit * RateScale, RefillScaled: 2 * RateScale, RefillPeriod: 45_000 * time.Second,
+				CostScaled: RateScale, RateOptions: RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second},
+			})
+		},
 	}
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {
-			st, dd := rateKeys(t, b, "concurrency-"+name, map[string]string{"fixed-window": "window", "token-bucket": "bucket"}[name])
+			kind := "bucket"
+			if name == "fixed-window" {
+				kind = "window"
+			}
+			st, dd := rateKeys(t, b, "concurrency-"+name, kind)
 			var allowed, denied atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)

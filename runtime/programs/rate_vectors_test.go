@@ -75,6 +75,9 @@ func expandItem(it stateItem, anchor int64) stateItem {
 		return out
 	}
 	it.Hash, it.ZSet = expand(it.Hash), expand(it.ZSet)
+	if str, ok := it.String.(string); ok {
+		it.String = expandAnchor(str, anchor)
+	}
 	return it
 }
 
@@ -253,6 +256,33 @@ func rateFacades() map[string]facadeCall {
 				CapacityScaled: n[0], RefillScaled: n[1], RefillPeriod: time.Duration(n[2]) * time.Millisecond,
 				CostScaled: n[3], RateOptions: o,
 			})
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
+		// v2 takes 7 arguments without dedup (one key) and 10 with (two).
+		"rate-token-bucket-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 7 && len(a) != 10 {
+				return "", 0, nil, fmt.Errorf("want 7 or 10 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 6)
+			rev, err2 := fixtureBytes(a[0])
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			req := TokenBucketRequest{
+				CapacityScaled: n[0], RefillScaled: n[1], RefillPeriod: time.Duration(n[2]) * time.Millisecond, CostScaled: n[3],
+				RateOptions: RateOptions{PolicyRevision: string(rev), MaxClockStep: time.Duration(n[4]) * time.Millisecond,
+					CleanupGrace: time.Duration(n[5]) * time.Millisecond},
+			}
+			dedup := keys.Key{}
+			if len(a) == 10 {
+				o, err := rateFixtureOptions(a)
+				if err != nil {
+					return "", 0, nil, err
+				}
+				req.DedupTTL, req.DedupMaxEntries, req.EvaluationID = o.DedupTTL, o.DedupMaxEntries, o.EvaluationID
+				dedup = ks[1]
+			}
+			r, err := e.RateTokenBucketV2(ctx, ks[0], dedup, req)
 			return r.Status.String(), r.Outcome(), rateValues(r), err
 		},
 	}

@@ -344,14 +344,14 @@ func facadeStatuses(id string) []statusDef {
 		return permitRenewStatuses()
 	case "rate-concurrency-release-v1":
 		return permitReleaseStatuses()
-	case "rate-fixed-window-v1", "rate-sliding-counter-v1", "rate-token-bucket-v1", "rate-gcra-v1", "rate-sliding-log-v1":
+	case "rate-fixed-window-v1", "rate-sliding-counter-v1", "rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-sliding-log-v1":
 		return rateStatuses()
 	}
 	return nil
 }
 
 // RateStatus is the status enum shared by rate-fixed-window-v1,
-// rate-sliding-counter-v1, rate-token-bucket-v1, rate-gcra-v1 and
+// rate-sliding-counter-v1, rate-token-bucket-v1 and -v2, rate-gcra-v1 and
 // rate-sliding-log-v1.
 type RateStatus uint8
 

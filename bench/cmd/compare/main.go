@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +40,12 @@ func main() {
 	addr := flag.String("redis", "", "use this Redis instead of starting a private one (must be disposable)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	onlyGet := flag.Bool("only-get", false, "run only the GET rows (skip the rate-decision rows)")
+	onlyRate := flag.Bool("only-rate", false, "run only the rate-decision rows (skip the GET rows)")
+	rowFilter := flag.String("rows", "", "run only the rows whose label contains this text (for example \"no guest\")")
+	solo := flag.String("solo", "", "instead of comparing, run each rate contender whose name contains this text alone for -duration (with -cpuprofile: a profile of just that contender)")
+	soloG := flag.Int("solo-goroutines", 1, "goroutines for -solo")
+	batchFlights := flag.Int("batch-flights", -1, "caphost limiter: concurrent token-bucket sends before calls batch (0: no batching; -1: the limiter's default)")
+	serverStats := flag.Bool("server-stats", false, "after each row, run every contender alone and print redis-server's cost per op (INFO commandstats usec_per_call and server CPU)")
 	control := flag.Bool("control", false, "also run go-redis against an identical second go-redis client (A/A): its ratio is the noise floor")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -57,7 +64,14 @@ func main() {
 	if *slice <= 0 || *slice > *dur {
 		*slice = *dur
 	}
-	if err := run(*dur, *slice, *rounds, *addr, *control, *onlyGet); err != nil {
+	if *onlyGet && *onlyRate {
+		fmt.Fprintln(os.Stderr, "compare: -only-get and -only-rate exclude each other")
+		os.Exit(2)
+	}
+	o := runOpts{dur: *dur, slice: *slice, rounds: *rounds, addr: *addr, control: *control,
+		get: !*onlyRate, rate: !*onlyGet, serverStats: *serverStats, rows: *rowFilter,
+		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -81,7 +95,23 @@ type result struct {
 	cpuPerOp time.Duration
 }
 
-func run(dur, slice time.Duration, rounds int, addr string, control, onlyGet bool) error {
+// runOpts are the command-line choices.
+type runOpts struct {
+	dur, slice  time.Duration
+	rounds      int
+	addr        string
+	control     bool
+	get, rate   bool // which row groups run
+	serverStats bool
+	rows        string // label filter ("" = all)
+	// solo runs the matching rate contenders alone instead of the rows.
+	solo           string
+	soloGoroutines int
+	batchFlights   int // -1: limiter default
+}
+
+func run(o runOpts) error {
+	dur, slice, rounds, addr, control := o.dur, o.slice, o.rounds, o.addr, o.control
 	ctx := context.Background()
 	if addr == "" {
 		srv, err := startRedis(ctx)
@@ -119,10 +149,14 @@ func run(dur, slice time.Duration, rounds int, addr string, control, onlyGet boo
 		return err
 	}}
 
+	if o.solo != "" {
+		return rateSolo(ctx, rt, plain, o)
+	}
 	fmt.Printf("caphost vs go-redis on a private redis-server (%s), %d rounds × %s per side in %s slices, median round\n\n",
 		addr, rounds, dur, slice)
 	fmt.Printf("%-26s %10s %10s %9s %9s %9s %9s %8s %8s %7s\n", "scenario", "go-redis/s", "caphost/s",
 		"p50 gr", "p50 ch", "p99 gr", "p99 ch", "cpu/op gr", "cpu/op ch", "ratio")
+	want := func(label string) bool { return strings.Contains(label, o.rows) }
 	row := func(label string, res []result) {
 		a, b := res[0], res[1]
 		fmt.Printf("%-26s %10.0f %10.0f %9s %9s %9s %9s %9s %9s %6.3fx\n", label,
@@ -137,14 +171,25 @@ func run(dur, slice time.Duration, rounds int, addr string, control, onlyGet boo
 			return err
 		}}
 	}
-	for _, g := range []int{1, 32} {
-		row(fmt.Sprintf("GET 256B, %d goroutine(s)", g), compare(ctx, []contender{getPlain, getCaphost}, g, dur, slice, rounds))
-		if control {
-			row(fmt.Sprintf("  A/A control, %d", g), compare(ctx, []contender{getPlain, getTwin}, g, dur, slice, rounds))
+	stats := func([]contender, int) {}
+	if o.serverStats {
+		stats = func(cs []contender, g int) { printServerStats(ctx, plain, cs, g, dur) }
+	}
+	if o.get {
+		for _, g := range []int{1, 32} {
+			label := fmt.Sprintf("GET 256B, %d goroutine(s)", g)
+			if !want(label) {
+				continue
+			}
+			row(label, compare(ctx, []contender{getPlain, getCaphost}, g, dur, slice, rounds))
+			stats([]contender{getPlain, getCaphost}, g)
+			if control {
+				row(fmt.Sprintf("  A/A control, %d", g), compare(ctx, []contender{getPlain, getTwin}, g, dur, slice, rounds))
+			}
 		}
 	}
-	if !onlyGet {
-		if err := rateRows(ctx, rt, plain, dur, slice, rounds, row); err != nil {
+	if o.rate {
+		if err := rateRows(ctx, rt, plain, o, want, row, stats); err != nil {
 			return err
 		}
 	}

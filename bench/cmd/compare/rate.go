@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -21,34 +22,48 @@ import (
 	"github.com/caphost/caphost/runtime"
 )
 
-// rateRows compares a rate decision: go-redis/redis_rate's Allow (GCRA in
-// one Lua call) against caphost's full path — the rate-policy guest picks
-// the policy (a native Wasm call), then the limiter builds the HMAC'd
-// subject key and runs the token-bucket catalog program with its clock
-// clamp and typed outcome. Both sides admit everything (limits far above the
-// offered load), use 64 subjects round-robin and the same Redis.
-func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, dur, slice time.Duration, rounds int,
-	row func(string, []result)) error {
-	mod, closeGuest, err := loadRatePolicyGuest(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeGuest()
+// rateContenders are the sides of the rate rows.
+type rateContenders struct {
+	peer       contender // go-redis/redis_rate Allow
+	guest      contender // rate-policy guest + limiter (nil op without a guest)
+	limiter    contender // the limiter alone, the policy as configured by default
+	dedup      contender // the limiter alone, evaluation-id dedup enabled
+	closeGuest func()
+}
 
+// newRateContenders builds the rate contenders: go-redis/redis_rate's Allow
+// (GCRA in one Lua call) against caphost's full path — the rate-policy
+// guest picks the policy (a native Wasm call), then the limiter builds the
+// HMAC'd subject key and runs the token-bucket catalog program with its
+// clock clamp and typed outcome. Both sides admit everything (limits far
+// above the offered load), use 64 subjects round-robin and the same Redis.
+// The guest is built and loaded only when withGuest.
+func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, withGuest bool, batchFlights int) (*rateContenders, error) {
 	const perSecond = 1_000_000
+	// "bench" is the policy as configured with every default (fail closed,
+	// clock clamp, TTL; dedup is opt-in, so off: at-least-once evaluation).
+	// "bench-dedup" opts into evaluation-id dedup: no evaluation id is
+	// given, so the limiter mints one per call, as the middleware does.
+	params := policy.RateParameters{Capacity: perSecond, RefillTokens: perSecond, RefillPeriod: time.Second}
 	cfg := ratelimit.Config{Provider: "redis", RedisRole: policy.RoleCoordination, DegradedProvider: "disabled",
 		Policies: []policy.RatePolicyDecl{{
-			ID: "bench", Revision: "r1", Algorithm: policy.RateTokenBucket,
-			Parameters: policy.RateParameters{Capacity: perSecond, RefillTokens: perSecond, RefillPeriod: time.Second},
+			ID: "bench", Revision: "r1", Algorithm: policy.RateTokenBucket, Parameters: params,
 			Dimensions: []policy.RateDimension{policy.DimTenant},
+		}, {
+			ID: "bench-dedup", Revision: "r1", Algorithm: policy.RateTokenBucket, Parameters: params,
+			Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: true},
 		}}}
 	set, err := cfg.CompilePolicies()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lim, err := ratelimit.New(rt, cfg, set, ratelimit.WithLogger(slog.New(slog.DiscardHandler)))
+	opts := []ratelimit.Option{ratelimit.WithLogger(slog.New(slog.DiscardHandler))}
+	if batchFlights >= 0 {
+		opts = append(opts, ratelimit.WithBatching(batchFlights, ratelimit.DefaultBatchMax))
+	}
+	lim, err := ratelimit.New(rt, cfg, set, opts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	subjects := make([][]byte, 64)
@@ -57,46 +72,96 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, dur
 		subjects[i] = []byte("tenant-" + strconv.Itoa(i))
 		keysRR[i] = "bench:tenant-" + strconv.Itoa(i)
 	}
-	var n1, n2 atomic.Uint64 // round-robin over subjects, shared by goroutines
+	rc := &rateContenders{closeGuest: func() {}}
+	var n1 atomic.Uint64 // round-robin over subjects, shared by goroutines
 	rr := redis_rate.NewLimiter(plain)
-	peer := contender{"redis_rate Allow", func(ctx context.Context) error {
+	rc.peer = contender{"redis_rate Allow", func(ctx context.Context) error {
 		res, err := rr.Allow(ctx, keysRR[n1.Add(1)%64], redis_rate.PerSecond(perSecond))
 		if err == nil && res.Allowed == 0 {
 			err = fmt.Errorf("redis_rate denied")
 		}
 		return err
 	}}
-	sel := &abi.RateSelectRequest{Route: "/v1/items", Method: "GET", PrincipalTier: "user", APIKeyPlan: "pro", ClientIPClass: "public"}
-	ours := contender{"caphost guest+token bucket", func(ctx context.Context) error {
-		i := n2.Add(1) % 64
-		if _, err := mod.RateSelect(ctx, sel); err != nil {
-			return err
+	evaluate := func(policyID string) func(context.Context) error {
+		var n atomic.Uint64
+		return func(ctx context.Context) error {
+			out := lim.Evaluate(ctx, ratelimit.Request{Policy: policyID, Cost: 1,
+				Subject: ratelimit.Subject{policy.DimTenant: subjects[n.Add(1)%64]}})
+			if !out.Allowed() {
+				return fmt.Errorf("caphost: %v %v %v", out.Kind(), out.Category(), out.Reason())
+			}
+			return nil
 		}
-		out := lim.Evaluate(ctx, ratelimit.Request{Policy: "bench", Cost: 1,
-			Subject: ratelimit.Subject{policy.DimTenant: subjects[i]}})
-		if !out.Allowed() {
-			return fmt.Errorf("caphost: %v %v", out.Kind(), out.Reason())
-		}
-		return nil
-	}}
+	}
 	// The limiter alone (no guest call): the part host/ratelimit and
 	// runtime/programs own, against the same peer.
-	var n3 atomic.Uint64
-	limiterOnly := contender{"caphost token bucket (no guest)", func(ctx context.Context) error {
-		out := lim.Evaluate(ctx, ratelimit.Request{Policy: "bench", Cost: 1,
-			Subject: ratelimit.Subject{policy.DimTenant: subjects[n3.Add(1)%64]}})
-		if !out.Allowed() {
-			return fmt.Errorf("caphost: %v %v", out.Kind(), out.Reason())
+	rc.limiter = contender{"caphost token bucket (no guest)", evaluate("bench")}
+	rc.dedup = contender{"caphost token bucket (no guest, dedup)", evaluate("bench-dedup")}
+	if withGuest {
+		mod, closeGuest, err := loadRatePolicyGuest(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	}}
-	for _, g := range []int{1, 32} {
-		row(fmt.Sprintf("rate decision, %d gor.", g), compare(ctx, []contender{peer, ours}, g, dur, slice, rounds))
+		rc.closeGuest = closeGuest
+		sel := &abi.RateSelectRequest{Route: "/v1/items", Method: "GET", PrincipalTier: "user", APIKeyPlan: "pro", ClientIPClass: "public"}
+		limited := evaluate("bench")
+		rc.guest = contender{"caphost guest+token bucket", func(ctx context.Context) error {
+			if _, err := mod.RateSelect(ctx, sel); err != nil {
+				return err
+			}
+			return limited(ctx)
+		}}
 	}
-	for _, g := range []int{1, 32} {
-		row(fmt.Sprintf("rate, no guest, %d gor.", g), compare(ctx, []contender{peer, limiterOnly}, g, dur, slice, rounds))
+	return rc, nil
+}
+
+// rateRows compares a rate decision (see newRateContenders) at 1 and 32
+// goroutines.
+func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts,
+	want func(string) bool, row func(string, []result), stats func([]contender, int)) error {
+	dur, slice, rounds := o.dur, o.slice, o.rounds
+	rc, err := newRateContenders(ctx, rt, plain, want("rate decision, 1 gor.") || want("rate decision, 32 gor."), o.batchFlights)
+	if err != nil {
+		return err
 	}
-	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×); \"no guest\" rows time the limiter alone.")
+	defer rc.closeGuest()
+	rows := []struct {
+		label string
+		ours  contender
+	}{{"rate decision", rc.guest}, {"rate, no guest", rc.limiter}, {"rate, no guest, dedup", rc.dedup}}
+	for _, r := range rows {
+		for _, g := range []int{1, 32} {
+			label := fmt.Sprintf("%s, %d gor.", r.label, g)
+			if !want(label) {
+				continue
+			}
+			cs := []contender{rc.peer, r.ours}
+			row(label, compare(ctx, cs, g, dur, slice, rounds))
+			stats(cs, g)
+		}
+	}
+	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×); \"no guest\" rows time the limiter alone;")
+	fmt.Println("\"dedup\" rows opt into evaluation-id dedup (the limiter mints an id per call).")
+	return nil
+}
+
+// rateSolo runs every rate contender whose name contains o.solo alone, for
+// profiling one side at a time.
+func rateSolo(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts) error {
+	rc, err := newRateContenders(ctx, rt, plain, strings.Contains("caphost guest+token bucket", o.solo), o.batchFlights)
+	if err != nil {
+		return err
+	}
+	defer rc.closeGuest()
+	for _, c := range []contender{rc.peer, rc.guest, rc.limiter, rc.dedup} {
+		if c.op == nil || !strings.Contains(c.name, o.solo) {
+			continue
+		}
+		measure(ctx, c, o.soloGoroutines, o.dur/4) // warm
+		s := measure(ctx, c, o.soloGoroutines, o.dur)
+		fmt.Printf("%-40s %d goroutine(s): %9.0f op/s, client cpu/op %.1fµs\n", c.name, o.soloGoroutines,
+			float64(s.ops)/s.elapsed.Seconds(), float64(s.cpu.Nanoseconds())/1000/float64(s.ops))
+	}
 	return nil
 }
 

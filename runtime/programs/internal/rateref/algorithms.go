@@ -135,7 +135,8 @@ func weightFloor(maxWeight, w int64) int64 {
 	return min(maxWeight, Scale) * w / Scale
 }
 
-// TokenBucketState mirrors the rate-token-bucket-v1 hash (v, rev, tok, ts).
+// TokenBucketState mirrors the rate-token-bucket-v1 hash (v, rev, tok, ts)
+// and the rate-token-bucket-v2 string (1:tok:ts:rev).
 type TokenBucketState struct {
 	Present bool
 	// TokensScaled is the balance in micro-tokens.

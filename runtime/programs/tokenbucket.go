@@ -1,0 +1,207 @@
+package programs
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// tokenBucketV2 is the program behind TokenBucketPlan and RateTokenBucketV2.
+const tokenBucketV2 = "rate-token-bucket-v2"
+
+// RateTokenBucketV2 evaluates a token-bucket limit with
+// rate-token-bucket-v2: the algorithm, clock rule and dedup of
+// rate-token-bucket-v1 over a string state (SET PX) in fewer Redis calls.
+// Its state is not v1's: keep v1 and v2 state under different keys (the
+// rate limiter uses key version 2 for it). dedup is used, and must share
+// state's hash tag, only when req.DedupTTL is positive; otherwise it may be
+// the zero Key.
+func (e *Executor) RateTokenBucketV2(ctx context.Context, state, dedup keys.Key, req TokenBucketRequest) (RateResult, error) {
+	return e.RateTokenBucketPlan(ctx, state, dedup, NewTokenBucketPlan(req), req.CostScaled, string(req.EvaluationID))
+}
+
+// Position of the cost in the rate-token-bucket-v2 ARGV (0-based).
+const tbArgCost = 4
+
+// TokenBucketPlan is a rate-token-bucket-v2 request rendered once into its
+// ARGV, boxed, so that a caller evaluating the same policy many times (the
+// rate limiter renders one per policy revision when a policy set is
+// installed) sends each evaluation without formatting or boxing the
+// policy's parameters. Only the cost and the evaluation id vary per call. A
+// plan is immutable and safe for concurrent use; the program still
+// validates every argument server-side.
+type TokenBucketPlan struct {
+	// argv is ARGV without the evaluation id: 7 entries, or 9 with dedup
+	// (the id is appended per call).
+	argv       []any
+	costScaled int64
+	dedup      bool
+}
+
+// NewTokenBucketPlan renders req. req.CostScaled is the cost the plan is
+// rendered for (other costs cost one formatting per call) and
+// req.EvaluationID is ignored: it is per call. With req.DedupTTL zero the
+// plan sends neither the dedup key nor the dedup arguments.
+func NewTokenBucketPlan(req TokenBucketRequest) *TokenBucketPlan {
+	p := &TokenBucketPlan{costScaled: req.CostScaled, dedup: req.DedupTTL != 0}
+	p.argv = []any{
+		req.PolicyRevision, strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
+		millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10), millis(req.MaxClockStep), millis(req.CleanupGrace),
+	}
+	if p.dedup {
+		p.argv = append(p.argv, millis(req.DedupTTL), strconv.Itoa(req.DedupMaxEntries))
+	}
+	return p
+}
+
+// Dedup reports whether the plan records evaluation ids.
+func (p *TokenBucketPlan) Dedup() bool { return p.dedup }
+
+// argv returns the ARGV of one call appended to dst.
+func (p *TokenBucketPlan) appendArgv(dst []any, costScaled int64, evaluationID string) []any {
+	n := len(dst)
+	dst = append(dst, p.argv...)
+	if costScaled != p.costScaled {
+		dst[n+tbArgCost] = strconv.FormatInt(costScaled, 10)
+	}
+	if p.dedup {
+		dst = append(dst, evaluationID)
+	}
+	return dst
+}
+
+// RateTokenBucketPlan evaluates the token-bucket limit rendered by plan for
+// costScaled micro-tokens. With dedup in the plan, dedup must be the
+// same-slot dedup key and evaluationID (1..128 bytes) identifies the
+// evaluation; without, both are ignored.
+//
+// The call is built directly (one argument slice, the program's command and
+// digest boxed once per Executor) and the reply, all integers by the
+// manifest, is read as []int64: no per-field boxing. The reply checks of
+// every facade apply (arity, schema, status range, clock); go-redis reads a
+// nil element as 0 and a numeric bulk string as its number, which a pinned
+// program of this catalog never returns.
+func (e *Executor) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) (RateResult, error) {
+	args, err := e.tokenBucketArgs(state, dedup, plan, costScaled, evaluationID)
+	if err != nil {
+		return RateResult{}, err
+	}
+	r, err := e.runInts(ctx, e.tokenBucket, args)
+	if err != nil {
+		return RateResult{}, err
+	}
+	return rateResult(&r), nil
+}
+
+// tokenBucketArgs renders one rate-token-bucket-v2 call: command, target,
+// numkeys, keys, ARGV, in one slice.
+func (e *Executor) tokenBucketArgs(state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) ([]any, error) {
+	fp := e.tokenBucket
+	if plan == nil || fp == nil {
+		return nil, &CompatibilityError{Program: tokenBucketV2, Reason: "no token-bucket plan or program"}
+	}
+	if state.IsZero() || (plan.dedup && dedup.IsZero()) {
+		return nil, &Error{Program: tokenBucketV2, Err: ErrZeroKey}
+	}
+	nk := 1
+	if plan.dedup {
+		nk = 2
+	}
+	args := make([]any, 3, 3+nk+len(plan.argv)+1)
+	args[0], args[1], args[2] = fp.command, fp.target, nk
+	args = append(args, state.Redis())
+	if plan.dedup {
+		args = append(args, dedup.Redis())
+	}
+	return plan.appendArgv(args, costScaled, evaluationID), nil
+}
+
+// fastProgram is a program prepared for calls built without go-redis's
+// generic EvalSha/FCall helpers: its command name and target (digest or
+// function) boxed once.
+type fastProgram struct {
+	program Program
+	command any // "evalsha", "fcall" or "fcall_ro"
+	target  any // sha1 or function name
+}
+
+func (e *Executor) prepare(id string) *fastProgram {
+	p, ok := e.cat.Program(id)
+	if !ok {
+		return nil
+	}
+	fp := &fastProgram{program: p, command: "evalsha", target: p.spec.SHA1}
+	if e.mode == policy.ProgramsFunctionsProvisioned {
+		fp.command, fp.target = "fcall", p.spec.Function
+		if p.spec.ReadOnly != nil && *p.spec.ReadOnly {
+			fp.command = "fcall_ro"
+		}
+	}
+	return fp
+}
+
+// runInts sends args (command, target, numkeys, keys..., ARGV...) for a
+// program whose result fields are all integers and decodes the reply. In
+// evalsha-managed mode an exact NOSCRIPT loads the source on the node the
+// call routes to and sends the same call once more, as evalsha does.
+func (e *Executor) runInts(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
+	id := fp.program.spec.ID
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	err := e.client.Process(ctx, cmd)
+	if err != nil && e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
+		if err := e.loadFor(ctx, fp.program, []string{args[3].(string)}); err != nil {
+			return reply{}, &Error{Program: id, Err: err}
+		}
+		cmd = redis.NewIntSliceCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		err = e.client.Process(ctx, cmd)
+	}
+	return e.decodeIntsCmd(fp, cmd, err)
+}
+
+// decodeIntsCmd decodes a finished IntSliceCmd of fp whose error is err.
+func (e *Executor) decodeIntsCmd(fp *fastProgram, cmd *redis.IntSliceCmd, err error) (reply, error) {
+	id := fp.program.spec.ID
+	if err == redis.Nil {
+		return reply{}, &CompatibilityError{Program: id, Reason: "nil reply, want an array"}
+	}
+	if err != nil {
+		return reply{}, &Error{Program: id, Err: err}
+	}
+	return decodeInts(&e.cat.manifest, &fp.program.spec, cmd.Val())
+}
+
+// decodeInts is decodeReply for a reply read as integers.
+func decodeInts(m *Manifest, spec *ProgramSpec, v []int64) (reply, error) {
+	bad := func(reason string) (reply, error) {
+		return reply{}, &CompatibilityError{Program: spec.ID, Reason: reason}
+	}
+	if want := 3 + len(spec.Result); len(v) != want {
+		return bad("reply has " + strconv.Itoa(len(v)) + " elements, want " + strconv.Itoa(want))
+	}
+	if len(spec.Result) > maxResultFields {
+		return bad("too many result fields")
+	}
+	if v[0] != int64(m.ResultSchemaVersion) {
+		return bad("result schema " + strconv.FormatInt(v[0], 10))
+	}
+	if v[1] < 1 || v[1] > int64(len(spec.Statuses)) {
+		return bad("unknown status " + strconv.FormatInt(v[1], 10))
+	}
+	if v[2] < 0 || (spec.Clock == "none" && v[2] != 0) {
+		return bad("serverNowMillis " + strconv.FormatInt(v[2], 10) + " invalid for clock " + spec.Clock)
+	}
+	r := reply{status: v[1], serverNow: v[2], n: len(spec.Result)}
+	for i, f := range spec.Result {
+		if f.Type != ResultInteger {
+			return bad("field " + f.Name + " is not an integer field")
+		}
+		r.ints[i] = v[3+i]
+	}
+	return r, nil
+}
