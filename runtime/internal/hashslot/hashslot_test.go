@@ -30,5 +30,40 @@ func FuzzOf(f *testing.F) {
 		if Of(k) >= Count {
 			t.Fatal("slot out of range")
 		}
+		if crc16(k) != crc16Bitwise(k) {
+			t.Fatal("table CRC differs from the bitwise definition")
+		}
 	})
+}
+
+// crc16Bitwise is the CRC16/XMODEM definition the table is derived from.
+func crc16Bitwise(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+func TestTableMatchesDefinition(t *testing.T) {
+	for i := range 256 {
+		assert.Equal(t, crc16Bitwise(string([]byte{byte(i)})), crcTable[i], "byte %d", i)
+	}
+	for _, s := range []string{"", "123456789", "user1000", "\xff\x00{}", "caphost:prod:{q2Zp0mN4T1b}"} {
+		assert.Equal(t, crc16Bitwise(s), crc16(s), s)
+	}
+}
+
+func BenchmarkOf(b *testing.B) {
+	k := "caphost:prod:rate:{q2Zp0mN4T1bXk7uYw3Lr9A}:tb"
+	for b.Loop() {
+		_ = Of(k)
+	}
 }
