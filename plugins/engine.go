@@ -166,6 +166,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		return nil, ErrEngineClosed
 	}
 
+	// Close-on-context-done compiles the termination check into every loop
+	// header; the watchdog relies on it. The replaced wazero makes it an
+	// inline test (third_party/wazero/CAPHOST.md).
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
 		WithMemoryLimitPages(lim.MemoryPages).

@@ -55,7 +55,8 @@ type instance struct {
 	stderr       headWriter
 
 	// cctx is the context of every call into this instance; wmu guards
-	// deadline (unix ns, 0 when idle) and cctx.parent against the watchdog.
+	// deadline (watchdog clock, 0 when idle) and cctx.parent against the
+	// watchdog.
 	cctx     callCtx
 	wmu      sync.Mutex
 	deadline int64
@@ -127,7 +128,7 @@ func (m *Module) start(ctx context.Context) error {
 	if verr := abi.CheckVersion(major, minor); verr != nil {
 		return fail(ClassABIMismatch, "", verr)
 	}
-	frame, derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, time.Now())
+	frame, derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, m.eng.wd.now())
 	if derr != nil {
 		m.discard(inst)
 		return derr
@@ -174,7 +175,8 @@ func (m *Module) start(ctx context.Context) error {
 
 // newInstance instantiates the module and runs _initialize. The caller holds a token.
 func (m *Module) newInstance(ctx context.Context) (*instance, *GuestError) {
-	inst := &instance{cctx: callCtx{done: make(chan struct{})}}
+	inst := &instance{}
+	inst.cctx.init()
 	ictx, cancel := context.WithTimeout(ctx, m.lim.InitTimeout)
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(ictx, m.compiled, m.modCfg.WithName("").WithStderr(&inst.stderr))
@@ -207,37 +209,39 @@ func (m *Module) newInstance(ctx context.Context) (*instance, *GuestError) {
 	return inst, nil
 }
 
-// acquire returns an instance reserved for the caller.
-func (m *Module) acquire(ctx context.Context, e abi.Export) (*instance, *GuestError) {
+// acquire returns an instance reserved for the caller; slow reports that it
+// waited for a token or instantiated, so the caller's clock reading is stale.
+func (m *Module) acquire(ctx context.Context, e abi.Export) (inst *instance, slow bool, gerr *GuestError) {
 	select {
 	case m.tokens <- struct{}{}:
 	default:
+		slow = true
 		select {
 		case m.tokens <- struct{}{}:
 		case <-ctx.Done():
-			return nil, guestErr(m.name, e, ClassPoolTimeout, "", ctx.Err())
+			return nil, slow, guestErr(m.name, e, ClassPoolTimeout, "", ctx.Err())
 		case <-m.done:
-			return nil, guestErr(m.name, e, ClassClosed, "", nil)
+			return nil, slow, guestErr(m.name, e, ClassClosed, "", nil)
 		}
 	}
 	if m.closed() {
 		<-m.tokens
-		return nil, guestErr(m.name, e, ClassClosed, "", nil)
+		return nil, slow, guestErr(m.name, e, ClassClosed, "", nil)
 	}
 	m.inUse.Add(1)
 	select {
 	case inst := <-m.idle:
-		return inst, nil
+		return inst, slow, nil
 	default:
 	}
-	inst, gerr := m.newInstance(ctx)
+	inst, gerr = m.newInstance(ctx)
 	if gerr != nil {
 		m.inUse.Add(-1)
 		<-m.tokens
 		gerr.Export = e.Name()
-		return nil, gerr
+		return nil, true, gerr
 	}
-	return inst, nil
+	return inst, true, nil
 }
 
 // release returns inst to the pool, or discards it when it failed, is due
@@ -264,7 +268,7 @@ func (m *Module) discard(inst *instance) {
 type pending struct {
 	inst  *instance
 	e     abi.Export
-	start time.Time
+	start int64 // watchdog clock
 	frame []byte
 }
 
@@ -282,23 +286,27 @@ func (m *Module) begin(ctx context.Context, e abi.Export, in []byte) (pending, e
 		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: err.Class})
 		return p, err
 	}
-	p.start = time.Now()
+	p.start = m.eng.wd.now()
 	if err := ctx.Err(); err != nil {
 		// The caller gave up already: nothing is sent and no instance taken.
 		gerr := m.ctxErr(e, err)
 		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Class: gerr.Class})
 		return p, gerr
 	}
-	inst, gerr := m.acquire(ctx, e)
+	inst, slow, gerr := m.acquire(ctx, e)
 	if gerr != nil {
-		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Duration: time.Since(p.start), Class: gerr.Class})
+		m.eng.obs.CallDone(CallStats{Module: m.name, Export: e, Duration: m.since(p.start), Class: gerr.Class})
 		return p, gerr
 	}
 	p.inst = inst
 	// The call deadline bounds guest execution only: time spent waiting for
 	// an instance (or instantiating one on recycle) is bounded by ctx, so a
 	// busy pool never turns into deadline errors and discarded instances.
-	frame, err := m.callInstance(ctx, inst, e, in, time.Now())
+	callStart := p.start
+	if slow {
+		callStart = m.eng.wd.now()
+	}
+	frame, err := m.callInstance(ctx, inst, e, in, callStart)
 	if err != nil {
 		return p, m.end(&p, err)
 	}
@@ -330,7 +338,7 @@ func (m *Module) end(p *pending, err error) error {
 	}
 	m.release(p.inst, healthy)
 	p.inst, p.frame = nil, nil
-	stats.Duration = time.Since(p.start)
+	stats.Duration = m.since(p.start)
 	m.eng.obs.CallDone(stats)
 	return err
 }
@@ -347,14 +355,19 @@ func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(
 	return m.end(&p, read(p.frame))
 }
 
+// since is the time elapsed from start on the watchdog clock.
+func (m *Module) since(start int64) time.Duration { return time.Duration(m.eng.wd.now() - start) }
+
 // callInstance performs the memory handoff and the call, and returns the
-// response frame (checked against the output cap and memory bounds).
-func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start time.Time) ([]byte, error) {
-	deadline := start.Add(m.lim.CallTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+// response frame (checked against the output cap and memory bounds). start
+// is on the watchdog clock.
+func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start int64) ([]byte, error) {
+	deadline := start + int64(m.lim.CallTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, m.eng.wd.at(d))
 	}
-	m.eng.wd.begin(inst, ctx, deadline.UnixNano())
+	// 0 means idle to the watchdog; a deadline at or before its start has passed.
+	m.eng.wd.begin(inst, ctx, max(deadline, 1))
 	frame, err := m.run(inst, e, in)
 	if m.eng.wd.end(inst) {
 		// The watchdog fired, possibly just after the guest returned: the

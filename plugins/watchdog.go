@@ -7,14 +7,16 @@ import (
 	"time"
 )
 
-// Why a watchdog: wazero's WithCloseOnContextDone watches the call's context
-// from a goroutine it starts on every call anyway; what costs is giving it a
-// fresh context.WithTimeout per call (~1.5 µs, three allocations). Instead
-// each instance owns one long-lived callCtx whose Done channel only this
-// engine-wide goroutine closes, once, when the instance's call is overdue or
-// its caller's context has ended. wazero then interrupts the guest through
-// its own safe path (module exit code, checked at every function call and
-// loop back-edge of the instrumented code) and the instance is discarded.
+// Why a watchdog: a fresh context.WithTimeout per call costs (~1.5 µs, three
+// allocations), and upstream wazero's WithCloseOnContextDone starts a
+// goroutine per call to watch it. Instead each instance owns one long-lived
+// callCtx that only this engine-wide goroutine ends, once, when the
+// instance's call is overdue or its caller's context has ended. callCtx
+// implements AfterFunc, which the patched wazero (third_party/wazero,
+// CAPHOST.md) registers instead of starting that goroutine: ending the call
+// sets the module's exit code, compiled code sees it at the next loop header
+// and the guest is interrupted through wazero's own safe path; the instance
+// is then discarded.
 
 // watchTick is the watchdog's resolution: a call is stopped at most this
 // long after its deadline.
@@ -26,7 +28,8 @@ const watchIdleTicks = 1000
 // watchdog enforces per-call deadlines and caller cancellation for every
 // module of one engine.
 type watchdog struct {
-	mods     sync.Map // *Module -> struct{}: every module from Load to Close
+	epoch    time.Time // deadlines are monotonic ns since epoch
+	mods     sync.Map  // *Module -> struct{}: every module from Load to Close
 	inflight atomic.Int64
 	parked   atomic.Bool
 	wake     chan struct{}
@@ -36,19 +39,27 @@ type watchdog struct {
 }
 
 func newWatchdog() *watchdog {
-	w := &watchdog{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &watchdog{epoch: time.Now(), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
+
+// now is the monotonic time in ns since the watchdog started: one clock
+// read, where time.Now takes two.
+func (w *watchdog) now() int64 { return int64(time.Since(w.epoch)) }
+
+// at converts t to the watchdog's clock.
+func (w *watchdog) at(t time.Time) int64 { return int64(t.Sub(w.epoch)) }
 
 func (w *watchdog) close() {
 	w.stopOnce.Do(func() { close(w.stop) })
 	<-w.done
 }
 
-// begin registers a call on inst. It wakes a parked watchdog; the order of
-// the two atomics (inflight first, then parked, mirrored in park) means
-// either this call sees parked or the watchdog sees the call.
+// begin registers a call on inst with a deadline on the watchdog clock
+// (now). It wakes a parked watchdog; the order of the two atomics (inflight
+// first, then parked, mirrored in park) means either this call sees parked
+// or the watchdog sees the call.
 func (w *watchdog) begin(inst *instance, ctx context.Context, deadline int64) {
 	inst.wmu.Lock()
 	inst.deadline = deadline
@@ -86,7 +97,7 @@ func (w *watchdog) run() {
 		case now := <-t.C:
 			if w.inflight.Load() > 0 {
 				idle = 0
-				w.scan(now.UnixNano())
+				w.scan(w.at(now))
 				continue
 			}
 			if idle++; idle < watchIdleTicks {
@@ -153,12 +164,83 @@ type callCtx struct {
 	parent context.Context
 	done   chan struct{}
 	reason atomic.Uint32
+
+	// after is the first function registered through AfterFunc (wazero's,
+	// at the start of every call) and stop, c.stopAfter bound once, its stop
+	// function, so the per-call registration allocates nothing; more holds
+	// any further registration (code deriving contexts from this one).
+	// Guarded by afterMu.
+	afterMu sync.Mutex
+	after   func()
+	stop    func() bool
+	more    map[*func()]struct{}
+}
+
+// init prepares a callCtx in place (it holds a mutex: never copied).
+func (c *callCtx) init() {
+	c.done = make(chan struct{})
+	c.stop = c.stopAfter
 }
 
 func (c *callCtx) kill(reason uint32) {
 	if c.reason.CompareAndSwap(0, reason) {
 		close(c.done)
+		c.afterMu.Lock()
+		f, more := c.after, c.more
+		c.after, c.more = nil, nil
+		c.afterMu.Unlock()
+		if f != nil {
+			go f()
+		}
+		for g := range more {
+			go (*g)()
+		}
 	}
+}
+
+// AfterFunc is the method context.AfterFunc looks for, and the patched
+// wazero too: it runs f (for wazero, setting the module's exit code) in its
+// own goroutine once the call is ended, unless stop is called first, so
+// wazero needs no goroutine per call to watch Done.
+func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
+	c.afterMu.Lock()
+	defer c.afterMu.Unlock()
+	switch {
+	case c.reason.Load() != 0:
+		go f()
+		return func() bool { return false }
+	case c.after == nil:
+		c.after = f
+		return c.stop
+	}
+	return c.addMore(f)
+}
+
+// addMore registers a further AfterFunc function; called with afterMu held.
+// (Apart from AfterFunc, so that only this path pays for f escaping.)
+func (c *callCtx) addMore(f func()) (stop func() bool) {
+	if c.more == nil {
+		c.more = make(map[*func()]struct{})
+	}
+	key := &f
+	c.more[key] = struct{}{}
+	return func() bool {
+		c.afterMu.Lock()
+		defer c.afterMu.Unlock()
+		_, ok := c.more[key]
+		delete(c.more, key)
+		return ok
+	}
+}
+
+// stopAfter unregisters the first AfterFunc function and reports whether
+// it had not run yet.
+func (c *callCtx) stopAfter() bool {
+	c.afterMu.Lock()
+	defer c.afterMu.Unlock()
+	stopped := c.after != nil
+	c.after = nil
+	return stopped
 }
 
 // Deadline implements context.Context: the watchdog owns the deadline.

@@ -69,12 +69,14 @@ func call(e abi.Export, ptr, n uint32) uint64 {
 	} else {
 		glue.out = glue.d.Handle(e, in, glue.out[:0])
 	}
+	out := glue.out
+	packed := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(out))))<<32 | uint64(len(out))
 	// Drop a buffer that grew for one huge response so the instance does not
-	// pin it forever.
-	p := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(glue.out))))
-	packed := p<<32 | uint64(len(glue.out))
-	if cap(glue.out) > 1<<20 {
-		defer func() { glue.out = nil }()
+	// pin it forever. The frame stays valid for the host to read: no Go code,
+	// so no collection, runs in the instance until its next call. (A defer
+	// here would tax every call.)
+	if cap(out) > 1<<20 {
+		glue.out = nil
 	}
 	return packed
 }

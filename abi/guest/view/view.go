@@ -25,23 +25,25 @@ import (
 )
 
 // view is a minimal, allocation-free reader of the abi encoding.
+//
+// In a Go wasm guest a function call costs more than the work of decoding a
+// short field, so each field is read by one call: the readers below carry
+// the one-byte varint (the common length) and the ASCII check inline and
+// call out only for longer varints and non-ASCII text.
 type view struct {
 	b   []byte
 	off int
 	bad bool
 }
 
-// uvarint reads a varint. The one-byte case is inlined: under wazero's
-// termination instrumentation every non-inlined Go function and every loop
-// iteration in a guest costs an exit to the host (~0.3 µs), so the common
-// path must be neither.
+// uvarint reads a varint.
 //
 // After a violation the fast path may still advance off; that is harmless
 // because every reader checks bad before slicing and ok reports failure.
 func (d *view) uvarint() uint64 {
-	if d.off < len(d.b) && d.b[d.off] < 0x80 {
-		d.off++
-		return uint64(d.b[d.off-1])
+	if off := d.off; off < len(d.b) && d.b[off] < 0x80 {
+		d.off = off + 1
+		return uint64(d.b[off])
 	}
 	return d.uvarintSlow()
 }
@@ -101,28 +103,58 @@ func (d *view) tag(t abi.MsgTag) {
 	d.off = 1
 }
 
-func (d *view) bytes(max int) []byte {
-	n := d.uvarint()
+// span reads a length-prefixed field of at most max bytes and returns its
+// bounds in d.b; on a violation it sets bad and returns an empty span.
+func (d *view) span(max int) (start, end int) {
+	var n uint64
+	if off := d.off; off < len(d.b) && d.b[off] < 0x80 {
+		n = uint64(d.b[off])
+		d.off = off + 1
+	} else {
+		n = d.uvarintSlow()
+	}
 	if d.bad || n > uint64(max) || n > uint64(len(d.b)-d.off) {
 		d.bad = true
-		return nil
+		return 0, 0
 	}
-	start := d.off
+	start = d.off
 	d.off += int(n)
-	if n == 0 {
+	return start, d.off
+}
+
+func (d *view) bytes(max int) []byte {
+	start, end := d.span(max)
+	if start == end {
 		return nil // abi decodes an empty byte string as nil
 	}
-	return d.b[start:d.off:d.off]
+	return d.b[start:end:end]
 }
 
 func (d *view) str(max int) string {
-	p := d.bytes(max)
+	var n uint64
+	if off := d.off; off < len(d.b) && d.b[off] < 0x80 {
+		n = uint64(d.b[off])
+		d.off = off + 1
+	} else {
+		n = d.uvarintSlow()
+	}
+	if d.bad || n > uint64(max) || n > uint64(len(d.b)-d.off) {
+		d.bad = true
+		return ""
+	}
+	p := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
 	if len(p) == 0 {
 		return ""
 	}
-	if !utf8.Valid(p) {
-		d.bad = true
-		return ""
+	for _, c := range p {
+		if c >= utf8.RuneSelf {
+			if !utf8.Valid(p) {
+				d.bad = true
+				return ""
+			}
+			break
+		}
 	}
 	return unsafe.String(unsafe.SliceData(p), len(p))
 }
