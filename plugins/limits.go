@@ -30,6 +30,10 @@ type Limits struct {
 	RecycleAfter uint64
 }
 
+// VerifyCallTimeout is the least per-call deadline while a module is
+// checked before it serves (describe, self-test vectors, conformance).
+const VerifyCallTimeout = time.Second
+
 // DefaultLimits are applied to zero fields when the engine config gives none.
 func DefaultLimits() Limits {
 	return Limits{

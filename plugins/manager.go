@@ -300,13 +300,20 @@ func (m *Manager) swap(ctx context.Context, s *slot, wasm []byte) (SwapResult, e
 		return reject(StageDuplicateID, err)
 	}
 	if m.opts.SelfTest {
-		if rep := SelfTest(ctx, mod, wasm); !rep.OK() {
+		mod.verifying.Store(true)
+		rep := SelfTest(ctx, mod, wasm)
+		var conf ConformanceReport
+		if rep.OK() {
+			// The section was readable (SelfTest passed), so vectors is nil or valid.
+			vectors, _ := abi.ReadSelfTestSection(wasm)
+			conf = CheckConformance(ctx, mod, vectors)
+		}
+		mod.verifying.Store(false)
+		if !rep.OK() {
 			return reject(StageSelfTest, fmt.Errorf("%w: %s", ErrSelfTest, rep.Summary()))
 		}
-		// The section was readable (SelfTest passed), so vectors is nil or valid.
-		vectors, _ := abi.ReadSelfTestSection(wasm)
-		if rep := CheckConformance(ctx, mod, vectors); !rep.OK() {
-			return reject(StageConformance, fmt.Errorf("%w: %s", ErrConformance, rep.Summary()))
+		if !conf.OK() {
+			return reject(StageConformance, fmt.Errorf("%w: %s", ErrConformance, conf.Summary()))
 		}
 	}
 

@@ -259,6 +259,7 @@ func TestManagerSelfTestVectors(t *testing.T) {
 		frame, err = m.Call(ctx, abi.ExportRateSelect, req, nil)
 		return err
 	}))
+	assert.False(t, mod.verifying.Load(), "a serving generation runs under its own call deadline, not the verification one")
 	wrong := append([]byte(nil), frame...)
 	wrong[len(wrong)-1] ^= 1
 	bundle := func(resp []byte) []byte {

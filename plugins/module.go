@@ -37,6 +37,12 @@ type Module struct {
 	logWindow atomic.Int64 // unix second of the current log budget
 	logCount  atomic.Int64
 
+	// verifying raises the call deadline to at least VerifyCallTimeout
+	// while the module is checked before it serves (describe at start, the
+	// Manager's self-test and conformance): a loaded machine must not
+	// refuse a correct module, and a looping guest is still stopped.
+	verifying atomic.Bool
+
 	closeOnce sync.Once
 	done      chan struct{}
 }
@@ -115,7 +121,9 @@ func (m *Module) start(ctx context.Context) error {
 		m.discard(inst)
 		return guestErr(m.name, 0, c, detail, cause)
 	}
-	ictx, cancel := context.WithTimeout(ctx, m.lim.CallTimeout)
+	m.verifying.Store(true)
+	defer m.verifying.Store(false)
+	ictx, cancel := context.WithTimeout(ctx, max(m.lim.CallTimeout, VerifyCallTimeout))
 	defer cancel()
 	res, err := inst.mod.ExportedFunction(abi.ExportVersion).Call(ictx)
 	if err != nil {
@@ -362,7 +370,11 @@ func (m *Module) since(start int64) time.Duration { return time.Duration(m.eng.w
 // response frame (checked against the output cap and memory bounds). start
 // is on the watchdog clock.
 func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start int64) ([]byte, error) {
-	deadline := start + int64(m.lim.CallTimeout)
+	limit := m.lim.CallTimeout
+	if m.verifying.Load() {
+		limit = max(limit, VerifyCallTimeout)
+	}
+	deadline := start + int64(limit)
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, m.eng.wd.at(d))
 	}
