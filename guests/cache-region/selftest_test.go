@@ -8,8 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
-	"github.com/caphost/caphost/abi/guest"
-	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors/vectorstest"
 )
 
 // TestSelfTestVectors checks the vectors `make guests` bundles into this
@@ -17,12 +16,7 @@ import (
 // answer is what the regions promise (written out here by hand, so a wrongly
 // recorded answer fails).
 func TestSelfTestVectors(t *testing.T) {
-	f, err := vectors.ReadFile("selftest.json")
-	require.NoError(t, err)
-	require.Equal(t, "cache-region", f.Module)
-	d, err := guest.NewDispatcher(Module())
-	require.NoError(t, err)
-	require.Empty(t, f.Mismatches(func(e abi.Export, req []byte) []byte { return d.Handle(e, req, nil) }))
+	f := vectorstest.Load(t, "selftest.json", "cache-region", Module())
 
 	want := map[string]string{
 		"products: id and lower-cased locale":                                              `parts ["SKU-42" "de"]`,

@@ -7,8 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
-	"github.com/caphost/caphost/abi/guest"
-	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors/vectorstest"
 )
 
 // TestSelfTestVectors checks the vectors `make guests` bundles into this
@@ -16,12 +15,7 @@ import (
 // answer means what the schema history promises (written out here by hand,
 // so a wrongly recorded answer fails).
 func TestSelfTestVectors(t *testing.T) {
-	f, err := vectors.ReadFile("selftest.json")
-	require.NoError(t, err)
-	require.Equal(t, "codec", f.Module)
-	d, err := guest.NewDispatcher(Module())
-	require.NoError(t, err)
-	require.Empty(t, f.Mismatches(func(e abi.Export, req []byte) []byte { return d.Handle(e, req, nil) }))
+	f := vectorstest.Load(t, "selftest.json", "codec", Module())
 
 	ada := `{"id":"u-7","name":"Ada Lovelace","email":"ada@example.com","locale":"de"}`
 	type answer struct {

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
-	"github.com/caphost/caphost/abi/guest"
 	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors/vectorstest"
 )
 
 // TestSelfTestVectors checks the vectors `make guests` bundles into this
@@ -18,12 +18,7 @@ import (
 // answer says what the policy table in this package's comment promises
 // (written out here by hand, so a wrongly recorded answer fails).
 func TestSelfTestVectors(t *testing.T) {
-	f, err := vectors.ReadFile("selftest.json")
-	require.NoError(t, err)
-	require.Equal(t, "rate-policy", f.Module)
-	d, err := guest.NewDispatcher(Module())
-	require.NoError(t, err)
-	require.Empty(t, f.Mismatches(func(e abi.Export, req []byte) []byte { return d.Handle(e, req, nil) }))
+	f := vectorstest.Load(t, "selftest.json", "rate-policy", Module())
 
 	// policy[dimension values]*cost, in evaluation order.
 	want := map[string]string{

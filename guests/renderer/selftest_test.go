@@ -7,8 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
-	"github.com/caphost/caphost/abi/guest"
-	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
+	"github.com/caphost/caphost/internal/tools/selftestpack/vectors/vectorstest"
 )
 
 // TestSelfTestVectors checks the vectors `make guests` bundles into this
@@ -17,12 +16,7 @@ import (
 // recorded answer — an unescaped parameter, a header break in the subject,
 // a wrong date — fails).
 func TestSelfTestVectors(t *testing.T) {
-	f, err := vectors.ReadFile("selftest.json")
-	require.NoError(t, err)
-	require.Equal(t, "renderer", f.Module)
-	d, err := guest.NewDispatcher(Module())
-	require.NoError(t, err)
-	require.Empty(t, f.Mismatches(func(e abi.Export, req []byte) []byte { return d.Handle(e, req, nil) }))
+	f := vectorstest.Load(t, "selftest.json", "renderer", Module())
 
 	const plain, html = "text/plain; charset=utf-8", "text/html; charset=utf-8"
 	// now_unix_milli 1795942800000 is 2026-11-29T09:00:00Z.
