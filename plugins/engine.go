@@ -217,6 +217,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		WithRandSource(crand.Reader)
 
 	// Registered before start so the watchdog bounds describe too.
+	e.wd.noteCallTimeout(lim.CallTimeout)
 	e.wd.mods.Store(m, struct{}{})
 	if err := m.start(ctx); err != nil {
 		e.wd.mods.Delete(m)

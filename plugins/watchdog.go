@@ -18,18 +18,31 @@ import (
 // and the guest is interrupted through wazero's own safe path; the instance
 // is then discarded.
 
-// watchTick is the watchdog's resolution: a call is stopped at most this
-// long after its deadline.
-const watchTick = time.Millisecond
+// The watchdog's resolution (its tick) is a tenth of the shortest call
+// timeout of any module loaded so far, within [minWatchTick, maxWatchTick]:
+// a call is stopped at most 10% late (1 ms for timeouts under 10 ms). The
+// tick is what the watchdog costs: every tick wakes a thread, which on a
+// VM with expensive syscalls was measured at a sixth of a 1-goroutine rate
+// decision's client CPU with a fixed 1 ms tick; 10 ms made it noise.
+const (
+	minWatchTick = time.Millisecond
+	maxWatchTick = 10 * time.Millisecond
+	// watchIdle is how long the watchdog ticks without a call in flight
+	// before it parks.
+	watchIdle = time.Second
+)
 
-// watchIdleTicks is how many empty ticks the watchdog waits before parking.
-const watchIdleTicks = 1000
+// tickFor is the watchdog tick a call timeout asks for.
+func tickFor(callTimeout time.Duration) time.Duration {
+	return min(max(callTimeout/10, minWatchTick), maxWatchTick)
+}
 
 // watchdog enforces per-call deadlines and caller cancellation for every
 // module of one engine.
 type watchdog struct {
-	epoch    time.Time // deadlines are monotonic ns since epoch
-	mods     sync.Map  // *Module -> struct{}: every module from Load to Close
+	epoch    time.Time    // deadlines are monotonic ns since epoch
+	tick     atomic.Int64 // ns; only ever lowered (see noteCallTimeout)
+	mods     sync.Map     // *Module -> struct{}: every module from Load to Close
 	inflight atomic.Int64
 	parked   atomic.Bool
 	wake     chan struct{}
@@ -40,8 +53,21 @@ type watchdog struct {
 
 func newWatchdog() *watchdog {
 	w := &watchdog{epoch: time.Now(), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w.tick.Store(int64(maxWatchTick))
 	go w.run()
 	return w
+}
+
+// noteCallTimeout lowers the tick to what a module's call timeout needs.
+// It is never raised again: a finer tick than needed is only a cost.
+func (w *watchdog) noteCallTimeout(d time.Duration) {
+	want := int64(tickFor(d))
+	for {
+		cur := w.tick.Load()
+		if want >= cur || w.tick.CompareAndSwap(cur, want) {
+			return
+		}
+	}
 }
 
 // now is the monotonic time in ns since the watchdog started: one clock
@@ -87,20 +113,25 @@ func (w *watchdog) end(inst *instance) (killed bool) {
 
 func (w *watchdog) run() {
 	defer close(w.done)
-	t := time.NewTicker(watchTick)
+	tick := time.Duration(w.tick.Load())
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	idle := 0
+	idleSince := time.Now()
 	for {
 		select {
 		case <-w.stop:
 			return
 		case now := <-t.C:
+			if cur := time.Duration(w.tick.Load()); cur != tick {
+				tick = cur
+				t.Reset(tick)
+			}
 			if w.inflight.Load() > 0 {
-				idle = 0
+				idleSince = now
 				w.scan(w.at(now))
 				continue
 			}
-			if idle++; idle < watchIdleTicks {
+			if now.Sub(idleSince) < watchIdle {
 				continue
 			}
 			// Park: no ticks while the engine is idle.
@@ -112,10 +143,11 @@ func (w *watchdog) run() {
 					return
 				case <-w.wake:
 				}
-				t.Reset(watchTick)
+				tick = time.Duration(w.tick.Load())
+				t.Reset(tick)
 			}
 			w.parked.Store(false)
-			idle = 0
+			idleSince = time.Now()
 		}
 	}
 }

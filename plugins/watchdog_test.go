@@ -42,3 +42,18 @@ func TestWatchdogStopsLoops(t *testing.T) {
 	within(30*time.Millisecond, context.Background())
 	assert.Zero(t, e.wd.inflight.Load())
 }
+
+// TestWatchdogTick: the tick follows the shortest call timeout loaded, a
+// tenth of it within its bounds, and is never raised again.
+func TestWatchdogTick(t *testing.T) {
+	assert.Equal(t, time.Millisecond, tickFor(5*time.Millisecond))
+	assert.Equal(t, 5*time.Millisecond, tickFor(50*time.Millisecond))
+	assert.Equal(t, maxWatchTick, tickFor(10*time.Second))
+
+	e := newEngine(t, Config{})
+	assert.Equal(t, int64(maxWatchTick), e.wd.tick.Load())
+	load(t, e, "echo", Limits{CallTimeout: 40 * time.Millisecond})
+	assert.Equal(t, int64(4*time.Millisecond), e.wd.tick.Load())
+	load(t, e, "echo", Limits{CallTimeout: time.Second})
+	assert.Equal(t, int64(4*time.Millisecond), e.wd.tick.Load(), "a later, longer timeout does not coarsen the tick")
+}
