@@ -242,7 +242,15 @@ func TestRatePolicyGuestHotSwap(t *testing.T) {
 	assert.Equal(t, int64(15), p.Parameters.Capacity)
 
 	srvH := rateServer(t, h)
+	reg := h.Registry()
+	selects := func() float64 {
+		return gaugeValue(t, reg, "caphost_guest_calls_total", map[string]string{"module": "rate-policy", "export": "rate_select"})
+	}
+	before := selects()
 	codes := burst(srvH, 20)
+	// One attribute tuple: the guest is asked once, its answer memoized
+	// for the generation.
+	assert.Equal(t, before+1, selects(), "select memoized per generation")
 	// Capacity 15, refilled at 1 token/s: one refill may land during the burst.
 	assert.GreaterOrEqual(t, codes[http.StatusNoContent], 15, codes)
 	assert.LessOrEqual(t, codes[http.StatusNoContent], 16, codes)
@@ -261,11 +269,12 @@ func TestRatePolicyGuestHotSwap(t *testing.T) {
 	assert.Equal(t, int64(30), p.Parameters.Capacity)
 
 	// A new revision is a new state key: the doubled bucket starts full.
+	before = selects()
 	codes = burst(srvH, 40)
+	assert.Equal(t, before+1, selects(), "the new generation is asked afresh, once")
 	assert.GreaterOrEqual(t, codes[http.StatusNoContent], 30, codes)
 	assert.LessOrEqual(t, codes[http.StatusNoContent], 31, codes)
 
-	reg := h.Registry()
 	assert.Equal(t, 2.0, gaugeValue(t, reg, "caphost_guest_generation", map[string]string{"module": "rate-policy"}))
 	// The initial load counts as an installation too.
 	assert.Equal(t, 2.0, gaugeValue(t, reg, "caphost_guest_swaps_total", map[string]string{"module": "rate-policy", "result": "ok"}))

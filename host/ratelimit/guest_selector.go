@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,14 @@ var ErrGuestSelect = errors.New("ratelimit: rate-policy guest selection failed")
 //
 // Any guest failure (trap, deadline, malformed output) or an unmappable
 // selection is returned as an error wrapping ErrGuestSelect.
+//
+// Selections are memoized per generation: the conformance suite every
+// generation passes before it serves requires select to be deterministic
+// (a pure function of its request), so the answer for an attribute tuple
+// is asked once and reused until the next swap, up to MaxMemoizedSelections
+// tuples per generation (further tuples are asked every time). A guest's
+// log and counter calls therefore run once per tuple, not per request. A
+// failed call is never memoized.
 type GuestSelector struct {
 	run     GuestRunner
 	modules []string
@@ -49,10 +58,33 @@ type GuestSelector struct {
 	tables []atomic.Pointer[declTable]
 }
 
-// declTable is the host view of one generation's rate-policy declarations.
+// MaxMemoizedSelections bounds the attribute tuples whose selections one
+// generation keeps; MaxMemoizedKeyBytes the size of one tuple.
+const (
+	MaxMemoizedSelections = 4096
+	MaxMemoizedKeyBytes   = 1024
+)
+
+// declTable is the host view of one generation's rate-policy declarations,
+// and the selections it has answered.
 type declTable struct {
-	desc *abi.Description
-	byID map[string]guestDecl
+	desc  *abi.Description
+	byID  map[string]guestDecl
+	memo  sync.Map // Attributes -> []Selection (never modified once stored)
+	memoN atomic.Int64
+}
+
+func (t *declTable) remember(a Attributes, sels []Selection) {
+	if len(a.Route)+len(a.Method)+len(a.PrincipalTier)+len(a.APIKeyPlan)+len(a.ClientIPClass)+len(a.ResourceClass) > MaxMemoizedKeyBytes {
+		return
+	}
+	if t.memoN.Add(1) > MaxMemoizedSelections {
+		t.memoN.Add(-1)
+		return
+	}
+	if _, loaded := t.memo.LoadOrStore(a, sels); loaded {
+		t.memoN.Add(-1)
+	}
 }
 
 type guestDecl struct {
@@ -100,28 +132,35 @@ func (s *GuestSelector) Select(ctx context.Context, a Attributes) ([]Selection, 
 }
 
 func (s *GuestSelector) selectOne(ctx context.Context, i int, module string, a Attributes) ([]Selection, error) {
-	req := &abi.RateSelectRequest{
-		Route: a.Route, Method: a.Method, PrincipalTier: a.PrincipalTier,
-		APIKeyPlan: a.APIKeyPlan, ClientIPClass: a.ClientIPClass,
-	}
-	if a.ResourceClass != "" {
-		req.Attrs = []abi.Attr{{Name: "resource-class", Value: a.ResourceClass}}
-	}
 	var out []Selection
 	err := s.run.Use(ctx, module, func(m *plugins.Module) error {
-		resp, err := m.RateSelect(ctx, req)
-		if err != nil {
-			return err
-		}
-		// The declarations of the same generation: the ones plugins
-		// checked the selection against.
+		// The table of the generation serving this call: its declarations
+		// are the ones plugins checked the selection against.
 		t := s.tables[i].Load()
 		if d := m.Description(); t == nil || t.desc != d {
 			t = newDeclTable(d)
 			s.tables[i].Store(t)
 		}
-		out, err = mapSelections(resp.Selections, t)
-		return err
+		if v, ok := t.memo.Load(a); ok {
+			out = v.([]Selection)
+			return nil
+		}
+		req := &abi.RateSelectRequest{
+			Route: a.Route, Method: a.Method, PrincipalTier: a.PrincipalTier,
+			APIKeyPlan: a.APIKeyPlan, ClientIPClass: a.ClientIPClass,
+		}
+		if a.ResourceClass != "" {
+			req.Attrs = []abi.Attr{{Name: "resource-class", Value: a.ResourceClass}}
+		}
+		resp, err := m.RateSelect(ctx, req)
+		if err != nil {
+			return err
+		}
+		if out, err = mapSelections(resp.Selections, t); err != nil {
+			return err
+		}
+		t.remember(a, out)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: module %s: %w", ErrGuestSelect, module, err)

@@ -3,8 +3,10 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,4 +149,27 @@ func TestCheckSwap(t *testing.T) {
 	assert.Equal(t, "r1", p.Revision, "CheckSwap swaps nothing")
 	assert.Error(t, f.l.CheckSwap(nil))
 	assert.False(t, errors.Is(f.l.CheckSwap(compile(t, cfg, changed)), ErrRevisionReuse))
+}
+
+// TestMemoBounds: a generation keeps at most MaxMemoizedSelections tuples
+// and none larger than MaxMemoizedKeyBytes; storing a tuple twice counts
+// once.
+func TestMemoBounds(t *testing.T) {
+	tb := newDeclTable(&abi.Description{})
+	sels := []Selection{{Policy: "p", Cost: 1}}
+	for i := range MaxMemoizedSelections {
+		tb.remember(Attributes{Route: fmt.Sprintf("/r/%d", i)}, sels)
+	}
+	tb.remember(Attributes{Route: "/r/0"}, sels)
+	assert.Equal(t, int64(MaxMemoizedSelections), tb.memoN.Load())
+	tb.remember(Attributes{Route: "/one-too-many"}, sels)
+	_, ok := tb.memo.Load(Attributes{Route: "/one-too-many"})
+	assert.False(t, ok, "over the bound: not memoized")
+
+	small := newDeclTable(&abi.Description{})
+	big := Attributes{Route: strings.Repeat("r", MaxMemoizedKeyBytes+1)}
+	small.remember(big, sels)
+	_, ok = small.memo.Load(big)
+	assert.False(t, ok, "an oversized tuple is not memoized")
+	assert.Zero(t, small.memoN.Load())
 }
