@@ -25,7 +25,8 @@ import (
 // rateContenders are the sides of the rate rows.
 type rateContenders struct {
 	peer       contender // go-redis/redis_rate Allow
-	guest      contender // rate-policy guest + limiter (nil op without a guest)
+	guest      contender // rate-policy guest selector (memoized per generation) + limiter (nil op without a guest)
+	guestRaw   contender // the guest asked on every decision + limiter
 	limiter    contender // the limiter alone, the policy as configured by default
 	dedup      contender // the limiter alone, evaluation-id dedup enabled
 	closeGuest func()
@@ -98,15 +99,34 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 	rc.limiter = contender{"caphost token bucket (no guest)", evaluate("bench")}
 	rc.dedup = contender{"caphost token bucket (no guest, dedup)", evaluate("bench-dedup")}
 	if withGuest {
-		mod, closeGuest, err := loadRatePolicyGuest(ctx)
+		mgr, closeGuest, err := loadRatePolicyGuest(ctx)
 		if err != nil {
 			return nil, err
 		}
 		rc.closeGuest = closeGuest
-		sel := &abi.RateSelectRequest{Route: "/v1/items", Method: "GET", PrincipalTier: "user", APIKeyPlan: "pro", ClientIPClass: "public"}
+		// The product path: the selector `caphost serve` uses, over the
+		// hot-swap Manager (selections memoized per generation).
+		selector := ratelimit.NewGuestSelector(mgr, guestName)
+		attrs := ratelimit.Attributes{Route: "/v1/items", Method: "GET", PrincipalTier: "user", APIKeyPlan: "pro", ClientIPClass: "public"}
 		limited := evaluate("bench")
 		rc.guest = contender{"caphost guest+token bucket", func(ctx context.Context) error {
-			if _, err := mod.RateSelect(ctx, sel); err != nil {
+			sels, err := selector.Select(ctx, attrs)
+			if err != nil {
+				return err
+			}
+			if len(sels) == 0 {
+				return fmt.Errorf("guest selected no policy")
+			}
+			return limited(ctx)
+		}}
+		// The guest asked on every decision (no memo): its raw cost.
+		sel := &abi.RateSelectRequest{Route: attrs.Route, Method: attrs.Method, PrincipalTier: attrs.PrincipalTier,
+			APIKeyPlan: attrs.APIKeyPlan, ClientIPClass: attrs.ClientIPClass}
+		rc.guestRaw = contender{"caphost guest every call+token bucket", func(ctx context.Context) error {
+			if err := mgr.Use(ctx, guestName, func(m *plugins.Module) error {
+				_, err := m.RateSelect(ctx, sel)
+				return err
+			}); err != nil {
 				return err
 			}
 			return limited(ctx)
@@ -120,7 +140,8 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts,
 	want func(string) bool, row func(string, []result), stats func([]contender, int)) error {
 	dur, slice, rounds := o.dur, o.slice, o.rounds
-	rc, err := newRateContenders(ctx, rt, plain, want("rate decision, 1 gor.") || want("rate decision, 32 gor."), o.batchFlights)
+	rc, err := newRateContenders(ctx, rt, plain, want("rate decision, 1 gor.") || want("rate decision, 32 gor.") ||
+		want("rate decision, guest every call, 1 gor.") || want("rate decision, guest every call, 32 gor."), o.batchFlights)
 	if err != nil {
 		return err
 	}
@@ -128,7 +149,7 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 	rows := []struct {
 		label string
 		ours  contender
-	}{{"rate decision", rc.guest}, {"rate, no guest", rc.limiter}, {"rate, no guest, dedup", rc.dedup}}
+	}{{"rate decision", rc.guest}, {"rate decision, guest every call", rc.guestRaw}, {"rate, no guest", rc.limiter}, {"rate, no guest, dedup", rc.dedup}}
 	for _, r := range rows {
 		for _, g := range []int{1, 32} {
 			label := fmt.Sprintf("%s, %d gor.", r.label, g)
@@ -148,12 +169,12 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 // rateSolo runs every rate contender whose name contains o.solo alone, for
 // profiling one side at a time.
 func rateSolo(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts) error {
-	rc, err := newRateContenders(ctx, rt, plain, strings.Contains("caphost guest+token bucket", o.solo), o.batchFlights)
+	rc, err := newRateContenders(ctx, rt, plain, strings.Contains("caphost guest+token bucket", o.solo) || strings.Contains("caphost guest every call+token bucket", o.solo), o.batchFlights)
 	if err != nil {
 		return err
 	}
 	defer rc.closeGuest()
-	for _, c := range []contender{rc.peer, rc.guest, rc.limiter, rc.dedup} {
+	for _, c := range []contender{rc.peer, rc.guest, rc.guestRaw, rc.limiter, rc.dedup} {
 		if c.op == nil || !strings.Contains(c.name, o.solo) {
 			continue
 		}
@@ -167,7 +188,10 @@ func rateSolo(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 
 // loadRatePolicyGuest builds guests/rate-policy for wasip1 and loads it in a
 // native engine.
-func loadRatePolicyGuest(ctx context.Context) (*plugins.Module, func(), error) {
+// guestName is the bench's rate-policy guest slot.
+const guestName = "rate-tiers"
+
+func loadRatePolicyGuest(ctx context.Context) (*plugins.Manager, func(), error) {
 	dir, err := os.MkdirTemp("", "caphost-bench-guest-")
 	if err != nil {
 		return nil, nil, err
@@ -187,9 +211,14 @@ func loadRatePolicyGuest(ctx context.Context) (*plugins.Module, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	mod, err := eng.Load(ctx, "rate-tiers", wasm, plugins.Limits{PoolSize: 32})
-	if err != nil {
+	mgr := plugins.NewManager(eng, plugins.DefaultManagerOptions())
+	if err := mgr.Load(ctx, guestName, wasm, plugins.Limits{PoolSize: 32}); err != nil {
+		_ = eng.Close(context.Background())
 		return nil, nil, err
 	}
-	return mod, func() { _ = eng.Close(context.Background()); _ = os.RemoveAll(dir) }, nil
+	return mgr, func() {
+		_ = mgr.Close(context.Background())
+		_ = eng.Close(context.Background())
+		_ = os.RemoveAll(dir)
+	}, nil
 }
