@@ -280,6 +280,9 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 		}
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		lastErr = s.admin.Ping(pctx).Err()
+		if lastErr == nil {
+			lastErr = s.checkOwnProcess(pctx, p)
+		}
 		pcancel()
 		if lastErr == nil {
 			return nil
@@ -292,6 +295,29 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// checkOwnProcess makes sure the server answering on s's port is the
+// process this Server started. Ports are picked free and then bound by
+// redis-server, so another test process can win the same port in between;
+// our redis-server then exits with "Address already in use" (and start
+// picks a new port), but until it does, a ping would be answered by the
+// other test's server.
+func (s *Server) checkOwnProcess(ctx context.Context, p *process) error {
+	info, err := s.admin.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	want := strconv.Itoa(p.cmd.Process.Pid)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v == want {
+				return nil
+			}
+			return fmt.Errorf("redistest: %s is answered by pid %s, not by this redis-server (pid %s): the port is taken", s.Addr(), v, want)
+		}
+	}
+	return fmt.Errorf("redistest: %s: INFO server has no process_id", s.Addr())
 }
 
 // Kill sends SIGKILL to the process group and waits for the process to exit.
