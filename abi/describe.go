@@ -121,7 +121,7 @@ func (d *Description) Validate() error {
 	if err := CheckVersion(d.ABI.Major, d.ABI.Minor); err != nil {
 		errs = append(errs, err)
 	}
-	if !validID(d.Module) {
+	if !ValidID(d.Module) {
 		bad("module name %q is not an id", d.Module)
 	}
 	if len(d.Kinds) == 0 || len(d.Kinds) > 4 {
@@ -151,7 +151,7 @@ func (d *Description) Validate() error {
 	}
 	ids := map[string]bool{}
 	uniq := func(what, id string) {
-		if !validID(id) {
+		if !ValidID(id) {
 			bad("%s id %q is not an id ([a-z0-9][a-z0-9._-]*, at most %d bytes)", what, id, MaxIDBytes)
 			return
 		}
@@ -191,7 +191,7 @@ func (d *Description) Validate() error {
 		if r.MaxBytes <= 0 {
 			bad("region %q: max_bytes must be > 0", r.ID)
 		}
-		if !validID(r.Codec) {
+		if !ValidID(r.Codec) {
 			bad("region %q: codec %q is not an id", r.ID, r.Codec)
 		}
 	}
@@ -215,7 +215,7 @@ func (d *Description) Validate() error {
 			bad("rate policy %q: more than %d dimensions", p.ID, MaxDimensions)
 		}
 		for _, dim := range p.Dimensions {
-			if !validID(dim) {
+			if !ValidID(dim) {
 				bad("rate policy %q: dimension %q is not an id", p.ID, dim)
 			}
 		}
@@ -242,8 +242,8 @@ func (d *Description) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validID reports whether s matches [a-z0-9][a-z0-9._-]* with at most MaxIDBytes bytes.
-func validID(s string) bool {
+// ValidID reports whether s matches [a-z0-9][a-z0-9._-]* with at most MaxIDBytes bytes.
+func ValidID(s string) bool {
 	if len(s) == 0 || len(s) > MaxIDBytes {
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Config configures an Engine.
@@ -147,9 +148,9 @@ var wasiAllowed = map[string]bool{
 // instance is created and kept warm. Every failure is a *GuestError.
 func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits) (*Module, error) {
 	fail := func(c Class, detail string, cause error) (*Module, error) {
-		return nil, &GuestError{Module: sanitize([]byte(name), 64), Class: c, Detail: detail, Err: cause}
+		return nil, &GuestError{Module: guestio.Sanitize([]byte(name), 64), Class: c, Detail: detail, Err: cause}
 	}
-	if !validName(name) {
+	if !abi.ValidID(name) {
 		return fail(ClassInvalidModule, "module name must match [a-z0-9][a-z0-9._-]*, at most 64 bytes", nil)
 	}
 	if len(wasm) > e.maxBytes {
@@ -243,12 +244,12 @@ func forbiddenImports(cm wazero.CompiledModule) []string {
 		case mod == wasi_snapshot_preview1.ModuleName && wasiAllowed[fn]:
 		case mod == abi.ImportModule && (fn == abi.ImportLog || fn == abi.ImportCount):
 		default:
-			bad = append(bad, sanitize([]byte(mod+"."+fn), 96))
+			bad = append(bad, guestio.Sanitize([]byte(mod+"."+fn), 96))
 		}
 	}
 	for _, mem := range cm.ImportedMemories() {
 		mod, n, _ := mem.Import()
-		bad = append(bad, "memory "+sanitize([]byte(mod+"."+n), 96))
+		bad = append(bad, "memory "+guestio.Sanitize([]byte(mod+"."+n), 96))
 	}
 	sort.Strings(bad)
 	if len(bad) > 16 {
@@ -306,20 +307,4 @@ func checkShape(cm wazero.CompiledModule, lim Limits) (Class, string) {
 		return ClassMemory, fmt.Sprintf("module needs %d pages, limit %d", mem.Min(), lim.MemoryPages)
 	}
 	return "", ""
-}
-
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Class classifies a guest failure. The set is closed so it can label
@@ -97,21 +98,5 @@ func (e *GuestError) NotSent() bool {
 }
 
 func guestErr(module string, e abi.Export, c Class, detail string, cause error) *GuestError {
-	return &GuestError{Module: module, Export: e.Name(), Class: c, Detail: sanitize([]byte(detail), 512), Err: cause}
-}
-
-// sanitize bounds guest- or wasm-derived text and replaces anything that is
-// not printable ASCII, so it cannot forge log lines or smuggle escapes.
-func sanitize(b []byte, max int) string {
-	if len(b) > max {
-		b = b[:max]
-	}
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		out[i] = c
-	}
-	return string(out)
+	return &GuestError{Module: module, Export: e.Name(), Class: c, Detail: guestio.Sanitize([]byte(detail), 512), Err: cause}
 }

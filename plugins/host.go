@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Bounds of the caphost_v1 imports.
@@ -75,7 +76,7 @@ func (m *Module) hostLog(ctx context.Context, caller api.Module, stack []uint64)
 	}
 	// The guest's text is an attribute, never the message, and is sanitised,
 	// so a guest cannot forge host log lines.
-	m.eng.log.Log(ctx, lvl, "guest log", slog.String("module", m.name), slog.String("guest_msg", sanitize(b, MaxLogBytes)))
+	m.eng.log.Log(ctx, lvl, "guest log", slog.String("module", m.name), slog.String("guest_msg", guestio.Sanitize(b, MaxLogBytes)))
 }
 
 // logAllowed applies the per-module lines-per-second budget.

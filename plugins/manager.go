@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Verifier checks a module's bytes before they are compiled: the host
@@ -272,12 +273,12 @@ func (m *Manager) swap(ctx context.Context, s *slot, wasm []byte) (SwapResult, e
 	}
 	reject := func(stage Stage, err error) (SwapResult, error) {
 		se := &SwapError{Module: s.name, Stage: stage, Err: err}
-		s.last.Store(&SwapStatus{At: time.Now(), Error: sanitize([]byte(se.Error()), maxStatusError), Generation: from})
+		s.last.Store(&SwapStatus{At: time.Now(), Error: guestio.Sanitize([]byte(se.Error()), maxStatusError), Generation: from})
 		if m.opts.Observer != nil {
 			m.opts.Observer.Swapped(s.name, from, false, se.class())
 		}
 		m.log.Warn("guest swap rejected", "module", s.name, "stage", string(stage), "serving_generation", from,
-			"sha256", sha, "error", sanitize([]byte(err.Error()), maxStatusError))
+			"sha256", sha, "error", guestio.Sanitize([]byte(err.Error()), maxStatusError))
 		return SwapResult{}, se
 	}
 	if m.opts.Verify != nil {

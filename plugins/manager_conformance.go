@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // The conformance suite lives in this package (and is re-exported by
@@ -81,7 +82,7 @@ func (r ConformanceReport) Summary() string {
 		}
 		parts[i] = c.Name + ": " + d
 	}
-	return sanitize([]byte(strings.Join(parts, "; ")), summaryBytes)
+	return guestio.Sanitize([]byte(strings.Join(parts, "; ")), summaryBytes)
 }
 
 func (r *ConformanceReport) add(k abi.Kind, name string, failures []string, skip string) {
@@ -92,7 +93,7 @@ func (r *ConformanceReport) add(k abi.Kind, name string, failures []string, skip
 		if len(failures) > 4 {
 			failures = append(failures[:4], fmt.Sprintf("and %d more", len(failures)-4))
 		}
-		c.Detail = sanitize([]byte(strings.Join(failures, "; ")), maxStatusError)
+		c.Detail = guestio.Sanitize([]byte(strings.Join(failures, "; ")), maxStatusError)
 	case skip != "":
 		c.Status = CheckSkip
 		c.Detail = skip

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // ModuleShape lists a module's function imports and exports with their
@@ -31,17 +33,17 @@ func Shape(ctx context.Context, wasm []byte) (ModuleShape, error) {
 	var s ModuleShape
 	for _, f := range cm.ImportedFunctions() {
 		mod, name, _ := f.Import()
-		s.Imports = append(s.Imports, sanitize([]byte(mod+"."+name), 128)+signature(f))
+		s.Imports = append(s.Imports, guestio.Sanitize([]byte(mod+"."+name), 128)+signature(f))
 	}
 	for _, m := range cm.ImportedMemories() {
 		mod, name, _ := m.Import()
-		s.Imports = append(s.Imports, "memory "+sanitize([]byte(mod+"."+name), 128))
+		s.Imports = append(s.Imports, "memory "+guestio.Sanitize([]byte(mod+"."+name), 128))
 	}
 	for name, f := range cm.ExportedFunctions() {
-		s.Exports = append(s.Exports, sanitize([]byte(name), 128)+signature(f))
+		s.Exports = append(s.Exports, guestio.Sanitize([]byte(name), 128)+signature(f))
 	}
 	for name, m := range cm.ExportedMemories() {
-		s.Exports = append(s.Exports, fmt.Sprintf("memory %s (min %d pages)", sanitize([]byte(name), 128), m.Min()))
+		s.Exports = append(s.Exports, fmt.Sprintf("memory %s (min %d pages)", guestio.Sanitize([]byte(name), 128), m.Min()))
 	}
 	// A module may import one function twice (Go's linker does for fd_write).
 	sort.Strings(s.Imports)

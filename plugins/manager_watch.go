@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // watchDebounce coalesces the burst of events one deploy produces (create,
@@ -94,11 +96,11 @@ func (m *Manager) swapFromFile(ctx context.Context, s *slot, path string) {
 			from = g.n
 		}
 		se := &SwapError{Module: s.name, Stage: StageWatch, Err: err}
-		s.last.Store(&SwapStatus{At: time.Now(), Error: sanitize([]byte(se.Error()), maxStatusError), Generation: from})
+		s.last.Store(&SwapStatus{At: time.Now(), Error: guestio.Sanitize([]byte(se.Error()), maxStatusError), Generation: from})
 		if m.opts.Observer != nil {
 			m.opts.Observer.Swapped(s.name, from, false, string(StageWatch))
 		}
-		m.log.Warn("guest file unreadable", "module", s.name, "error", sanitize([]byte(err.Error()), maxStatusError))
+		m.log.Warn("guest file unreadable", "module", s.name, "error", guestio.Sanitize([]byte(err.Error()), maxStatusError))
 		return
 	}
 	sum := sha256.Sum256(wasm)

@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Module is a loaded guest module with its instance pool. It is safe for
@@ -58,7 +59,7 @@ type instance struct {
 	hostCalls    int
 	logs         int
 	stack        [2]uint64
-	stderr       headWriter
+	stderr       guestio.HeadWriter
 
 	// cctx is the context of every call into this instance; wmu guards
 	// deadline (watchdog clock, 0 when idle) and cctx.parent against the
@@ -464,32 +465,9 @@ func (m *Module) classify(inst *instance, e abi.Export, cctx context.Context, er
 	if cctx.Err() != nil {
 		return guestErr(m.name, e, ClassDeadline, "", cctx.Err())
 	}
-	detail := firstLine(err.Error())
+	detail := guestio.FirstLine(err.Error())
 	if tail != "" {
 		detail += "; stderr: " + tail
 	}
 	return guestErr(m.name, e, ClassTrap, detail, nil)
 }
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// headWriter keeps the first bytes a guest writes to stderr: the Go runtime
-// prints a panic's message first and its stack after, and only the message
-// is worth an error detail.
-type headWriter struct{ b []byte }
-
-const headBytes = 256
-
-func (w *headWriter) Write(p []byte) (int, error) {
-	if room := headBytes - len(w.b); room > 0 {
-		w.b = append(w.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (w *headWriter) String() string { return sanitize(w.b, headBytes) }

@@ -44,6 +44,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // Names of the caphost host functions in Extism's user namespace.
@@ -172,7 +173,7 @@ func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err err
 			continue
 		}
 		if len(d.ParamTypes()) != 0 || len(d.ResultTypes()) != 1 || d.ResultTypes()[0] != i32 {
-			sigErr = "export " + sanitize([]byte(name), 64) + " must be () -> i32 (Extism convention)"
+			sigErr = "export " + guestio.Sanitize([]byte(name), 64) + " must be () -> i32 (Extism convention)"
 		}
 	}
 	for _, f := range cm.ImportedFunctions() {
@@ -182,12 +183,12 @@ func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err err
 		case mod == "extism:host/env" && envAllowed[fn]:
 		case mod == HostNamespace && (fn == HostLog || fn == HostCount):
 		default:
-			bad = append(bad, sanitize([]byte(mod+"."+fn), 96))
+			bad = append(bad, guestio.Sanitize([]byte(mod+"."+fn), 96))
 		}
 	}
 	for _, mem := range cm.ImportedMemories() {
 		mod, n, _ := mem.Import()
-		bad = append(bad, "memory "+sanitize([]byte(mod+"."+n), 96))
+		bad = append(bad, "memory "+guestio.Sanitize([]byte(mod+"."+n), 96))
 	}
 	sort.Strings(bad)
 	if len(bad) > 16 {
@@ -217,9 +218,9 @@ func IsModule(s plugins.ModuleShape) bool {
 // and one instance is kept warm. Every guest failure is a *plugins.GuestError.
 func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins.Limits) (*Module, error) {
 	fail := func(c plugins.Class, detail string, cause error) (*Module, error) {
-		return nil, &plugins.GuestError{Module: sanitize([]byte(name), 64), Class: c, Detail: detail, Err: cause}
+		return nil, &plugins.GuestError{Module: guestio.Sanitize([]byte(name), 64), Class: c, Detail: detail, Err: cause}
 	}
-	if !validName(name) {
+	if !abi.ValidID(name) {
 		return fail(plugins.ClassInvalidModule, "module name must match [a-z0-9][a-z0-9._-]*, at most 64 bytes", nil)
 	}
 	if len(wasm) > e.maxBytes {
@@ -316,7 +317,7 @@ type instance struct {
 	calls     uint64
 	hostCalls int
 	logs      int
-	stderr    headWriter
+	stderr    guestio.HeadWriter
 }
 
 // Name is the module's configured name.
@@ -563,11 +564,11 @@ func (m *Module) classify(inst *instance, e abi.Export, err error) *plugins.Gues
 	if strings.Contains(tail, "out of memory") || strings.Contains(err.Error(), "out of memory") {
 		return m.gerr(e, plugins.ClassMemory, "", nil)
 	}
-	detail := firstLine(err.Error())
+	detail := guestio.FirstLine(err.Error())
 	if tail != "" {
 		detail += "; stderr: " + tail
 	}
-	return m.gerr(e, plugins.ClassTrap, sanitize([]byte(detail), 512), nil)
+	return m.gerr(e, plugins.ClassTrap, guestio.Sanitize([]byte(detail), 512), nil)
 }
 
 // invoke runs one export and hands the response frame to read while the

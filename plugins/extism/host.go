@@ -3,13 +3,13 @@ package extism
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"time"
 
 	sdk "github.com/extism/go-sdk"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // hostCallError is panicked by a host function to abort the guest; wazero
@@ -67,7 +67,7 @@ func (m *Module) hostLog(ctx context.Context, p *sdk.CurrentPlugin, stack []uint
 	}
 	// As in the native flavour: the guest's text is a sanitised attribute,
 	// never the message, so a guest cannot forge host log lines.
-	m.eng.log.Log(ctx, lvl, "guest log", slog.String("module", m.name), slog.String("guest_msg", sanitize(b, plugins.MaxLogBytes)))
+	m.eng.log.Log(ctx, lvl, "guest log", slog.String("module", m.name), slog.String("guest_msg", guestio.Sanitize(b, plugins.MaxLogBytes)))
 }
 
 func (m *Module) logAllowed() bool {
@@ -88,58 +88,4 @@ func (m *Module) hostCount(ctx context.Context, p *sdk.CurrentPlugin, stack []ui
 	if ev, ok := m.eng.events[string(b)]; ok {
 		m.eng.obs.GuestEvent(m.name, ev)
 	}
-}
-
-// sanitize keeps at most max bytes and replaces bytes outside printable
-// ASCII, as the native flavour does for everything a guest says.
-func sanitize(b []byte, max int) string {
-	if len(b) > max {
-		b = b[:max]
-	}
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		out[i] = c
-	}
-	return string(out)
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// headWriter keeps the first bytes a guest writes to stderr (a Go panic's
-// message comes first, its stack after).
-type headWriter struct{ b []byte }
-
-const headBytes = 256
-
-func (w *headWriter) Write(p []byte) (int, error) {
-	if room := headBytes - len(w.b); room > 0 {
-		w.b = append(w.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (w *headWriter) String() string { return sanitize(w.b, headBytes) }
-
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }
