@@ -7,8 +7,8 @@
 // caphost_v1 ones exposed as Extism user functions (caphost_log,
 // caphost_count in extism:host/user).
 //
-// The policy table is duplicated from guests/rate-policy (a main package
-// cannot be imported); the host's cross-flavour tests fail if they drift.
+// The policy table and selection are guests/internal/tiers, shared with the
+// native flavour.
 // It has no selftest.json of its own: `make guests` bundles its native
 // twin's, which it must answer byte for byte.
 //
@@ -17,146 +17,20 @@ package main
 
 import (
 	"encoding/json"
-	"strings"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/abi/guest/view"
+	"github.com/caphost/caphost/guests/internal/tiers"
 )
 
 func main() {}
 
-// plans and their per-minute limits per route class (as guests/rate-policy).
-var plans = []struct {
-	name        string
-	read, write uint64
-}{
-	{"free", 60, 10},
-	{"pro", 600, 120},
-	{"enterprise", 6000, 1200},
-}
-
-const searchCost = 5
-
 // Description is the guest's describe output.
 func Description() *abi.Description {
-	var pols []abi.RatePolicyDecl
-	for _, p := range plans {
-		for _, rc := range []struct {
-			class   string
-			limit   uint64
-			maxCost uint32
-		}{{"read", p.read, searchCost}, {"write", p.write, 1}} {
-			pols = append(pols, abi.RatePolicyDecl{
-				ID: p.name + "." + rc.class, Revision: 1, Algorithm: abi.AlgTokenBucket,
-				Limit: rc.limit, WindowMs: 60_000, Burst: rc.limit / 4, MaximumCost: rc.maxCost,
-				Dimensions: []string{"api-key"}, FailureMode: "fail-closed",
-			})
-		}
-	}
-	pols = append(pols, abi.RatePolicyDecl{
-		ID: "anonymous.ip", Revision: 1, Algorithm: abi.AlgFixedWindow,
-		Limit: 30, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
-		Dimensions: []string{"client-ip"},
-	})
 	return &abi.Description{
 		ABI:    abi.VersionDecl{Major: abi.Major, Minor: abi.Minor},
-		Module: "rate-policy", Kinds: []abi.Kind{abi.KindRatePolicy}, RatePolicies: pols,
+		Module: "rate-policy", Kinds: []abi.Kind{abi.KindRatePolicy}, RatePolicies: tiers.Policies(1),
 	}
-}
-
-// Identity modes, indexing selections: which host source keys the plan's
-// bucket.
-const (
-	modeAPIKey = iota
-	modePrincipal
-	modeAnonymous
-	numModes
-)
-
-// Route classes, indexing selections.
-const (
-	classRead = iota
-	classWrite
-	classSearch
-	numClasses
-)
-
-var classNames = [numClasses]string{"read", "write", "search"}
-
-// selections[plan][class][mode] is every possible answer, built once.
-var selections = func() [][numClasses][numModes][]abi.RateSelection {
-	out := make([][numClasses][numModes][]abi.RateSelection, len(plans))
-	for pi, p := range plans {
-		for c := range numClasses {
-			bucket, cost := classNames[c], uint32(1)
-			if c == classSearch {
-				bucket, cost = "read", searchCost
-			}
-			id := p.name + "." + bucket
-			// The dimension value names the host source that fills the
-			// api-key dimension: the key itself, else the principal, else
-			// (anonymous) the client IP. The guest never sees the values.
-			out[pi][c][modeAPIKey] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{""}, Cost: cost}}
-			out[pi][c][modePrincipal] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{"principal"}, Cost: cost}}
-			out[pi][c][modeAnonymous] = []abi.RateSelection{
-				{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1},
-				{PolicyID: id, Dimensions: []string{"client-ip"}, Cost: cost},
-			}
-		}
-	}
-	return out
-}()
-
-// Select maps request attributes to the policies to evaluate; ok is false
-// for an unknown method.
-func Select(req *abi.RateSelectRequest) (sels []abi.RateSelection, ok bool) {
-	class := routeClass(req.Method, req.Route)
-	if class < 0 {
-		return nil, false
-	}
-	mode := modeAPIKey
-	switch {
-	case req.APIKeyPlan != "":
-	case req.PrincipalTier != "":
-		mode = modePrincipal
-	default:
-		// Anonymous traffic is limited per client IP first, then on the free
-		// tier's bucket keyed by that IP.
-		mode = modeAnonymous
-	}
-	return selections[plan(req)][class][mode], true
-}
-
-// plan: the API-key plan, else the principal tier; unknown is free (0).
-func plan(req *abi.RateSelectRequest) int {
-	for i, p := range plans {
-		if req.APIKeyPlan == p.name {
-			return i
-		}
-	}
-	for i, p := range plans {
-		if req.PrincipalTier == p.name {
-			return i
-		}
-	}
-	return 0
-}
-
-func routeClass(method, route string) int {
-	for _, m := range [...]string{"GET", "HEAD", "OPTIONS"} {
-		if strings.EqualFold(method, m) {
-			if route == "/search" || strings.HasPrefix(route, "/search/") {
-				return classSearch
-			}
-			return classRead
-		}
-	}
-	for _, m := range [...]string{"POST", "PUT", "PATCH", "DELETE"} {
-		if strings.EqualFold(method, m) {
-			return classWrite
-		}
-	}
-	return -1
 }
 
 // Handle answers one export with a response frame appended to out. It is
@@ -178,7 +52,7 @@ func Handle(e abi.Export, in, out []byte, st *State) []byte {
 			}
 			return abi.AppendErrorFrame(out, abi.CodeInvalidRequest, detail)
 		}
-		sels, ok := Select(req)
+		sels, ok := tiers.Select(req)
 		if !ok {
 			return abi.AppendErrorFrame(out, abi.CodeInvalidRequest, "unknown method")
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/guests/internal/tiers"
 )
 
 func TestHandle(t *testing.T) {
@@ -28,7 +29,7 @@ func TestHandle(t *testing.T) {
 	}
 	got, err := sel(abi.RateSelectRequest{Route: "/search/items", Method: "get", APIKeyPlan: "pro"})
 	require.NoError(t, err)
-	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{""}, Cost: searchCost}}, got)
+	assert.Equal(t, []abi.RateSelection{{PolicyID: "pro.read", Dimensions: []string{""}, Cost: tiers.SearchCost}}, got)
 	got, err = sel(abi.RateSelectRequest{Route: "/x", Method: "DELETE"})
 	require.NoError(t, err)
 	assert.Equal(t, []abi.RateSelection{{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1}, {PolicyID: "free.write", Dimensions: []string{"client-ip"}, Cost: 1}}, got)

@@ -1,7 +1,9 @@
-// Command rate-policy is the reference rate-policy guest: tiered token-bucket
-// limits by API-key plan (free, pro, enterprise) and route class (read, write,
-// search), plus a fixed-window guard for anonymous clients. It owns product
-// rate policy only; algorithms, keys, clocks and Redis stay in the host.
+// Command rate-policy is the reference rate-policy guest (native flavour):
+// tiered token-bucket limits by API-key plan (free, pro, enterprise) and
+// route class (read, write, search), plus a fixed-window guard for anonymous
+// clients — the table in guests/internal/tiers, shared with the Extism
+// flavour. It owns product rate policy only; algorithms, keys, clocks and
+// Redis stay in the host.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o rate-policy.wasm ./guests/rate-policy
 //
@@ -17,6 +19,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/abi/guest"
+	"github.com/caphost/caphost/guests/internal/tiers"
 )
 
 // c-shared modules have no main entry; the host runs _initialize, which runs
@@ -24,19 +27,6 @@ import (
 func init() { guest.Register(Module()) }
 
 func main() {}
-
-// plans and their per-minute limits per route class. Search is charged on the
-// read bucket at a higher cost rather than getting a bucket of its own.
-var plans = []struct {
-	name        string
-	read, write uint64
-}{
-	{"free", 60, 10},
-	{"pro", 600, 120},
-	{"enterprise", 6000, 1200},
-}
-
-const searchCost = 5
 
 // policyRevision is set at link time (-X=main.policyRevision=v2); see the
 // package comment.
@@ -52,129 +42,17 @@ func revision() uint32 {
 	return uint32(n)
 }
 
-// Module returns the guest's declarations and handlers.
+// Module returns the guest's declarations and handlers: the shared tiers
+// policy at this build's revision.
 func Module() *guest.Module {
-	rev := revision()
-	scale := uint64(rev)
-	var pols []abi.RatePolicyDecl
-	for _, p := range plans {
-		for _, rc := range []struct {
-			class   string
-			limit   uint64
-			maxCost uint32
-		}{{"read", p.read, searchCost}, {"write", p.write, 1}} {
-			pols = append(pols, abi.RatePolicyDecl{
-				ID: p.name + "." + rc.class, Revision: rev, Algorithm: abi.AlgTokenBucket,
-				Limit: rc.limit * scale, WindowMs: 60_000, Burst: rc.limit / 4 * scale, MaximumCost: rc.maxCost,
-				Dimensions: []string{"api-key"}, FailureMode: "fail-closed",
-			})
-		}
-	}
-	pols = append(pols, abi.RatePolicyDecl{
-		ID: "anonymous.ip", Revision: rev, Algorithm: abi.AlgFixedWindow,
-		Limit: 30 * scale, WindowMs: 60_000, MaximumCost: 1, FailureMode: "fail-closed",
-		Dimensions: []string{"client-ip"},
-	})
-	return &guest.Module{Name: "rate-policy", Rate: &guest.RatePolicies{Policies: pols, Select: Select}}
+	return &guest.Module{Name: "rate-policy", Rate: &guest.RatePolicies{Policies: tiers.Policies(revision()), Select: Select}}
 }
 
-// Select maps request attributes to the policies to evaluate. It allocates
-// nothing (each allocation costs about a microsecond in a wasm guest): every
-// possible answer is built once, and the request's strings are only compared.
+// Select is tiers.Select with the SDK's error for an unknown method.
 func Select(req *abi.RateSelectRequest) ([]abi.RateSelection, error) {
-	class := routeClass(req.Method, req.Route)
-	if class < 0 {
+	sels, ok := tiers.Select(req)
+	if !ok {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "unknown method")
 	}
-	mode := modeAPIKey
-	switch {
-	case req.APIKeyPlan != "":
-	case req.PrincipalTier != "":
-		mode = modePrincipal
-	default:
-		// Anonymous traffic is limited per client IP first, then on the free
-		// tier's bucket keyed by that IP.
-		mode = modeAnonymous
-	}
-	return selections[plan(req)][class][mode], nil
-}
-
-// Identity modes, indexing selections: which host source keys the plan's
-// bucket.
-const (
-	modeAPIKey = iota
-	modePrincipal
-	modeAnonymous
-	numModes
-)
-
-// Route classes, indexing selections.
-const (
-	classRead = iota
-	classWrite
-	classSearch
-	numClasses
-)
-
-var classNames = [numClasses]string{"read", "write", "search"}
-
-// selections[plan][class][mode] is the answer for that combination.
-// Search is charged on the read bucket at searchCost.
-var selections = func() [][numClasses][numModes][]abi.RateSelection {
-	out := make([][numClasses][numModes][]abi.RateSelection, len(plans))
-	for pi, p := range plans {
-		for c := range numClasses {
-			bucket, cost := classNames[c], uint32(1)
-			if c == classSearch {
-				bucket, cost = "read", searchCost
-			}
-			id := p.name + "." + bucket
-			// The dimension value names the host source that fills the
-			// api-key dimension: the key itself, else the principal, else
-			// (anonymous) the client IP. The guest never sees the values.
-			out[pi][c][modeAPIKey] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{""}, Cost: cost}}
-			out[pi][c][modePrincipal] = []abi.RateSelection{{PolicyID: id, Dimensions: []string{"principal"}, Cost: cost}}
-			out[pi][c][modeAnonymous] = []abi.RateSelection{
-				{PolicyID: "anonymous.ip", Dimensions: []string{""}, Cost: 1},
-				{PolicyID: id, Dimensions: []string{"client-ip"}, Cost: cost},
-			}
-		}
-	}
-	return out
-}()
-
-// plan picks the API-key plan, else the principal tier, as an index into
-// plans; anything unknown is free (index 0) so a typo never grants a bigger
-// budget.
-func plan(req *abi.RateSelectRequest) int {
-	for i, p := range plans {
-		if req.APIKeyPlan == p.name {
-			return i
-		}
-	}
-	for i, p := range plans {
-		if req.PrincipalTier == p.name {
-			return i
-		}
-	}
-	return 0
-}
-
-// routeClass classifies the request; methods match case-insensitively
-// (EqualFold, because ToUpper would allocate for lower-case input).
-func routeClass(method, route string) int {
-	for _, m := range [...]string{"GET", "HEAD", "OPTIONS"} {
-		if strings.EqualFold(method, m) {
-			if route == "/search" || strings.HasPrefix(route, "/search/") {
-				return classSearch
-			}
-			return classRead
-		}
-	}
-	for _, m := range [...]string{"POST", "PUT", "PATCH", "DELETE"} {
-		if strings.EqualFold(method, m) {
-			return classWrite
-		}
-	}
-	return -1
+	return sels, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/abi/guest"
+	"github.com/caphost/caphost/guests/internal/tiers"
 )
 
 func TestSelect(t *testing.T) {
@@ -23,7 +24,7 @@ func TestSelect(t *testing.T) {
 		{"enterprise write via tier", abi.RateSelectRequest{Route: "/orders", Method: "post", PrincipalTier: "enterprise"},
 			[]abi.RateSelection{{PolicyID: "enterprise.write", Dimensions: []string{"principal"}, Cost: 1}}},
 		{"search costs more", abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "free"},
-			[]abi.RateSelection{{PolicyID: "free.read", Dimensions: []string{""}, Cost: searchCost}}},
+			[]abi.RateSelection{{PolicyID: "free.read", Dimensions: []string{""}, Cost: tiers.SearchCost}}},
 		{"unknown plan is free", abi.RateSelectRequest{Route: "/x", Method: "DELETE", APIKeyPlan: "platinum"},
 			[]abi.RateSelection{{PolicyID: "free.write", Dimensions: []string{""}, Cost: 1}}},
 		{"anonymous", abi.RateSelectRequest{Route: "/x", Method: "GET", ClientIPClass: "public"},
