@@ -1,13 +1,9 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -105,16 +101,8 @@ func DecodeConcurrencyRequest(op string, body []byte) (ConcurrencyRequest, error
 
 func decodeConcurrency(op string, body []byte) (ConcurrencyRequest, *Error) {
 	var req ConcurrencyRequest
-	if len(body) > MaxConcurrencyBodyBytes {
-		return req, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxConcurrencyBodyBytes))
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return ConcurrencyRequest{}, newError(http.StatusBadRequest, CodeBadRequest, jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return ConcurrencyRequest{}, newError(http.StatusBadRequest, CodeBadRequest, "trailing data after the JSON object")
+	if e := decodeStrict(body, MaxConcurrencyBodyBytes, &req); e != nil {
+		return ConcurrencyRequest{}, e
 	}
 	if e := req.validate(op); e != nil {
 		return ConcurrencyRequest{}, e
@@ -237,28 +225,6 @@ func (a *api) concurrency(op string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, concurrencyResponseOf(o))
 	})
-}
-
-// readBody reads a JSON request body of at most max bytes.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *Error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return nil, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "send application/json")
-		}
-	}
-	tooLarge := newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", max))
-	if r.ContentLength > max {
-		return nil, tooLarge
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return nil, tooLarge
-		}
-		return nil, newError(http.StatusBadRequest, CodeBadRequest, "the body could not be read")
-	}
-	return body, nil
 }
 
 // concurrencyResponseOf maps an outcome to its JSON form.

@@ -1,13 +1,11 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -107,16 +105,8 @@ func DecodeEvaluateRequest(body []byte) (EvaluateRequest, error) {
 
 func decodeEvaluate(body []byte) (EvaluateRequest, *Error) {
 	var req EvaluateRequest
-	if len(body) > MaxEvaluateBodyBytes {
-		return req, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxEvaluateBodyBytes))
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return EvaluateRequest{}, newError(http.StatusBadRequest, CodeBadRequest, jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return EvaluateRequest{}, newError(http.StatusBadRequest, CodeBadRequest, "trailing data after the JSON object")
+	if e := decodeStrict(body, MaxEvaluateBodyBytes, &req); e != nil {
+		return EvaluateRequest{}, e
 	}
 	if e := req.validate(); e != nil {
 		return EvaluateRequest{}, e
@@ -190,24 +180,9 @@ func (r *EvaluateRequest) validate() *Error {
 }
 
 func (a *api) evaluate(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "send application/json"))
-			return
-		}
-	}
-	if r.ContentLength > MaxEvaluateBodyBytes {
-		writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxEvaluateBodyBytes)))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxEvaluateBodyBytes))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxEvaluateBodyBytes)))
-			return
-		}
-		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the body could not be read"))
+	body, e := readBody(w, r, MaxEvaluateBodyBytes)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
 	req, e := decodeEvaluate(body)
