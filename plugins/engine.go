@@ -16,6 +16,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins/internal/guestio"
+	"github.com/caphost/caphost/plugins/internal/wasipolicy"
 )
 
 // Config configures an Engine.
@@ -131,18 +132,6 @@ func (e *Engine) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// wasiAllowed lists the WASI functions a module may import: what the Go
-// runtime and io-using packages link (clock, random, stdio, exit, yield, and
-// the args/env/preopen probes that simply find nothing). fd_read/fd_write
-// only reach the three stdio descriptors because nothing can open another:
-// no path or socket function is allowed and no filesystem is mounted.
-var wasiAllowed = map[string]bool{
-	"args_get": true, "args_sizes_get": true, "environ_get": true, "environ_sizes_get": true,
-	"clock_time_get": true, "clock_res_get": true, "random_get": true, "proc_exit": true,
-	"sched_yield": true, "poll_oneoff": true, "fd_write": true, "fd_read": true, "fd_close": true,
-	"fd_fdstat_get": true, "fd_fdstat_set_flags": true, "fd_prestat_get": true, "fd_prestat_dir_name": true,
-}
-
 // Load compiles, vets and starts a module: imports are checked against the
 // allowlist, the ABI major is negotiated, describe is validated, and one
 // instance is created and kept warm. Every failure is a *GuestError.
@@ -241,7 +230,7 @@ func forbiddenImports(cm wazero.CompiledModule) []string {
 	for _, f := range cm.ImportedFunctions() {
 		mod, fn, _ := f.Import()
 		switch {
-		case mod == wasi_snapshot_preview1.ModuleName && wasiAllowed[fn]:
+		case mod == wasi_snapshot_preview1.ModuleName && wasipolicy.Allowed(fn):
 		case mod == abi.ImportModule && (fn == abi.ImportLog || fn == abi.ImportCount):
 		default:
 			bad = append(bad, guestio.Sanitize([]byte(mod+"."+fn), 96))

@@ -45,6 +45,7 @@ import (
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/internal/guestio"
+	"github.com/caphost/caphost/plugins/internal/wasipolicy"
 )
 
 // Names of the caphost host functions in Extism's user namespace.
@@ -137,14 +138,6 @@ func (e *Engine) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// wasiAllowed is the native flavour's WASI subset: what the Go runtime links.
-var wasiAllowed = map[string]bool{
-	"args_get": true, "args_sizes_get": true, "environ_get": true, "environ_sizes_get": true,
-	"clock_time_get": true, "clock_res_get": true, "random_get": true, "proc_exit": true,
-	"sched_yield": true, "poll_oneoff": true, "fd_write": true, "fd_read": true, "fd_close": true,
-	"fd_fdstat_get": true, "fd_fdstat_set_flags": true, "fd_prestat_get": true, "fd_prestat_dir_name": true,
-}
-
 // envAllowed is the part of Extism's kernel (extism:host/env) a guest may
 // import: memory blocks, input/output, errors, logging and config. HTTP and
 // plugin variables are refused: guests have no network and no state beyond
@@ -179,7 +172,7 @@ func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err err
 	for _, f := range cm.ImportedFunctions() {
 		mod, fn, _ := f.Import()
 		switch {
-		case mod == "wasi_snapshot_preview1" && wasiAllowed[fn]:
+		case mod == "wasi_snapshot_preview1" && wasipolicy.Allowed(fn):
 		case mod == "extism:host/env" && envAllowed[fn]:
 		case mod == HostNamespace && (fn == HostLog || fn == HostCount):
 		default:
