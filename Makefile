@@ -50,8 +50,11 @@ test: ensure-redis
 	$(GO) test -count=1 -run '^TestManagerSwapUnderLoad$$' ./plugins/
 
 ## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
+# BENCH_FLAGS: cmd/compare flags; the default adds the A/A control rows
+# (each peer against an identical second client), the ratios' noise floor.
+BENCH_FLAGS ?= -control
 bench: ensure-redis
-	cd bench && $(GO) run ./cmd/compare
+	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
 
 ## lint: formatting and vet
 lint:

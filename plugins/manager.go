@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -145,9 +146,13 @@ type Manager struct {
 	opts ManagerOptions
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	closed   bool
-	slots    map[string]*slot
+	mu     sync.Mutex
+	closed atomic.Bool // set under mu; read without it by slot
+	slots  map[string]*slot
+	// view is a read-only copy of slots, republished under mu whenever
+	// slots changes, so that Use finds a slot without taking mu (every
+	// guest call does).
+	view     atomic.Pointer[map[string]*slot]
 	draining sync.WaitGroup // generations not yet closed
 	live     map[*generation]struct{}
 	watchers sync.WaitGroup
@@ -213,7 +218,7 @@ func NewManager(e *Engine, opts ManagerOptions) *Manager {
 // pipeline as Swap.
 func (m *Manager) Load(ctx context.Context, name string, wasm []byte, lim Limits) error {
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		return ErrManagerClosed
 	}
@@ -225,14 +230,22 @@ func (m *Manager) Load(ctx context.Context, name string, wasm []byte, lim Limits
 	// the same name fails fast; Use refuses it until a generation exists.
 	s := &slot{name: name, lim: lim}
 	m.slots[name] = s
+	m.publishLocked()
 	m.mu.Unlock()
 	_, err := m.swap(ctx, s, wasm)
 	if err != nil {
 		m.mu.Lock()
 		delete(m.slots, name)
+		m.publishLocked()
 		m.mu.Unlock()
 	}
 	return err
+}
+
+// publishLocked republishes view after a change to slots; m.mu is held.
+func (m *Manager) publishLocked() {
+	v := maps.Clone(m.slots)
+	m.view.Store(&v)
 }
 
 // Swap replaces a loaded module: verify → compile and validate describe →
@@ -249,16 +262,15 @@ func (m *Manager) Swap(ctx context.Context, name string, wasm []byte) (SwapResul
 }
 
 func (m *Manager) slot(name string) (*slot, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+	if m.closed.Load() {
 		return nil, ErrManagerClosed
 	}
-	s, ok := m.slots[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownModule, name)
+	if v := m.view.Load(); v != nil {
+		if s, ok := (*v)[name]; ok {
+			return s, nil
+		}
 	}
-	return s, nil
+	return nil, fmt.Errorf("%w: %s", ErrUnknownModule, name)
 }
 
 func (m *Manager) swap(ctx context.Context, s *slot, wasm []byte) (SwapResult, error) {
@@ -319,7 +331,7 @@ func (m *Manager) swap(ctx context.Context, s *slot, wasm []byte) (SwapResult, e
 	}
 
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		return reject(StageLoad, ErrManagerClosed)
 	}
@@ -467,11 +479,11 @@ func (m *Manager) Status() []ModuleStatus {
 // closed at once, interrupting their calls with ClassClosed.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		return nil
 	}
-	m.closed = true
+	m.closed.Store(true)
 	m.stop()
 	var gens []*generation
 	for _, s := range m.slots {

@@ -43,7 +43,7 @@ func (m *Manager) Watch(ctx context.Context, name, path string) error {
 		return fmt.Errorf("plugins: watch %s: %w", path, err)
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		_ = w.Close()
 		return ErrManagerClosed

@@ -1,8 +1,12 @@
 package keys
 
 import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caphost/caphost/runtime/internal/hashslot"
 )
@@ -25,6 +29,62 @@ type Prepared struct {
 	prefix string
 	// size is the length of all keys together.
 	size int
+	memo *buildMemo
+}
+
+// memoSlots is the number of builds a Prepared remembers (a power of two):
+// at most memoSlots entries of one key text each, about 150 KiB for a rate
+// policy's two keys.
+const memoSlots = 512
+
+// memoMaxInput bounds the encoded parts a build may be remembered for:
+// larger encodings (long or many parts, rare for subjects) are digested
+// every time.
+const memoMaxInput = 256
+
+// buildMemo is a small cache from the parts of a build to its key text. It
+// holds no part bytes — parts may be personal data — only two independent
+// seeded 64-bit hashes of their canonical encoding: a hit needs all 128
+// bits to match (the seeds are random per Prepared, so inputs cannot be
+// chosen to collide). Each build has two candidate slots, one per hash
+// ("two choices"), so a few recurring subjects that share one slot do not
+// evict each other; a miss fills an empty candidate or overwrites one at
+// random. It needs no lock and no eviction bookkeeping, and never grows.
+type buildMemo struct {
+	seed1, seed2 maphash.Seed
+	slots        [memoSlots]atomic.Pointer[memoEntry]
+}
+
+// memoEntry is one remembered build; immutable once published.
+type memoEntry struct {
+	h1, h2 uint64
+	all    string // every key's text, in kind order
+	slot   uint16
+}
+
+func newBuildMemo() *buildMemo {
+	return &buildMemo{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+}
+
+// hash returns the memo hashes of parts and whether they may be memoized.
+// The canonical encoding is built on the stack and wiped after hashing.
+func (m *buildMemo) hash(parts [][]byte) (h1, h2 uint64, ok bool) {
+	var buf [memoMaxInput]byte
+	n := 4 + 4*len(parts)
+	for _, part := range parts {
+		n += len(part)
+	}
+	if n > len(buf) {
+		return 0, 0, false
+	}
+	enc := binary.BigEndian.AppendUint32(buf[:0], uint32(len(parts)))
+	for _, part := range parts {
+		enc = binary.BigEndian.AppendUint32(enc, uint32(len(part)))
+		enc = append(enc, part...)
+	}
+	h1, h2 = maphash.Bytes(m.seed1, enc), maphash.Bytes(m.seed2, enc)
+	clear(enc)
+	return h1, h2, true
 }
 
 // Prepare validates s (its Kind and Parts are ignored) and kinds under the
@@ -40,7 +100,7 @@ func (b *Builder) Prepare(s Spec, kinds ...string) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Prepared{b: b, vm: b.opaque, kinds: append([]string(nil), kinds...)}
+	p := &Prepared{b: b, vm: b.opaque, kinds: append([]string(nil), kinds...), memo: newBuildMemo()}
 	if !s.Opaque {
 		p.vm = b.material[hv]
 	}
@@ -61,8 +121,8 @@ func (p *Prepared) Kinds() []string { return append([]string(nil), p.kinds...) }
 
 // AppendKeys renders one key per prepared kind for parts and appends them to
 // dst. The parts are bounded as in Spec.Parts (1..16 parts of at most 1 KiB
-// each). One allocation holds the text of every key, and with a dst of
-// enough capacity nothing else is allocated.
+// each). A remembered build allocates nothing (with a dst of enough
+// capacity); otherwise one allocation holds the text of every key.
 func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	switch {
 	case len(parts) == 0:
@@ -73,6 +133,12 @@ func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	for i, part := range parts {
 		if len(part) > MaxPartBytes {
 			return dst, specErr("Parts["+strconv.Itoa(i)+"]", strconv.Itoa(len(part))+" bytes, at most "+strconv.Itoa(MaxPartBytes)+" allowed")
+		}
+	}
+	h1, h2, memoize := p.memo.hash(parts)
+	if memoize {
+		if e := p.memo.lookup(h1, h2); e != nil {
+			return p.appendFrom(dst, e.all, e.slot), nil
 		}
 	}
 	st := p.vm.pool.Get().(*digestState)
@@ -90,12 +156,47 @@ func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	}
 	all := sb.String()
 	// Every key carries the same tag, hence the same slot.
-	slot := hashslot.Of(all[:len(p.prefix)+SlotTagLen+1])
+	hs := hashslot.Of(all[:len(p.prefix)+SlotTagLen+1])
+	if memoize {
+		p.memo.store(&memoEntry{h1: h1, h2: h2, all: all, slot: hs})
+	}
+	return p.appendFrom(dst, all, hs), nil
+}
+
+// lookup returns the remembered build with hashes h1 and h2, or nil.
+func (m *buildMemo) lookup(h1, h2 uint64) *memoEntry {
+	if e := m.slots[h1&(memoSlots-1)].Load(); e != nil && e.h1 == h1 && e.h2 == h2 {
+		return e
+	}
+	if e := m.slots[h2&(memoSlots-1)].Load(); e != nil && e.h1 == h1 && e.h2 == h2 {
+		return e
+	}
+	return nil
+}
+
+// store remembers e in an empty candidate slot, else in one chosen at
+// random (a fixed choice would let two subjects evict each other forever).
+func (m *buildMemo) store(e *memoEntry) {
+	a, b := &m.slots[e.h1&(memoSlots-1)], &m.slots[e.h2&(memoSlots-1)]
+	switch {
+	case a.Load() == nil:
+		a.Store(e)
+	case b.Load() == nil:
+		b.Store(e)
+	case rand.Uint32()&1 == 0:
+		a.Store(e)
+	default:
+		b.Store(e)
+	}
+}
+
+// appendFrom appends the keys whose text, in kind order, is all.
+func (p *Prepared) appendFrom(dst []Key, all string, slot uint16) []Key {
 	off := 0
 	for _, k := range p.kinds {
-		n := len(p.prefix) + SlotTagLen + 2 + len(digest) + 1 + len(k)
+		n := len(p.prefix) + SlotTagLen + 2 + len(digestHex{}) + 1 + len(k)
 		dst = append(dst, Key{s: all[off : off+n], slot: slot, kind: k})
 		off += n
 	}
-	return dst, nil
+	return dst
 }

@@ -46,7 +46,7 @@ func main() {
 	soloG := flag.Int("solo-goroutines", 1, "goroutines for -solo")
 	batchFlights := flag.Int("batch-flights", -1, "caphost limiter: concurrent token-bucket sends before calls batch (0: no batching; -1: the limiter's default)")
 	serverStats := flag.Bool("server-stats", false, "after each row, run every contender alone and print redis-server's cost per op (INFO commandstats usec_per_call and server CPU)")
-	control := flag.Bool("control", false, "also run go-redis against an identical second go-redis client (A/A): its ratio is the noise floor")
+	control := flag.Bool("control", false, "also run go-redis (GET) and redis_rate (rate) against an identical second client (A/A): their ratios are the noise floor")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -195,7 +195,8 @@ func run(o runOpts) error {
 	}
 	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
 	if control {
-		fmt.Println("A/A control = go-redis against an identical go-redis client (caphost/s column): the ratio's noise floor.")
+		fmt.Println("A/A control = go-redis (GET) or redis_rate (rate) against an identical second client (caphost/s column):")
+		fmt.Println("the ratio's noise floor.")
 	}
 	fmt.Println("cpu/op = this process's CPU time per op (client side only; redis-server is another process).")
 	fmt.Println("caphost adds the admission hook, the guard (catalog lookup, lane, namespace, request/reply")

@@ -25,6 +25,7 @@ import (
 // rateContenders are the sides of the rate rows.
 type rateContenders struct {
 	peer       contender // go-redis/redis_rate Allow
+	peerTwin   contender // the same on a second client (A/A control)
 	guest      contender // rate-policy guest selector (memoized per generation) + limiter (nil op without a guest)
 	guestRaw   contender // the guest asked on every decision + limiter
 	limiter    contender // the limiter alone, the policy as configured by default
@@ -67,27 +68,33 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 		return nil, err
 	}
 
-	subjects := make([][]byte, 64)
+	// Each side gets its 64 subjects ready-made, in the form its API takes:
+	// redis_rate a key string, caphost a Subject (read-only to Evaluate).
+	subjects := make([]ratelimit.Subject, 64)
 	keysRR := make([]string, 64)
 	for i := range subjects {
-		subjects[i] = []byte("tenant-" + strconv.Itoa(i))
+		subjects[i] = ratelimit.Subject{policy.DimTenant: []byte("tenant-" + strconv.Itoa(i))}
 		keysRR[i] = "bench:tenant-" + strconv.Itoa(i)
 	}
-	rc := &rateContenders{closeGuest: func() {}}
-	var n1 atomic.Uint64 // round-robin over subjects, shared by goroutines
-	rr := redis_rate.NewLimiter(plain)
-	rc.peer = contender{"redis_rate Allow", func(ctx context.Context) error {
-		res, err := rr.Allow(ctx, keysRR[n1.Add(1)%64], redis_rate.PerSecond(perSecond))
-		if err == nil && res.Allowed == 0 {
-			err = fmt.Errorf("redis_rate denied")
-		}
-		return err
-	}}
+	twin := redis.NewClient(plain.Options())
+	rc := &rateContenders{closeGuest: func() { _ = twin.Close() }}
+	peer := func(name string, c *redis.Client) contender {
+		var n atomic.Uint64 // round-robin over subjects, shared by goroutines
+		rr := redis_rate.NewLimiter(c)
+		return contender{name, func(ctx context.Context) error {
+			res, err := rr.Allow(ctx, keysRR[n.Add(1)%64], redis_rate.PerSecond(perSecond))
+			if err == nil && res.Allowed == 0 {
+				err = fmt.Errorf("redis_rate denied")
+			}
+			return err
+		}}
+	}
+	rc.peer = peer("redis_rate Allow", plain)
+	rc.peerTwin = peer("redis_rate Allow (twin)", twin)
 	evaluate := func(policyID string) func(context.Context) error {
 		var n atomic.Uint64
 		return func(ctx context.Context) error {
-			out := lim.Evaluate(ctx, ratelimit.Request{Policy: policyID, Cost: 1,
-				Subject: ratelimit.Subject{policy.DimTenant: subjects[n.Add(1)%64]}})
+			out := lim.Evaluate(ctx, ratelimit.Request{Policy: policyID, Cost: 1, Subject: subjects[n.Add(1)%64]})
 			if !out.Allowed() {
 				return fmt.Errorf("caphost: %v %v %v", out.Kind(), out.Category(), out.Reason())
 			}
@@ -103,7 +110,8 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 		if err != nil {
 			return nil, err
 		}
-		rc.closeGuest = closeGuest
+		closeTwin := rc.closeGuest
+		rc.closeGuest = func() { closeGuest(); closeTwin() }
 		// The product path: the selector `caphost serve` uses, over the
 		// hot-swap Manager (selections memoized per generation).
 		selector := ratelimit.NewGuestSelector(mgr, guestName)
@@ -161,6 +169,13 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 			stats(cs, g)
 		}
 	}
+	if o.control {
+		for _, g := range []int{1, 32} {
+			if label := fmt.Sprintf("  rate A/A control, %d", g); want(label) {
+				row(label, compare(ctx, []contender{rc.peer, rc.peerTwin}, g, dur, slice, rounds))
+			}
+		}
+	}
 	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×); \"no guest\" rows time the limiter alone;")
 	fmt.Println("\"dedup\" rows opt into evaluation-id dedup (the limiter mints an id per call).")
 	return nil
@@ -174,7 +189,7 @@ func rateSolo(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 		return err
 	}
 	defer rc.closeGuest()
-	for _, c := range []contender{rc.peer, rc.guest, rc.guestRaw, rc.limiter, rc.dedup} {
+	for _, c := range []contender{rc.peer, rc.peerTwin, rc.guest, rc.guestRaw, rc.limiter, rc.dedup} {
 		if c.op == nil || !strings.Contains(c.name, o.solo) {
 			continue
 		}
