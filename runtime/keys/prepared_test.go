@@ -2,6 +2,7 @@ package keys
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -291,6 +292,25 @@ func BenchmarkPrepared(b *testing.B) {
 	var buf [1]Key
 	b.ReportAllocs()
 	for b.Loop() {
+		if _, err := p.AppendKeys(buf[:0], parts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPreparedMiss builds a new subject every time: the HMAC path plus
+// the memo's hashing and its entry.
+func BenchmarkPreparedMiss(b *testing.B) {
+	bl := newTestBuilder(b)
+	p, err := bl.Prepare(Spec{Capability: CapRate, Region: "api--r1", KeyVersion: 2}, "bucket")
+	require.NoError(b, err)
+	parts := [][]byte{[]byte("tenant"), []byte("tenant-00000000")}
+	var buf [1]Key
+	n := uint32(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		binary.BigEndian.PutUint32(parts[1][7:], n)
 		if _, err := p.AppendKeys(buf[:0], parts); err != nil {
 			b.Fatal(err)
 		}
