@@ -40,6 +40,11 @@ var _ Guest = (*Module)(nil)
 // (a host bug, never a guest's).
 var ErrMessageMismatch = errors.New("plugins: request or response type does not match the export")
 
+// ErrUndeclaredSelection: a rate-policy answer selected a policy its module
+// does not declare, or a cost or dimension count outside that declaration.
+// The call fails as malformed output (errors.Is finds this cause).
+var ErrUndeclaredSelection = errors.New("plugins: selection violates the module's declarations")
+
 // DecodeResponse parses a response frame of export e into resp and re-checks
 // it against g's declarations and req. It is the single place the host
 // validates typed answers, for every flavour; Guest implementations call it
@@ -85,10 +90,10 @@ func DecodeResponse(g Guest, e abi.Export, req abi.Message, frame []byte, resp a
 		for _, s := range r.Selections {
 			p, ok := g.RatePolicy(s.PolicyID)
 			if !ok {
-				return errors.New("selected undeclared policy")
+				return fmt.Errorf("%w: selected an undeclared policy", ErrUndeclaredSelection)
 			}
 			if s.Cost == 0 || s.Cost > p.MaximumCost || len(s.Dimensions) != len(p.Dimensions) {
-				return fmt.Errorf("selection of %s violates its declaration", p.ID)
+				return fmt.Errorf("%w: selection of %s", ErrUndeclaredSelection, p.ID)
 			}
 		}
 	case abi.ExportRender:

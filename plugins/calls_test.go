@@ -24,8 +24,10 @@ func TestDecodeResponseChecksDeclarations(t *testing.T) {
 	}
 	require.NoError(t, sel(abi.RateSelection{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 5}))
 	require.NoError(t, sel())
-	assert.EqualError(t, sel(abi.RateSelection{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 1},
-		abi.RateSelection{PolicyID: "gold.read", Dimensions: []string{""}, Cost: 1}), "selected undeclared policy")
+	err := sel(abi.RateSelection{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 1},
+		abi.RateSelection{PolicyID: "gold.read", Dimensions: []string{""}, Cost: 1})
+	require.ErrorIs(t, err, ErrUndeclaredSelection)
+	assert.EqualError(t, err, ErrUndeclaredSelection.Error()+": selected an undeclared policy")
 	for _, bad := range []abi.RateSelection{
 		{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 0},
 		{PolicyID: "pro.read", Dimensions: []string{""}, Cost: 6},  // maximum_cost 5
@@ -33,12 +35,14 @@ func TestDecodeResponseChecksDeclarations(t *testing.T) {
 		{PolicyID: "pro.read", Dimensions: []string{"", "x"}, Cost: 1},
 		{PolicyID: "pro.read", Cost: 1},
 	} {
-		assert.EqualError(t, sel(bad), "selection of "+bad.PolicyID+" violates its declaration", "%+v", bad)
+		err := sel(bad)
+		require.ErrorIs(t, err, ErrUndeclaredSelection, "%+v", bad)
+		assert.EqualError(t, err, ErrUndeclaredSelection.Error()+": selection of "+bad.PolicyID, "%+v", bad)
 	}
 
 	// A status frame is the guest's answer, not a violation.
 	var rs abi.RateSelectResponse
-	err := DecodeResponse(rate, abi.ExportRateSelect, &abi.RateSelectRequest{}, abi.AppendErrorFrame(nil, abi.CodeInvalidRequest, "no"), &rs)
+	err = DecodeResponse(rate, abi.ExportRateSelect, &abi.RateSelectRequest{}, abi.AppendErrorFrame(nil, abi.CodeInvalidRequest, "no"), &rs)
 	require.ErrorIs(t, err, abi.CodeInvalidRequest)
 	// Another export's messages are a host bug, named as such.
 	err = DecodeResponse(rate, abi.ExportRateSelect, &abi.RateSelectRequest{}, ok(&abi.RenderResponse{}), &abi.RenderResponse{})

@@ -18,11 +18,12 @@ import (
 	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"
 )
 
-// The manager tests need three more guests; adding them here (rather than in
+// The manager tests need four more guests; adding them here (rather than in
 // main_test.go) keeps the warm-up run compiling them too, since it runs the
 // same init.
 func init() {
-	testGuests = append(testGuests, "guests/cache-region", "plugins/testdata/guests/ratev2", "plugins/testdata/guests/ratebad")
+	testGuests = append(testGuests, "guests/cache-region", "plugins/testdata/guests/ratev2", "plugins/testdata/guests/ratebad",
+		"plugins/testdata/guests/rateundeclared")
 }
 
 type swapRec struct {
@@ -70,6 +71,103 @@ func swapCountFor() int {
 		return 25
 	}
 	return 100
+}
+
+// A guest that is not built with the SDK can answer a selection outside its
+// declarations; the typed call refuses it (ErrUndeclaredSelection, malformed
+// output) and the suite counts exactly that check as failed, not the
+// "answers" check. scriptedGuest stands in for such a guest: it answers
+// through DecodeResponse as every flavour does.
+func TestConformanceUndeclaredSelectionFailsItsCheck(t *testing.T) {
+	ctx := context.Background()
+	g := &scriptedGuest{decl: abi.RatePolicyDecl{ID: "s.ok", Revision: 1, Algorithm: abi.AlgFixedWindow,
+		Limit: 10, WindowMs: 1000, MaximumCost: 2}}
+	for _, route := range []string{"/orders/42", "/search/items"} {
+		_, err := RateSelect(ctx, g, &abi.RateSelectRequest{Route: route, Method: "GET"})
+		require.ErrorIs(t, err, ErrUndeclaredSelection, route)
+		var ge *GuestError
+		require.ErrorAs(t, err, &ge)
+		assert.Equal(t, ClassMalformedOutput, ge.Class)
+	}
+
+	rep := CheckConformance(ctx, g, nil)
+	failed := map[string]string{}
+	for _, c := range rep.Checks {
+		if c.Status == CheckFail {
+			failed[c.Name] = c.Detail
+		}
+	}
+	require.Len(t, failed, 1, rep.Summary())
+	detail, ok := failed["select returns declared policy ids with bounded costs"]
+	require.True(t, ok, rep.Summary())
+	// The detail is bounded; its first entries are the undeclared policy's.
+	assert.Contains(t, detail, "GET /orders/42 plan= tier=: ")
+	assert.Contains(t, detail, ErrUndeclaredSelection.Error())
+}
+
+// An SDK-built guest whose policy function selects outside its declarations
+// answers with an internal status (the SDK refuses the selection itself):
+// an internal status is never an answer, so "select answers on the
+// attribute matrix" fails, naming the SDK's reason, as does the check of
+// unknown inputs (the bad routes get them too), and nothing else.
+func TestConformanceInternalStatusIsNoAnswer(t *testing.T) {
+	ctx := context.Background()
+	m := load(t, newEngine(t, Config{}), "rateundeclared", Limits{})
+	rep := CheckConformance(ctx, m, nil)
+	failed := map[string]string{}
+	for _, c := range rep.Checks {
+		if c.Status == CheckFail {
+			failed[c.Name] = c.Detail
+		}
+	}
+	require.Len(t, failed, 2, rep.Summary())
+	for _, name := range []string{"select answers on the attribute matrix", "select handles unknown plans, tiers and routes"} {
+		detail, ok := failed[name]
+		require.True(t, ok, rep.Summary())
+		assert.Contains(t, detail, "GET /orders/42 plan=")
+		assert.Contains(t, detail, "internal: selected undeclared policy")
+	}
+}
+
+// scriptedGuest is a rate-policy Guest without Wasm: /orders/42 selects an
+// undeclared policy, /search/items a cost above the maximum, anything else
+// its one policy at cost 1.
+type scriptedGuest struct{ decl abi.RatePolicyDecl }
+
+func (g *scriptedGuest) Name() string { return "scripted" }
+func (g *scriptedGuest) Description() *abi.Description {
+	return &abi.Description{Kinds: []abi.Kind{abi.KindRatePolicy}, RatePolicies: []abi.RatePolicyDecl{g.decl}}
+}
+func (g *scriptedGuest) RatePolicy(id string) (*abi.RatePolicyDecl, bool) {
+	if id == g.decl.ID {
+		return &g.decl, true
+	}
+	return nil, false
+}
+func (g *scriptedGuest) Call(context.Context, abi.Export, []byte, []byte) ([]byte, error) {
+	return nil, errors.New("scriptedGuest: raw calls unsupported")
+}
+func (g *scriptedGuest) Exchange(_ context.Context, e abi.Export, req, resp abi.Message) error {
+	r, ok := req.(*abi.RateSelectRequest)
+	if !ok || e != abi.ExportRateSelect {
+		return ErrMessageMismatch
+	}
+	sel := abi.RateSelection{PolicyID: g.decl.ID, Cost: 1}
+	switch r.Route {
+	case "/orders/42":
+		sel.PolicyID = "s.other"
+	case "/search/items":
+		sel.Cost = 3
+	}
+	answer := abi.RateSelectResponse{Selections: []abi.RateSelection{sel}}
+	if err := DecodeResponse(g, e, req, answer.AppendTo(abi.AppendOKFrame(nil)), resp); err != nil {
+		var se *abi.StatusError
+		if errors.As(err, &se) {
+			return err
+		}
+		return guestErr(g.Name(), e, ClassMalformedOutput, "", err)
+	}
+	return nil
 }
 
 var proRead = &abi.RateSelectRequest{Route: "/orders", Method: "GET", APIKeyPlan: "pro"}
