@@ -91,12 +91,7 @@ func TestConformanceUndeclaredSelectionFailsItsCheck(t *testing.T) {
 	}
 
 	rep := CheckConformance(ctx, g, nil)
-	failed := map[string]string{}
-	for _, c := range rep.Checks {
-		if c.Status == CheckFail {
-			failed[c.Name] = c.Detail
-		}
-	}
+	failed := failedChecks(rep)
 	require.Len(t, failed, 1, rep.Summary())
 	detail, ok := failed["select returns declared policy ids with bounded costs"]
 	require.True(t, ok, rep.Summary())
@@ -114,12 +109,7 @@ func TestConformanceInternalStatusIsNoAnswer(t *testing.T) {
 	ctx := context.Background()
 	m := load(t, newEngine(t, Config{}), "rateundeclared", Limits{})
 	rep := CheckConformance(ctx, m, nil)
-	failed := map[string]string{}
-	for _, c := range rep.Checks {
-		if c.Status == CheckFail {
-			failed[c.Name] = c.Detail
-		}
-	}
+	failed := failedChecks(rep)
 	require.Len(t, failed, 2, rep.Summary())
 	for _, name := range []string{"select answers on the attribute matrix", "select handles unknown plans, tiers and routes"} {
 		detail, ok := failed[name]
@@ -127,6 +117,17 @@ func TestConformanceInternalStatusIsNoAnswer(t *testing.T) {
 		assert.Contains(t, detail, "GET /orders/42 plan=")
 		assert.Contains(t, detail, "internal: selected undeclared policy")
 	}
+}
+
+// failedChecks maps each failed check of rep to its detail.
+func failedChecks(rep ConformanceReport) map[string]string {
+	failed := map[string]string{}
+	for _, c := range rep.Checks {
+		if c.Status == CheckFail {
+			failed[c.Name] = c.Detail
+		}
+	}
+	return failed
 }
 
 // scriptedGuest is a rate-policy Guest without Wasm: /orders/42 selects an
