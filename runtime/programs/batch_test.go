@@ -156,7 +156,9 @@ func TestBatcherBatchesOnlyUnderLoad(t *testing.T) {
 				r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
 				require.NoError(t, err)
 				require.Equal(t, RateAllowed, r.Status)
-				assert.Equal(t, int64(100-1-i)*RateScale, r.Remaining)
+				// Whole tokens: the bucket refills a micro-token every 22.5 ms,
+				// which a slow runner can see between two calls.
+				assert.Equal(t, int64(100-1-i), r.Remaining/RateScale)
 			}
 			names, pipes := g.take()
 			assert.Empty(t, pipes, "a lone caller is never pipelined")
