@@ -67,7 +67,8 @@ func newBuildMemo() *buildMemo {
 }
 
 // hash returns the memo hashes of parts and whether they may be memoized.
-// The canonical encoding is built on the stack and wiped after hashing.
+// The encoding (part count, then each part length-prefixed: injective) only
+// lives in a stack buffer for the hashing, which is cleared afterwards.
 func (m *buildMemo) hash(parts [][]byte) (h1, h2 uint64, ok bool) {
 	var buf [memoMaxInput]byte
 	n := 4 + 4*len(parts)
@@ -122,7 +123,8 @@ func (p *Prepared) Kinds() []string { return append([]string(nil), p.kinds...) }
 // AppendKeys renders one key per prepared kind for parts and appends them to
 // dst. The parts are bounded as in Spec.Parts (1..16 parts of at most 1 KiB
 // each). A remembered build allocates nothing (with a dst of enough
-// capacity); otherwise one allocation holds the text of every key.
+// capacity); a new one allocates the text of every key (one allocation)
+// and its memo entry.
 func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	switch {
 	case len(parts) == 0:
