@@ -24,13 +24,13 @@ import (
 
 // rateContenders are the sides of the rate rows.
 type rateContenders struct {
-	peer       contender // go-redis/redis_rate Allow
-	peerTwin   contender // the same on a second client (A/A control)
-	guest      contender // rate-policy guest selector (memoized per generation) + limiter (nil op without a guest)
-	guestRaw   contender // the guest asked on every decision + limiter
-	limiter    contender // the limiter alone, the policy as configured by default
-	dedup      contender // the limiter alone, evaluation-id dedup enabled
-	closeGuest func()
+	peer     contender // go-redis/redis_rate Allow
+	peerTwin contender // the same on a second client (A/A control)
+	guest    contender // rate-policy guest selector (memoized per generation) + limiter (nil op without a guest)
+	guestRaw contender // the guest asked on every decision + limiter
+	limiter  contender // the limiter alone, the policy as configured by default
+	dedup    contender // the limiter alone, evaluation-id dedup enabled
+	close    func()    // releases the twin client and the guest
 }
 
 // newRateContenders builds the rate contenders: go-redis/redis_rate's Allow
@@ -77,7 +77,7 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 		keysRR[i] = "bench:tenant-" + strconv.Itoa(i)
 	}
 	twin := redis.NewClient(plain.Options())
-	rc := &rateContenders{closeGuest: func() { _ = twin.Close() }}
+	rc := &rateContenders{close: func() { _ = twin.Close() }}
 	peer := func(name string, c *redis.Client) contender {
 		var n atomic.Uint64 // round-robin over subjects, shared by goroutines
 		rr := redis_rate.NewLimiter(c)
@@ -108,10 +108,11 @@ func newRateContenders(ctx context.Context, rt *runtime.Runtime, plain *redis.Cl
 	if withGuest {
 		mgr, closeGuest, err := loadRatePolicyGuest(ctx)
 		if err != nil {
+			rc.close()
 			return nil, err
 		}
-		closeTwin := rc.closeGuest
-		rc.closeGuest = func() { closeGuest(); closeTwin() }
+		closeTwin := rc.close
+		rc.close = func() { closeGuest(); closeTwin() }
 		// The product path: the selector `caphost serve` uses, over the
 		// hot-swap Manager (selections memoized per generation).
 		selector := ratelimit.NewGuestSelector(mgr, guestName)
@@ -153,7 +154,7 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 	if err != nil {
 		return err
 	}
-	defer rc.closeGuest()
+	defer rc.close()
 	rows := []struct {
 		label string
 		ours  contender
@@ -188,7 +189,7 @@ func rateSolo(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 	if err != nil {
 		return err
 	}
-	defer rc.closeGuest()
+	defer rc.close()
 	for _, c := range []contender{rc.peer, rc.peerTwin, rc.guest, rc.guestRaw, rc.limiter, rc.dedup} {
 		if c.op == nil || !strings.Contains(c.name, o.solo) {
 			continue
