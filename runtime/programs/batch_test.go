@@ -127,6 +127,38 @@ func waitQueued(t *testing.T, b *Batcher, n int) {
 	require.Eventually(t, func() bool { return b.queued() == n }, 5*time.Second, time.Millisecond, "want %d queued", n)
 }
 
+// callResult is the outcome of one call started by goCall.
+type callResult struct {
+	r   RateResult
+	err error
+}
+
+// goCall starts one call of plan on st (no dedup) and returns where its
+// outcome arrives.
+func goCall(ctx context.Context, b *Batcher, st keys.Key, plan *TokenBucketPlan) <-chan callResult {
+	ch := make(chan callResult, 1)
+	go func() {
+		r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
+		ch <- callResult{r, err}
+	}()
+	return ch
+}
+
+// queueBehindHeld starts n calls: the first takes b's only flight and is
+// held in g's hook until release; queueBehindHeld returns once the other
+// n-1 are queued behind it. The outcomes arrive in calls, first call first.
+func queueBehindHeld(t *testing.T, ctx context.Context, g *gate, b *Batcher, st keys.Key, plan *TokenBucketPlan, n int) (release func(), calls []<-chan callResult) {
+	t.Helper()
+	release, paused := g.holdNextCommand()
+	calls = append(calls, goCall(ctx, b, st, plan))
+	<-paused
+	for range n - 1 {
+		calls = append(calls, goCall(ctx, b, st, plan))
+	}
+	waitQueued(t, b, n-1)
+	return release, calls
+}
+
 func bucketPlan(capacity int64) *TokenBucketPlan {
 	// Two tokens per 12.5 h: far below one token during a test.
 	return NewTokenBucketPlan(TokenBucketRequest{CapacityScaled: capacity * RateScale, RefillScaled: 2 * RateScale,
@@ -166,35 +198,14 @@ func TestBatcherBatchesOnlyUnderLoad(t *testing.T) {
 				assert.Contains(t, []string{call, "script load"}, n)
 			}
 
-			release, paused := g.holdNextCommand()
-			var wg sync.WaitGroup
-			results := make(chan RateResult, 21)
-			errs := make(chan error, 21)
-			run := func() {
-				defer wg.Done()
-				r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-				results <- r
-				errs <- err
-			}
-			wg.Add(1)
-			go run() // takes the only flight and is held in the hook
-			<-paused
-			for range 20 {
-				wg.Add(1)
-				go run()
-			}
-			waitQueued(t, b, 20)
+			release, calls := queueBehindHeld(t, ctx, g, b, st, plan, 21)
 			release()
-			wg.Wait()
-			close(results)
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
 			var remaining []int
-			for r := range results {
-				require.Equal(t, RateAllowed, r.Status)
-				remaining = append(remaining, int(r.Remaining/RateScale))
+			for _, c := range calls {
+				res := <-c
+				require.NoError(t, res.err)
+				require.Equal(t, RateAllowed, res.r.Status)
+				remaining = append(remaining, int(res.r.Remaining/RateScale))
 			}
 			sort.Ints(remaining)
 			want := make([]int, 21)
@@ -237,28 +248,18 @@ func TestBatcherQueuedCallCanceledIsNeverSent(t *testing.T) {
 	require.NoError(t, err)
 	g.take()
 
-	release, paused := g.holdNextCommand()
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-		done <- err
-	}()
-	<-paused
+	release, calls := queueBehindHeld(t, ctx, g, b, st, plan, 1)
 	cctx, cancel := context.WithCancel(ctx)
-	queuedErr := make(chan error, 1)
-	go func() {
-		_, err := b.RateTokenBucketPlan(cctx, st, keys.Key{}, plan, RateScale, "")
-		queuedErr <- err
-	}()
+	queued := goCall(cctx, b, st, plan)
 	waitQueued(t, b, 1)
 	cancel()
-	err = <-queuedErr
+	err = (<-queued).err
 	require.Error(t, err)
 	assert.Equal(t, certainty.OverloadedBeforeSend, certainty.Classify(err, true), "never sent")
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Zero(t, b.queued())
 	release()
-	require.NoError(t, <-done)
+	require.NoError(t, (<-calls[0]).err)
 	names, pipes := g.take()
 	assert.Empty(t, pipes)
 	assert.Equal(t, 1, count(names, "evalsha"), "only the first call reached Redis")
@@ -283,38 +284,22 @@ func TestBatcherAbandonedMemberIsIndeterminate(t *testing.T) {
 	_, err = b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
 	require.NoError(t, err)
 
-	releaseOne, onePaused := g.holdNextCommand()
-	first := make(chan error, 1)
-	go func() {
-		_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-		first <- err
-	}()
-	<-onePaused
-	leader := make(chan RateResult, 1)
-	go func() {
-		r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-		assert.NoError(t, err)
-		leader <- r
-	}()
-	waitQueued(t, b, 1)
+	releaseOne, calls := queueBehindHeld(t, ctx, g, b, st, plan, 2) // calls[1] will lead the batch
 	cctx, cancel := context.WithCancel(ctx)
-	member := make(chan error, 1)
-	go func() {
-		_, err := b.RateTokenBucketPlan(cctx, st, keys.Key{}, plan, RateScale, "")
-		member <- err
-	}()
+	member := goCall(cctx, b, st, plan)
 	waitQueued(t, b, 2)
 	releasePipe, pipePaused := g.holdNextPipeline(nil)
 	releaseOne()
-	require.NoError(t, <-first)
+	require.NoError(t, (<-calls[0]).err)
 	<-pipePaused // the batch of two is taken and held on its way out
 	cancel()
-	err = <-member
+	err = (<-member).err
 	require.Error(t, err)
 	assert.Equal(t, certainty.Indeterminate, certainty.Classify(err, true))
 	releasePipe()
-	r := <-leader
-	assert.Equal(t, RateAllowed, r.Status)
+	leader := <-calls[1]
+	require.NoError(t, leader.err)
+	assert.Equal(t, RateAllowed, leader.r.Status)
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
 	assert.Regexp(t, `^1:6000000:\d+:r1$`, v, "the abandoned call was still sent and applied")
@@ -335,28 +320,12 @@ func TestBatcherNoScriptInPipeline(t *testing.T) {
 	plan := bucketPlan(100)
 	ctx := context.Background()
 
-	releaseOne, onePaused := g.holdNextCommand()
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for i := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-			errs <- err
-		}()
-		if i == 0 {
-			<-onePaused
-		}
-	}
-	waitQueued(t, b, 5)
+	releaseOne, calls := queueBehindHeld(t, ctx, g, b, st, plan, 6)
 	releasePipe, _ := g.holdNextPipeline(func() { require.NoError(t, s.Admin().ScriptFlush(ctx).Err()) })
 	releaseOne()
 	releasePipe()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
+	for _, c := range calls {
+		require.NoError(t, (<-c).err)
 	}
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
@@ -388,26 +357,11 @@ func TestBatcherStalledPipelineIsIndeterminate(t *testing.T) {
 	_, err = b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "") // loads the script
 	require.NoError(t, err)
 
-	releaseOne, onePaused := g.holdNextCommand()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-			errs <- err
-		}()
-		if i == 0 {
-			<-onePaused
-		}
-	}
-	waitQueued(t, b, 3)
+	releaseOne, calls := queueBehindHeld(t, ctx, g, b, st, plan, 4)
 	p.Stall()
 	releaseOne()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, c := range calls {
+		err := (<-c).err
 		require.Error(t, err)
 		assert.Equal(t, certainty.Indeterminate, certainty.Classify(err, true), "%v", err)
 	}
@@ -540,26 +494,16 @@ func TestBatcherFullQueueSendsAlone(t *testing.T) {
 	_, err = b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "") // loads the script
 	require.NoError(t, err)
 
-	release, paused := g.holdNextCommand()
-	first, queued := make(chan error, 1), make(chan error, 1)
-	go func() {
-		_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-		first <- err
-	}()
-	<-paused
-	go func() {
-		_, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
-		queued <- err
-	}()
-	waitQueued(t, b, 1)
+	release, calls := queueBehindHeld(t, ctx, g, b, st, plan, 2)
 	// The queue is full: this call goes out alone while the first is held.
 	r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
 	require.NoError(t, err)
 	assert.Equal(t, RateAllowed, r.Status)
 	assert.Equal(t, 1, b.queued(), "still queued behind the held flight")
 	release()
-	require.NoError(t, <-first)
-	require.NoError(t, <-queued)
+	for _, c := range calls {
+		require.NoError(t, (<-c).err)
+	}
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
 	assert.Regexp(t, `^1:6000000:\d+:r1$`, v, "four calls, four tokens")
