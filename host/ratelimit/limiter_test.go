@@ -100,22 +100,22 @@ func TestExactAdmissionTokenBucketDedupBatching(t *testing.T) {
 	}
 }
 
-// A stalled token-bucket call with dedup is retried once with the same
-// evaluation id and charged once, batched or not.
-func TestStallTokenBucketWithDedupRetriesOnce(t *testing.T) {
+// stallRetriedOnce evaluates decl (a dedup policy with a limit of 10) for
+// tenant acme, evaluation id eval-1, while the connection stalls: the
+// attempt times out, the one retry (which restores the connection) finds
+// the first attempt's decision. The caller checks the stored charge.
+func stallRetriedOnce(t *testing.T, decl policy.RatePolicyDecl) (*fixture, *redistest.Server, context.Context) {
+	t.Helper()
 	s := redistest.StartStandalone(t)
 	p := redistest.NewProxy(t, s.Addr())
-	tb := policy.RatePolicyDecl{ID: "tbd", Revision: "r1", Algorithm: policy.RateTokenBucket,
-		Parameters: policy.RateParameters{Capacity: 10, RefillTokens: 1, RefillPeriod: time.Hour},
-		Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: true}}
 	var retries atomic.Int32
 	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 300 * time.Millisecond}
-	f := newFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { retries.Add(1); p.Passthrough() })}, tb)
+	f := newFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { retries.Add(1); p.Passthrough() })}, decl)
 	ctx := ctxT(t)
-	require.True(t, f.l.Evaluate(ctx, req("tbd", "warm")).Allowed(), "loads the script through the proxy")
+	require.True(t, f.l.Evaluate(ctx, req(decl.ID, "warm")).Allowed(), "loads the script through the proxy")
 
 	p.Stall()
-	r := req("tbd", "acme")
+	r := req(decl.ID, "acme")
 	r.EvaluationID = "eval-1"
 	o := f.l.Evaluate(ctx, r)
 	require.Equal(t, Evaluated, o.Kind(), "category %s", o.Category())
@@ -124,6 +124,16 @@ func TestStallTokenBucketWithDedupRetriesOnce(t *testing.T) {
 	assert.Equal(t, int32(1), retries.Load())
 	d, _ := o.Decision()
 	assert.Equal(t, int64(9), d.Remaining, "the original decision")
+	return f, s, ctx
+}
+
+// A stalled token-bucket call with dedup is retried once with the same
+// evaluation id and charged once, batched or not.
+func TestStallTokenBucketWithDedupRetriesOnce(t *testing.T) {
+	tb := policy.RatePolicyDecl{ID: "tbd", Revision: "r1", Algorithm: policy.RateTokenBucket,
+		Parameters: policy.RateParameters{Capacity: 10, RefillTokens: 1, RefillPeriod: time.Hour},
+		Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: true}}
+	f, s, ctx := stallRetriedOnce(t, tb)
 	v, err := s.Admin().Get(ctx, f.stateKey(t, "tbd", tenant("acme")).Redis()).Result()
 	require.NoError(t, err)
 	assert.Regexp(t, `^1:9000000:\d+:r1$`, v, "charged exactly once")
@@ -198,25 +208,7 @@ func dedupWindow(id string, limit int64) policy.RatePolicyDecl {
 }
 
 func TestStallWithDedupRetriesOnceAndChargesOnce(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	p := redistest.NewProxy(t, s.Addr())
-	var retries atomic.Int32
-	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 300 * time.Millisecond}
-	f := newFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { retries.Add(1); p.Passthrough() })}, dedupWindow("dd", 10))
-	ctx := ctxT(t)
-	require.True(t, f.l.Evaluate(ctx, req("dd", "warm")).Allowed(), "loads the script through the proxy")
-
-	p.Stall()
-	r := req("dd", "acme")
-	r.EvaluationID = "eval-1"
-	o := f.l.Evaluate(ctx, r)
-	require.Equal(t, Evaluated, o.Kind(), "category %s", o.Category())
-	assert.True(t, o.Allowed())
-	assert.True(t, o.Replayed(), "the retry found the first attempt's decision")
-	assert.Equal(t, int32(1), retries.Load())
-	d, _ := o.Decision()
-	assert.Equal(t, int64(9), d.Remaining, "the original decision")
-
+	f, s, ctx := stallRetriedOnce(t, dedupWindow("dd", 10))
 	used, err := s.Admin().HGet(ctx, f.stateKey(t, "dd", tenant("acme")).Redis(), "used").Int64()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), used, "charged exactly once")
