@@ -377,7 +377,7 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
-	if cp.tb != nil {
+	if cp.tb != nil { // every token bucket: compilePolicy renders its plan
 		var dedup keys.Key
 		if cp.tb.Dedup() {
 			dedup = ks[1]
@@ -399,14 +399,6 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		return l.exec.RateFixedWindow(ctx, ks[0], ks[1], programs.FixedWindowRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
 	case policy.RateSlidingCounter:
 		return l.exec.RateSlidingCounter(ctx, ks[0], ks[1], programs.SlidingCounterRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
-	case policy.RateTokenBucket: // compiled policies carry a plan; kept for completeness
-		var dedup keys.Key
-		if pol.Dedup.Enabled {
-			dedup = ks[1]
-		}
-		return l.exec.RateTokenBucketV2(ctx, ks[0], dedup, programs.TokenBucketRequest{
-			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
-			RefillPeriod: p.RefillPeriod, CostScaled: cost * policy.RateScale, RateOptions: opts})
 	case policy.RateGCRA:
 		return l.exec.RateGCRA(ctx, ks[0], ks[1], programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: cost, RateOptions: opts})
 	case policy.RateSlidingLog:
