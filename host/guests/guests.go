@@ -15,7 +15,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 
@@ -101,26 +100,35 @@ func flavour(s plugins.ModuleShape) string {
 }
 
 // load starts wasm in a throwaway engine of its flavour; the caller calls
-// closeEngine when done with the module.
+// closeEngine when done with the module. Such an engine only verifies
+// (describe, self-test vectors, conformance), so every call gets
+// plugins.VerifyCallTimeout, the deadline the Manager gives a module it is
+// checking: a busy machine must not fail a correct module.
 func load(ctx context.Context, wasm []byte, flav string, opts Options) (plugins.Guest, func(context.Context) error, error) {
-	cfg := plugins.Config{CacheDir: opts.CacheDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := plugins.Config{CacheDir: opts.CacheDir, Logger: slog.New(slog.DiscardHandler)}
 	if flav == FlavourExtism {
 		e, err := extism.NewEngine(cfg)
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{})
-		if err != nil {
-			_ = e.Close(ctx)
-			return nil, nil, err
-		}
-		return m, e.Close, nil
+		return loadIn(ctx, e, wasm)
 	}
 	e, err := plugins.NewEngine(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{})
+	return loadIn(ctx, e, wasm)
+}
+
+// engine is what plugins.Engine and extism.Engine share, each loading its
+// own module type.
+type engine[M plugins.Guest] interface {
+	Load(ctx context.Context, name string, wasm []byte, lim plugins.Limits) (M, error)
+	Close(ctx context.Context) error
+}
+
+func loadIn[M plugins.Guest](ctx context.Context, e engine[M], wasm []byte) (plugins.Guest, func(context.Context) error, error) {
+	m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{CallTimeout: plugins.VerifyCallTimeout})
 	if err != nil {
 		_ = e.Close(ctx)
 		return nil, nil, err
