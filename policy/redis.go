@@ -114,13 +114,28 @@ type TLSConfig struct {
 	KeyFile            string
 }
 
-// Timeouts are finite bounds; none may be zero after validation.
+// Timeouts are finite bounds; none but IdleCheck may be zero after
+// validation.
 type Timeouts struct {
 	Connect  time.Duration
 	Command  time.Duration // read/write timeout for a command
 	Acquire  time.Duration // pool / in-flight admission wait
 	Shutdown time.Duration // drain timeout
+	// IdleCheck is how long a pooled plain-TCP connection must have gone
+	// without reading a reply before it is checked for a server-side close
+	// (one non-blocking peek) on reuse; a connection used more recently is
+	// reused unchecked, saving a system call per command. Zero checks on
+	// every reuse (go-redis's own behaviour). At most MaxIdleCheck; the
+	// config file's default is DefaultIdleCheck. A closed connection reused
+	// inside the window fails one command Indeterminate, as a close during
+	// that command would.
+	IdleCheck time.Duration
 }
+
+// DefaultIdleCheck is the IdleCheck a config file gets when it sets none:
+// a connection in steady use skips the check, one idle for a millisecond
+// is checked.
+const DefaultIdleCheck = time.Millisecond
 
 // LaneConfig bounds one lane.
 type LaneConfig struct {

@@ -21,6 +21,7 @@ const (
 	MaxAcquireTimeout     = 30 * time.Second
 	MaxShutdownTimeout    = 5 * time.Minute
 	MaxLaneCommandTimeout = 5 * time.Minute
+	MaxIdleCheck          = time.Second
 	MaxPoolSize           = 1024
 	MaxInFlight           = 65536
 	MaxBudgetBytes        = 64 << 20
@@ -267,6 +268,9 @@ func (t Timeouts) problems(ps *Problems, path string) {
 		{"command", t.Command, MaxCommandTimeout},
 		{"acquire", t.Acquire, MaxAcquireTimeout},
 		{"shutdown", t.Shutdown, MaxShutdownTimeout},
+	}
+	if t.IdleCheck < 0 || t.IdleCheck > MaxIdleCheck {
+		ps.Add(path+".idle-check", RuleTimeoutsBound, "must be between 0 and %s", MaxIdleCheck)
 	}
 	ok := true
 	for _, x := range all {

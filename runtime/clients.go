@@ -130,6 +130,9 @@ func standaloneOptions(d policy.Deployment, l policy.Lane, tlsCfg *tls.Config) *
 		DisableIdentity:          true,
 		MaintNotificationsConfig: disabledMaint(),
 	}
+	if tlsCfg == nil && d.Timeouts.IdleCheck > 0 {
+		o.Dialer = idleCheckDialer(plainDialer(d.Timeouts.Connect), d.Timeouts.IdleCheck)
+	}
 	return o
 }
 
@@ -168,15 +171,19 @@ func newFailover(d policy.Deployment, l policy.Lane, t *policy.Sentinel, dataTLS
 	// nodes; the model gives sentinels their own TLS, so the dialer picks
 	// the configuration by address. Sentinels discovered at run time (not
 	// in the configured list) are dialled like data nodes.
+	plain := plainDialer(d.Timeouts.Connect)
+	if d.Timeouts.IdleCheck > 0 {
+		plain = idleCheckDialer(plain, d.Timeouts.IdleCheck)
+	}
 	dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cfg := dataTLS
 		if sentinels[addr] {
 			cfg = sentinelTLS
 		}
-		nd := &net.Dialer{Timeout: d.Timeouts.Connect, KeepAlive: 30 * time.Second}
 		if cfg == nil {
-			return nd.DialContext(ctx, network, addr)
+			return plain(ctx, network, addr)
 		}
+		nd := &net.Dialer{Timeout: d.Timeouts.Connect, KeepAlive: 30 * time.Second}
 		td := &tls.Dialer{NetDialer: nd, Config: cfg}
 		return td.DialContext(ctx, network, addr)
 	}
@@ -219,6 +226,8 @@ func newCluster(d policy.Deployment, l policy.Lane, t *policy.Cluster, dataTLS *
 		// Every node client — the seeds and any node learnt later from a
 		// topology change — is built here, so it carries the admission hook
 		// and the guard too (go-redis does not inherit ClusterClient hooks).
+		// base.Dialer is the idle-check dialer (nil with TLS or IdleCheck 0).
+		Dialer: base.Dialer,
 		NewClient: func(opt *redis.Options) *redis.Client {
 			opt.MaintNotificationsConfig = disabledMaint()
 			c := redis.NewClient(opt)

@@ -5,7 +5,8 @@
 // execution certainty, and owns the single OPEN → DRAINING → CLOSED
 // lifecycle.
 //
-// What may change here: client construction (clients.go), admission and
+// What may change here: client construction (clients.go; idleconn.go, how
+// long a pooled connection goes without go-redis's reuse check), admission and
 // certainty refinement (admission.go), the lifecycle (lifecycle.go) and the
 // public surface (runtime.go, deployment.go). The no-resend rules — every
 // client has MaxRetries -1, Cluster MaxRedirects -1, RESP2 without

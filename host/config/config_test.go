@@ -98,7 +98,8 @@ func TestStandaloneModel(t *testing.T) {
 	assert.Equal(t, "cache-admin", admin.User)
 	assert.Equal(t, "admin-password-from-file", string(admin.Password.Reveal()), "trailing newline trimmed")
 	assert.Equal(t, d.Default, d.Credential(policy.LaneScript), "lanes without an entry use default")
-	assert.Equal(t, policy.Timeouts{Connect: time.Second, Command: 250 * time.Millisecond, Acquire: 100 * time.Millisecond, Shutdown: 5 * time.Second}, d.Timeouts)
+	assert.Equal(t, policy.Timeouts{Connect: time.Second, Command: 250 * time.Millisecond, Acquire: 100 * time.Millisecond, Shutdown: 5 * time.Second,
+		IdleCheck: policy.DefaultIdleCheck}, d.Timeouts, "idle-check defaults")
 	assert.Equal(t, policy.LaneConfig{PoolSize: 16, MaxInFlight: 256}, d.Lanes[policy.LaneRegular])
 	assert.Equal(t, DefaultLanes()[policy.LaneScript], d.Lanes[policy.LaneScript], "unset lanes get defaults")
 	assert.Equal(t, 10*time.Second, d.Lanes[policy.LaneBlocking].CommandTimeout)
@@ -198,10 +199,12 @@ func TestEnvOverride(t *testing.T) {
 		"CAPHOST_REDIS__DEPLOYMENTS__CACHE_MAIN__CLUSTER__SEEDS":            "10.0.0.1:7000, 10.0.0.2:7000",
 		"CAPHOST_REDIS__ALLOW_UNSAFE_COLOCATION":                            "true",
 		"CAPHOST_SERVER__LISTEN":                                            "127.0.0.1:9090",
+		"CAPHOST_REDIS__DEPLOYMENTS__CACHE_MAIN__TIMEOUTS__IDLE_CHECK":      "0s",
 	})
 	require.NoError(t, err)
 	d := cfg.Redis.Deployments["cache-main"]
 	assert.Equal(t, 32, d.Lanes[policy.LaneRegular].PoolSize)
+	assert.Zero(t, d.Timeouts.IdleCheck, "0s is kept (peek on every reuse), not replaced by the default")
 	assert.Equal(t, &policy.Cluster{Seeds: []string{"10.0.0.1:7000", "10.0.0.2:7000"}}, d.Topology)
 	assert.True(t, cfg.Redis.AllowUnsafeColocation)
 	assert.Equal(t, "127.0.0.1:9090", cfg.Server.Listen)

@@ -10,8 +10,9 @@ import (
 	"github.com/caphost/caphost/policy"
 )
 
-// Defaults applied when a key is absent. Timeouts and programs.mode have no
-// default on purpose: an operator must decide them.
+// Defaults applied when a key is absent. Timeouts (but timeouts.idle-check,
+// policy.DefaultIdleCheck) and programs.mode have no default on purpose: an
+// operator must decide them.
 const (
 	DefaultClientName  = "caphost"
 	DefaultBudgetBytes = 1 << 20
@@ -257,6 +258,7 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		ID:         id,
 		ClientName: DefaultClientName,
 		Auth:       map[policy.Lane]policy.Credential{},
+		Timeouts:   policy.Timeouts{IdleCheck: policy.DefaultIdleCheck},
 		Lanes:      DefaultLanes(),
 		Budgets:    policy.Budgets{MaxRequestBytes: DefaultBudgetBytes, MaxReplyBytes: DefaultBudgetBytes},
 	}
@@ -297,11 +299,14 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 	}
 	dep.TLS = d.tls(p+".tls", m["tls"])
 	if t, ok := d.Object(p+".timeouts", m["timeouts"]); ok {
-		d.Known(p+".timeouts", t, "acquire", "command", "connect", "shutdown")
+		d.Known(p+".timeouts", t, "acquire", "command", "connect", "idle-check", "shutdown")
 		dep.Timeouts.Connect, _ = d.Duration(p+".timeouts.connect", t["connect"])
 		dep.Timeouts.Command, _ = d.Duration(p+".timeouts.command", t["command"])
 		dep.Timeouts.Acquire, _ = d.Duration(p+".timeouts.acquire", t["acquire"])
 		dep.Timeouts.Shutdown, _ = d.Duration(p+".timeouts.shutdown", t["shutdown"])
+		if v, ok := d.Duration(p+".timeouts.idle-check", t["idle-check"]); ok {
+			dep.Timeouts.IdleCheck = v
+		}
 	}
 	if lanes, ok := d.Object(p+".lanes", m["lanes"]); ok {
 		var allowed []string

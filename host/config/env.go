@@ -54,6 +54,7 @@ var envTemplates = [...]string{
 	"redis.deployments.{deployment}.timeouts.command",
 	"redis.deployments.{deployment}.timeouts.acquire",
 	"redis.deployments.{deployment}.timeouts.shutdown",
+	"redis.deployments.{deployment}.timeouts.idle-check",
 	"redis.deployments.{deployment}.lanes.{lane}.pool-size",
 	"redis.deployments.{deployment}.lanes.{lane}.max-in-flight",
 	"redis.deployments.{deployment}.lanes.{lane}.command-timeout",

@@ -46,6 +46,7 @@ func main() {
 	soloG := flag.Int("solo-goroutines", 1, "goroutines for -solo")
 	batchFlights := flag.Int("batch-flights", -1, "caphost limiter: concurrent token-bucket sends before calls batch (0: no batching; -1: the limiter's default)")
 	serverStats := flag.Bool("server-stats", false, "after each row, run every contender alone and print redis-server's cost per op (INFO commandstats usec_per_call and server CPU)")
+	idleCheck := flag.Duration("idle-check", policy.DefaultIdleCheck, "caphost's timeouts.idle-check (0: peek every pooled connection on reuse, as go-redis does; the default is the config file's)")
 	control := flag.Bool("control", false, "also run go-redis (GET) and redis_rate (rate) against an identical second client (A/A): their ratios are the noise floor")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -70,7 +71,7 @@ func main() {
 	}
 	o := runOpts{dur: *dur, slice: *slice, rounds: *rounds, addr: *addr, control: *control,
 		get: !*onlyRate, rate: !*onlyGet, serverStats: *serverStats, rows: *rowFilter,
-		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights}
+		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights, idleCheck: *idleCheck}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		pprof.StopCPUProfile()
@@ -108,6 +109,7 @@ type runOpts struct {
 	solo           string
 	soloGoroutines int
 	batchFlights   int // -1: limiter default
+	idleCheck      time.Duration
 }
 
 func run(o runOpts) error {
@@ -125,7 +127,7 @@ func run(o runOpts) error {
 	plain := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, DisableIdentity: true, Protocol: 2})
 	defer plain.Close()
 
-	rt, dep, key, err := caphostRuntime(ctx, addr)
+	rt, dep, key, err := caphostRuntime(ctx, addr, o.idleCheck)
 	if err != nil {
 		return err
 	}
@@ -204,7 +206,7 @@ func run(o runOpts) error {
 	return nil
 }
 
-func caphostRuntime(ctx context.Context, addr string) (*runtime.Runtime, *runtime.Deployment, keys.Key, error) {
+func caphostRuntime(ctx context.Context, addr string, idleCheck time.Duration) (*runtime.Runtime, *runtime.Deployment, keys.Key, error) {
 	lanes := map[policy.Lane]policy.LaneConfig{}
 	for _, l := range policy.Lanes() {
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
@@ -214,8 +216,9 @@ func caphostRuntime(ctx context.Context, addr string) (*runtime.Runtime, *runtim
 	cfg := policy.RedisConfig{
 		Deployments: map[string]policy.Deployment{"bench": {
 			ID: "bench", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-bench",
-			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second},
-			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second,
+				IdleCheck: idleCheck},
+			Lanes: lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
 		}},
 		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "bench", Required: true}},
 		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
