@@ -33,7 +33,9 @@ type Selection struct {
 }
 
 // Selector chooses the policies for a request. A rate-policy guest
-// implements it; StaticSelector does it from configuration.
+// implements it; StaticSelector does it from configuration. The Dimensions
+// maps of returned Selections may be shared between calls (GuestSelector
+// memoizes a generation's answers): callers read them and never modify them.
 type Selector interface {
 	Select(ctx context.Context, attrs Attributes) ([]Selection, error)
 }
