@@ -29,8 +29,11 @@ import (
 // Zero keeps go-redis's check on every reuse. go-redis reaches the
 // check through the connection's SyscallConn, which is where the window is
 // applied: inside it, SyscallConn returns a RawConn whose Read reports the
-// socket healthy without the system call. TLS connections are untouched:
-// go-redis never peeks below TLS.
+// socket healthy without the system call. go-redis v9.23 calls SyscallConn
+// from that check and nowhere else (pinned by
+// TestGoRedisReachesTheSocketOnlyForTheReuseCheck: review this file when it
+// fails after an upgrade). TLS connections are untouched: go-redis never
+// peeks below TLS.
 //
 // What a closed connection inside the window costs is pinned by tests: one
 // command fails Indeterminate (EOF after the write), exactly what a close

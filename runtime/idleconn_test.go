@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,4 +247,42 @@ func TestIdleCheckValidation(t *testing.T) {
 		require.Error(t, err, "%s", v)
 		assert.Contains(t, err.Error(), "idle-check")
 	}
+}
+
+// countingConn counts SyscallConn calls on an idle-checked connection.
+type countingConn struct {
+	*idleCheckedConn
+	calls *atomic.Int64
+}
+
+func (c countingConn) SyscallConn() (syscall.RawConn, error) {
+	c.calls.Add(1)
+	return c.idleCheckedConn.SyscallConn()
+}
+
+// TestGoRedisReachesTheSocketOnlyForTheReuseCheck pins what idleconn.go
+// relies on in go-redis (v9.23): SyscallConn is called once per reuse of a
+// pooled connection (the health check) and nowhere else — not on the first
+// use of a new connection, not while a command runs. If an upgrade changes
+// either, this fails and the skip RawConn must be reviewed.
+func TestGoRedisReachesTheSocketOnlyForTheReuseCheck(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	var calls atomic.Int64
+	dial := idleCheckDialer(plainDialer(time.Second), time.Minute)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{conn.(*idleCheckedConn), &calls}, nil
+		}})
+	defer c.Close()
+	ctx := ctxT(t, 10*time.Second)
+	const n = 100
+	for i := 0; i < n; i++ {
+		require.NoError(t, c.Set(ctx, "idle-check-pin", i, time.Minute).Err())
+	}
+	require.NoError(t, c.Get(ctx, "idle-check-pin").Err())
+	assert.EqualValues(t, n, calls.Load(), "one check per reuse: %d reuses of the one connection", n)
 }
