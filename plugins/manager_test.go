@@ -107,7 +107,7 @@ func TestConformanceUndeclaredSelectionFailsItsCheck(t *testing.T) {
 // unknown inputs (the bad routes get them too), and nothing else.
 func TestConformanceInternalStatusIsNoAnswer(t *testing.T) {
 	ctx := context.Background()
-	m := load(t, newEngine(t, Config{}), "rateundeclared", Limits{})
+	m := load(t, newEngine(t, Config{}), "rateundeclared", Limits{CallTimeout: 5 * time.Second}) // answers, not deadlines
 	rep := CheckConformance(ctx, m, nil)
 	failed := failedChecks(rep)
 	require.Len(t, failed, 2, rep.Summary())

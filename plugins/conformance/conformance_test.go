@@ -107,9 +107,10 @@ func TestCodecRoundTripUsesBundledSamples(t *testing.T) {
 	m := load(t, "codec")
 	const check = "[codec] codec user-profile: encode/decode round trip at the write version"
 	plain := conformance.Run(ctx, m)
-	assert.Equal(t, plugins.CheckSkip, checksOf(plain)[check])
+	assert.Equal(t, plugins.CheckSkip, checksOf(plain)[check], plain.Summary())
 	wasm, _ := bundled(t, "codec")
-	assert.Equal(t, plugins.CheckPass, checksOf(conformance.RunWithSelfTest(ctx, m, wasm))[check])
+	rep := conformance.RunWithSelfTest(ctx, m, wasm)
+	assert.Equal(t, plugins.CheckPass, checksOf(rep)[check], rep.Summary())
 }
 
 // TestWrongGuestFailsPrecisely runs the suite on testdata/guests/wrongans,
