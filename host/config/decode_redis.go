@@ -10,9 +10,9 @@ import (
 	"github.com/caphost/caphost/policy"
 )
 
-// Defaults applied when a key is absent. Timeouts (but timeouts.idle-check,
-// policy.DefaultIdleCheck) and programs.mode have no default on purpose: an
-// operator must decide them.
+// Defaults applied when a key is absent. The timeouts other than
+// timeouts.idle-check (policy.DefaultIdleCheck) and programs.mode have no
+// default on purpose: an operator must decide them.
 const (
 	DefaultClientName  = "caphost"
 	DefaultBudgetBytes = 1 << 20
