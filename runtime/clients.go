@@ -42,6 +42,17 @@ func disabledMaint() *maintnotifications.Config {
 	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
+// netDialer is the TCP dialer of every connection the runtime dials itself
+// (Sentinel's, and plain TCP through the idle-check dialer). Its keep-alive
+// is go-redis's own default (options.go, defaultKeepAliveConfig: probe after
+// 30 s idle, give up after 3 probes 5 s apart), so a connection finds a dead
+// peer as fast whichever dialer made it.
+func netDialer(connect time.Duration) *net.Dialer {
+	return &net.Dialer{Timeout: connect, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
+	}}
+}
+
 // laneTimeouts resolves the lane's command timeout (override or deployment default).
 func laneTimeouts(d policy.Deployment, lc policy.LaneConfig) (cmd time.Duration) {
 	if lc.CommandTimeout > 0 {
@@ -131,7 +142,7 @@ func standaloneOptions(d policy.Deployment, l policy.Lane, tlsCfg *tls.Config) *
 		MaintNotificationsConfig: disabledMaint(),
 	}
 	if tlsCfg == nil && d.Timeouts.IdleCheck > 0 {
-		o.Dialer = idleCheckDialer(plainDialer(d.Timeouts.Connect), d.Timeouts.IdleCheck)
+		o.Dialer = idleCheckDialer(netDialer(d.Timeouts.Connect).DialContext, d.Timeouts.IdleCheck)
 	}
 	return o
 }
@@ -171,7 +182,8 @@ func newFailover(d policy.Deployment, l policy.Lane, t *policy.Sentinel, dataTLS
 	// nodes; the model gives sentinels their own TLS, so the dialer picks
 	// the configuration by address. Sentinels discovered at run time (not
 	// in the configured list) are dialled like data nodes.
-	plain := plainDialer(d.Timeouts.Connect)
+	nd := netDialer(d.Timeouts.Connect)
+	plain := nd.DialContext
 	if d.Timeouts.IdleCheck > 0 {
 		plain = idleCheckDialer(plain, d.Timeouts.IdleCheck)
 	}
@@ -183,7 +195,6 @@ func newFailover(d policy.Deployment, l policy.Lane, t *policy.Sentinel, dataTLS
 		if cfg == nil {
 			return plain(ctx, network, addr)
 		}
-		nd := &net.Dialer{Timeout: d.Timeouts.Connect, KeepAlive: 30 * time.Second}
 		td := &tls.Dialer{NetDialer: nd, Config: cfg}
 		return td.DialContext(ctx, network, addr)
 	}

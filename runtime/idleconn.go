@@ -54,13 +54,6 @@ func idleCheckDialer(dial func(ctx context.Context, network, addr string) (net.C
 	}
 }
 
-// plainDialer is go-redis's default dialer for a connection without TLS
-// (redis.NewDialer), with the runtime's connect timeout and keep-alive.
-func plainDialer(connect time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
-	return nd.DialContext
-}
-
 // idleCheckedConn is a dialled TCP connection that remembers when it last
 // read data, so that go-redis's reuse check can skip a connection in use a
 // moment ago.

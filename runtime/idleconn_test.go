@@ -48,7 +48,7 @@ func echoListener(t *testing.T) string {
 
 func dialIdleChecked(t *testing.T, window time.Duration) *idleCheckedConn {
 	t.Helper()
-	c, err := idleCheckDialer(plainDialer(time.Second), window)(context.Background(), "tcp", echoListener(t))
+	c, err := idleCheckDialer(netDialer(time.Second).DialContext, window)(context.Background(), "tcp", echoListener(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	ic, ok := c.(*idleCheckedConn)
@@ -88,6 +88,23 @@ func TestIdleCheckedConnWindow(t *testing.T) {
 		assert.NotZero(t, fd)
 		require.NoError(t, raw.Write(func(uintptr) bool { called = true; return true }))
 		assert.True(t, called)
+	})
+	t.Run("keep-alive is go-redis's default", func(t *testing.T) {
+		c := dialIdleChecked(t, time.Minute)
+		raw, err := c.SyscallConn()
+		require.NoError(t, err)
+		got := map[string]int{}
+		require.NoError(t, raw.Control(func(fd uintptr) {
+			for name, opt := range map[string]int{"idle": syscall.TCP_KEEPIDLE, "interval": syscall.TCP_KEEPINTVL, "count": syscall.TCP_KEEPCNT} {
+				v, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, opt)
+				require.NoError(t, err)
+				got[name] = v
+			}
+			on, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE)
+			require.NoError(t, err)
+			got["on"] = on
+		}))
+		assert.Equal(t, map[string]int{"idle": 30, "interval": 5, "count": 3, "on": 1}, got)
 	})
 	t.Run("idle past the window", func(t *testing.T) {
 		c := dialIdleChecked(t, time.Millisecond)
@@ -268,7 +285,7 @@ func (c countingConn) SyscallConn() (syscall.RawConn, error) {
 func TestGoRedisReachesTheSocketOnlyForTheReuseCheck(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	var calls atomic.Int64
-	dial := idleCheckDialer(plainDialer(time.Second), time.Minute)
+	dial := idleCheckDialer(netDialer(time.Second).DialContext, time.Minute)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := dial(ctx, network, addr)
