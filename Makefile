@@ -7,7 +7,7 @@ BIN       := $(BUILD)/caphost
 GUESTS    := $(notdir $(wildcard guests/*))
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build demo test test-short guests bench lint fmt ensure-redis clean
+.PHONY: all build demo demo-env test test-short guests bench lint fmt ensure-redis clean
 
 all: build
 
@@ -34,10 +34,16 @@ guests:
 		fi; \
 	done
 
-## demo: the main job, against a private redis-server it starts (or $CAPHOST_REDIS_ADDR):
-## builds the guests and caphost, serves, drives rate-limited traffic, hot-swaps the policy guest
-demo: ensure-redis build guests
+## demo: the main job, against a private redis-server it starts (or your Redis at
+## $CAPHOST_REDIS_ADDR, with the passwords $CAPHOST_DEMO_APP_PASS and $CAPHOST_DEMO_ADMIN_PASS
+## of the users the README lists): builds the guests and caphost, serves, drives
+## rate-limited traffic, hot-swaps the policy guest
+demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests
 	@GO=$(GO) $(GO) run ./examples/quickstart -bin $(BIN)
+
+# demo-env fails before anything builds when $CAPHOST_REDIS_ADDR comes without its passwords
+demo-env:
+	@$(GO) run ./examples/quickstart -check-env
 
 ## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector
 test: ensure-redis

@@ -3,7 +3,8 @@
 // It builds the rate-policy guest twice (revision v1, and v2 in which every
 // limit is doubled), bundles its self-test vectors into both, starts a
 // private redis-server with ACL users (unless CAPHOST_REDIS_ADDR names one
-// you run), creates a demo signing key and signs both modules, runs the
+// you run, configured with the same users: README "The demo against your
+// own Redis"), creates a demo signing key and signs both modules, runs the
 // operator checks briefly, starts `caphost serve`, drives traffic from six
 // simulated clients (two per plan) through POST /v1/ratelimit/evaluate,
 // hot-swaps the guest to v2 mid-run through PUT /admin/guests/rate-tiers
@@ -44,13 +45,62 @@ import (
 
 const guestName = "rate-tiers"
 
+// The variables that point the demo at a Redis you run, and the passwords
+// of its two ACL users there.
+const (
+	envRedisAddr = "CAPHOST_REDIS_ADDR"
+	envAppPass   = "CAPHOST_DEMO_APP_PASS"
+	envAdminPass = "CAPHOST_DEMO_ADMIN_PASS"
+)
+
+// The demo's ACL users, one per credential in caphost.yaml: appUser serves
+// the regular, script, blocking and pubsub lanes (auth.default), adminUser
+// the admin lane. The rules grant what those lanes run against a standalone
+// Redis and nothing more; the demo's private redis-server gets exactly
+// these users, and the README lists them as ACL SETUSER lines (a test
+// keeps the two equal and runs the demo against a Redis configured with
+// the README's lines). HELLO and AUTH need no grant: Redis never checks
+// them against the ACL.
+const (
+	appUser   = "demo-app"
+	adminUser = "demo-admin"
+	// Every lane: CLIENT SETNAME on connect (client-name), PING (health, probe).
+	connRules = "+client|setname +ping"
+	appRules  = "~ca:demo:dev:* " + connRules +
+		// regular lane: the probe's ephemeral write/read
+		" +set +get +del" +
+		// script lane: catalog programs by digest, in both program modes
+		" +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
+		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
+		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
+		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore"
+	// The admin lane touches no key: the probe's ROLE, INFO and CONFIG GET
+	// maxmemory-policy, and programs deploy | verify in functions-provisioned mode.
+	adminRules = connRules + " +role +info +config|get +function|load +function|list"
+)
+
+// aclLine is one user as an ACL SETUSER argument list (and, after "user",
+// an aclfile line): a reset user, on, with one password.
+func aclLine(user, pass, rules string) string {
+	return user + " reset on >" + pass + " " + rules
+}
+
 func main() {
 	bin := flag.String("bin", "build/caphost", "the caphost binary")
 	phase := flag.Duration("phase", 4*time.Second, "traffic before and after the swap")
+	checkEnv := flag.Bool("check-env", false, "only check the demo's environment variables (make demo runs this before building)")
 	flag.Parse()
+	target, err := redisTargetFrom(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(2)
+	}
+	if *checkEnv {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	d := &demo{bin: *bin, phase: *phase, out: os.Stdout}
-	err := d.run(ctx)
+	d := &demo{bin: *bin, phase: *phase, out: os.Stdout, target: target}
+	err = d.run(ctx)
 	var serveLog []byte
 	if err != nil && d.serveLog != "" {
 		serveLog, _ = os.ReadFile(d.serveLog) // read before cleanup removes it
@@ -66,10 +116,53 @@ func main() {
 	}
 }
 
+// redisTarget is where the demo's Redis comes from: yours (addr set, with
+// the passwords you configured there) or a private server it starts (with
+// fresh random passwords).
+type redisTarget struct {
+	addr             string // "" = start a private redis-server
+	appPass, admPass string
+}
+
+// MissingEnvError names the variables the demo needs and did not get.
+type MissingEnvError struct{ Names []string }
+
+func (e *MissingEnvError) Error() string {
+	return fmt.Sprintf("%s is set, so the demo runs against your Redis as ACL users %s and %s: set %s "+
+		"(the passwords you gave those users; README \"The demo against your own Redis\" lists them)",
+		envRedisAddr, appUser, adminUser, strings.Join(e.Names, " and "))
+}
+
+// redisTargetFrom reads the environment. It fails before anything is built
+// when CAPHOST_REDIS_ADDR is set without both passwords: random ones could
+// never match the users of a server the demo did not configure.
+func redisTargetFrom(getenv func(string) string) (redisTarget, error) {
+	addr := getenv(envRedisAddr)
+	if addr == "" {
+		return redisTarget{appPass: "app-" + randomHex(12), admPass: "admin-" + randomHex(12)}, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return redisTarget{}, fmt.Errorf("%s=%q is not host:port", envRedisAddr, addr)
+	}
+	t := redisTarget{addr: addr, appPass: getenv(envAppPass), admPass: getenv(envAdminPass)}
+	var missing []string
+	if t.appPass == "" {
+		missing = append(missing, envAppPass)
+	}
+	if t.admPass == "" {
+		missing = append(missing, envAdminPass)
+	}
+	if len(missing) > 0 {
+		return redisTarget{}, &MissingEnvError{Names: missing}
+	}
+	return t, nil
+}
+
 type demo struct {
-	bin   string
-	phase time.Duration
-	out   io.Writer
+	bin    string
+	phase  time.Duration
+	out    io.Writer
+	target redisTarget
 
 	work     string
 	env      []string
@@ -100,9 +193,11 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.token = randomHex(24)
+	// caphost.yaml names the passwords as secret://user@env/... references;
+	// with your Redis they are already in the environment.
 	d.env = append(os.Environ(),
-		"CAPHOST_DEMO_APP_PASS=app-"+randomHex(12),
-		"CAPHOST_DEMO_ADMIN_PASS=admin-"+randomHex(12),
+		envAppPass+"="+d.target.appPass,
+		envAdminPass+"="+d.target.admPass,
 		"CAPHOST_DEMO_KEY_V1="+randomHex(32),
 		"CAPHOST_DEMO_ADMIN_TOKEN="+d.token,
 	)
@@ -192,7 +287,11 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("%d of %d requests failed", stats.failed, stats.total)
 	}
 
-	d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis), then Redis")
+	if d.redis != nil {
+		d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis), then Redis")
+	} else {
+		d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis); your Redis keeps running")
+	}
 	if err := d.stopServe(); err != nil {
 		return err
 	}
@@ -243,23 +342,28 @@ func buildGuest(ctx context.Context, repo, out, ldflags string) error {
 	return nil
 }
 
-// startRedis starts a private redis-server (ACL on, default user off) or
-// uses CAPHOST_REDIS_ADDR.
+// startRedis starts a private redis-server (ACL on, default user off, the
+// demo's two users) or, with CAPHOST_REDIS_ADDR, checks that your Redis
+// accepts both users before anything runs against it.
 func (d *demo) startRedis(ctx context.Context) (string, error) {
-	if a := os.Getenv("CAPHOST_REDIS_ADDR"); a != "" {
-		d.say("using your Redis at %s (CAPHOST_REDIS_ADDR); it must accept the demo's ACL users", a)
+	app, adm := d.target.appPass, d.target.admPass
+	if a := d.target.addr; a != "" {
+		d.say("using your Redis at %s (%s) as ACL users %s and %s", a, envRedisAddr, appUser, adminUser)
+		for _, u := range []struct{ name, pass, env string }{{appUser, app, envAppPass}, {adminUser, adm, envAdminPass}} {
+			if err := waitRedis(ctx, a, u.name, u.pass); err != nil {
+				return "", fmt.Errorf("your Redis at %s does not accept ACL user %s with the password in %s "+
+					"(README \"The demo against your own Redis\" lists the users it needs): %w", a, u.name, u.env, err)
+			}
+		}
 		return a, nil
 	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", errors.New("redis-server missing: run 'make ensure-redis'")
 	}
-	app, adm := envOf(d.env, "CAPHOST_DEMO_APP_PASS"), envOf(d.env, "CAPHOST_DEMO_ADMIN_PASS")
 	acl := "user default off\n" +
-		"user demo-app on >" + app + " ~ca:demo:dev:* resetchannels -@all +@connection +get +getrange +set +del +unlink +exists +pttl +pexpire +mget +time +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
-		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
-		" +type +incrby +hdel +hexists +hget +hlen +hmget +hrandfield +hset +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore\n" +
-		"user demo-admin on >" + adm + " ~* &* +@all\n"
+		"user " + aclLine(appUser, app, appRules) + "\n" +
+		"user " + aclLine(adminUser, adm, adminRules) + "\n"
 	if err := os.WriteFile(filepath.Join(d.work, "users.acl"), []byte(acl), 0o600); err != nil {
 		return "", err
 	}
@@ -277,8 +381,8 @@ func (d *demo) startRedis(ctx context.Context) (string, error) {
 			return "", err
 		}
 		d.redis = cmd
-		if lastErr = waitRedis(ctx, addr, "demo-admin", adm); lastErr == nil {
-			d.say("started a private redis-server at %s (ACL: default user off; users demo-app, demo-admin)", addr)
+		if lastErr = waitRedis(ctx, addr, adminUser, adm); lastErr == nil {
+			d.say("started a private redis-server at %s (ACL: default user off; users %s, %s)", addr, appUser, adminUser)
 			return addr, nil
 		}
 		d.stopRedis()
@@ -675,15 +779,6 @@ func short(h string) string {
 		return h[:12] + "…"
 	}
 	return h
-}
-
-func envOf(env []string, k string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func tail(s string, n int) string {
