@@ -193,9 +193,12 @@ func (a *api) concurrency(op string) http.Handler {
 			writeError(w, fieldError("policy", "not a concurrency policy (evaluate rate policies at /v1/ratelimit/evaluate)"))
 			return
 		}
-		sub, err := subjectFor(pol, nil, ratelimit.Attributes{}, req.Subject)
+		// The subject is built exactly as for evaluate (SubjectFor); with no
+		// mapping it can only lack a value or carry one too long.
+		attrs := ratelimit.Attributes{Route: req.Subject["route"], ResourceClass: req.Subject["resource-class"]}
+		sub, err := ratelimit.SubjectFor(pol, ratelimit.Selection{Policy: pol.ID}, attrs, identityOf(req.Subject))
 		if err != nil {
-			writeError(w, missing(err))
+			writeError(w, a.decideError(err))
 			return
 		}
 		budget := a.budget

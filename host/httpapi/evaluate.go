@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,24 +203,18 @@ func (a *api) evaluate(w http.ResponseWriter, r *http.Request) {
 	if req.DeadlineMs > 0 {
 		budget = time.Duration(req.DeadlineMs) * time.Millisecond
 	}
-	deadline := time.Now().Add(budget)
-	ctx, cancel := context.WithDeadline(r.Context(), deadline)
-	defer cancel()
-
-	reqs, e := a.requests(ctx, lim, sel, req, deadline)
-	if e != nil {
-		writeError(w, e)
-		return
+	q := ratelimit.Query{
+		Attributes: ratelimit.Attributes{
+			Route: req.Attributes.Route, Method: req.Attributes.Method, PrincipalTier: req.Attributes.PrincipalTier,
+			APIKeyPlan: req.Attributes.APIKeyPlan, ClientIPClass: req.Attributes.ClientIPClass, ResourceClass: req.Attributes.ResourceClass,
+		},
+		Identity: identityOf(req.Subject), Route: req.Subject["route"], ResourceClass: req.Subject["resource-class"],
+		Policy: req.Policy, Cost: req.Cost, EvaluationID: req.EvaluationID, Deadline: time.Now().Add(budget),
 	}
-	if len(reqs) == 0 {
-		writeJSON(w, http.StatusOK, EvaluateResponse{Kind: KindNotLimited, Allowed: true})
+	o, err := lim.Decide(r.Context(), sel, q)
+	if err != nil {
+		writeError(w, a.decideError(err))
 		return
-	}
-	var o ratelimit.Outcome
-	if len(reqs) == 1 {
-		o = lim.Evaluate(ctx, reqs[0])
-	} else {
-		o = lim.EvaluateAll(ctx, reqs)
 	}
 	if o.Kind() == ratelimit.Unavailable && o.Category() == ratelimit.CategoryInvalidRequest {
 		if req.Policy == "" {
@@ -236,97 +229,37 @@ func (a *api) evaluate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, responseOf(o))
 }
 
-// requests builds the limiter requests: the explicit policy, or one per
-// selection of the selector (evaluated as a hierarchy, in order).
-func (a *api) requests(ctx context.Context, lim *ratelimit.Limiter, sel ratelimit.Selector, req EvaluateRequest, deadline time.Time) ([]ratelimit.Request, *Error) {
-	set := lim.Policies()
-	attrs := ratelimit.Attributes{
-		Route: req.Attributes.Route, Method: req.Attributes.Method, PrincipalTier: req.Attributes.PrincipalTier,
-		APIKeyPlan: req.Attributes.APIKeyPlan, ClientIPClass: req.Attributes.ClientIPClass, ResourceClass: req.Attributes.ResourceClass,
-	}
-	if req.Policy != "" {
-		pol, ok := set.Policy(req.Policy)
-		if !ok {
-			return nil, newError(http.StatusBadRequest, CodeUnknownPolicy, "no active policy has that id")
-		}
-		cost := req.Cost
-		if cost == 0 {
-			cost = 1
-		}
-		sub, err := subjectFor(pol, nil, attrs, req.Subject)
-		if err != nil {
-			return nil, missing(err)
-		}
-		return []ratelimit.Request{{Policy: pol.ID, Subject: sub, Cost: cost, EvaluationID: req.EvaluationID, Deadline: deadline}}, nil
-	}
-	if sel == nil {
-		return nil, newError(http.StatusBadRequest, CodeInvalidField, "no selector is configured: name a policy")
-	}
-	sels, err := sel.Select(ctx, attrs)
-	if err != nil {
-		// Bounded: only the fact, never attributes (they may be
-		// client-supplied junk) or the guest's message.
-		a.log.Warn("rate policy selection failed", "error_kind", "selector")
-		e := newError(http.StatusServiceUnavailable, CodeSelectorUnavailable, "policy selection failed; the request must not proceed")
-		e.retryAfter = time.Second
-		return nil, e
-	}
-	if len(sels) > ratelimit.MaxSelections {
-		a.log.Warn("rate policy selection too large", "selections", len(sels))
+// identityOf takes the identity dimensions of a subject object.
+func identityOf(sub map[string]string) ratelimit.Identity {
+	return ratelimit.Identity{Tenant: sub["tenant"], Principal: sub["principal"], APIKey: sub["api-key"], ClientIP: sub["client-ip"]}
+}
+
+// decideError maps a Limiter.Decide error to its answer. Selector failures
+// are logged as a bounded kind only: the error may carry a guest's message.
+func (a *api) decideError(err error) *Error {
+	var src *ratelimit.SourceError
+	var qe *ratelimit.QueryError
+	switch {
+	case errors.As(err, &src):
+		e := newError(http.StatusBadRequest, CodeMissingSubject, "no value for subject dimension "+src.Dimension)
+		e.Body.Field = "subject." + src.Dimension
+		return e
+	case errors.As(err, &qe):
+		return fieldError(qe.Field, qe.Reason)
+	case errors.Is(err, ratelimit.ErrUnknownPolicy):
+		return newError(http.StatusBadRequest, CodeUnknownPolicy, "no active policy has that id")
+	case errors.Is(err, ratelimit.ErrNoSelector):
+		return newError(http.StatusBadRequest, CodeInvalidField, "no selector is configured: name a policy")
+	case errors.Is(err, ratelimit.ErrBadSelection):
+		a.log.Warn("rate policy selection does not fit the policy set", "error_kind", "selection")
 		e := newError(http.StatusServiceUnavailable, CodeSelectorUnavailable, "policy selection is invalid; the request must not proceed")
 		e.retryAfter = time.Second
-		return nil, e
-	}
-	out := make([]ratelimit.Request, 0, len(sels))
-	for i, s := range sels {
-		pol, ok := set.Policy(s.Policy)
-		if !ok {
-			a.log.Warn("selector chose an unknown rate policy", "policy", sanitize(s.Policy, MaxPolicyIDBytes))
-			e := newError(http.StatusServiceUnavailable, CodeSelectorUnavailable, "policy selection is invalid; the request must not proceed")
-			e.retryAfter = time.Second
-			return nil, e
-		}
-		sub, err := subjectFor(pol, s.Dimensions, attrs, req.Subject)
-		if err != nil {
-			return nil, missing(err)
-		}
-		id := req.EvaluationID
-		if id != "" && len(sels) > 1 {
-			// One id per policy of the hierarchy, derived, so a retry of the
-			// same evaluation dedups on every level.
-			id = fmt.Sprintf("%s/%d", id, i)
-			if len(id) > ratelimit.MaxEvaluationIDBytes {
-				return nil, fieldError("evaluation-id", "too long for a hierarchy of policies")
-			}
-		}
-		out = append(out, ratelimit.Request{Policy: pol.ID, Subject: sub, Cost: s.Cost, EvaluationID: id, Deadline: deadline})
-	}
-	return out, nil
-}
-
-func missing(err error) *Error {
-	var m *ratelimit.SourceError
-	if errors.As(err, &m) {
-		e := newError(http.StatusBadRequest, CodeMissingSubject, "no value for subject dimension "+m.Dimension)
-		e.Body.Field = "subject." + m.Dimension
 		return e
 	}
-	return newError(http.StatusBadRequest, CodeInvalidRequest, "the selection does not fit the policy")
-}
-
-// subjectFor builds the subject of one selection through
-// ratelimit.SubjectFor, the mapping the middleware uses too. The sidecar's
-// subject object carries the identity dimensions; explicit route and
-// resource-class values in it take precedence over the attributes.
-func subjectFor(pol policy.RatePolicy, mapping map[string]string, a ratelimit.Attributes, sub map[string]string) (ratelimit.Subject, error) {
-	id := ratelimit.Identity{Tenant: sub["tenant"], Principal: sub["principal"], APIKey: sub["api-key"], ClientIP: sub["client-ip"]}
-	if v := sub["route"]; v != "" {
-		a.Route = v
-	}
-	if v := sub["resource-class"]; v != "" {
-		a.ResourceClass = v
-	}
-	return ratelimit.SubjectFor(pol, ratelimit.Selection{Policy: pol.ID, Dimensions: mapping}, a, id)
+	a.log.Warn("rate policy selection failed", "error_kind", "selector")
+	e := newError(http.StatusServiceUnavailable, CodeSelectorUnavailable, "policy selection failed; the request must not proceed")
+	e.retryAfter = time.Second
+	return e
 }
 
 // responseOf maps an outcome to its JSON form.

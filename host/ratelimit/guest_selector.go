@@ -349,5 +349,5 @@ func (l *Limiter) CheckSwap(set *policy.RatePolicySet) error {
 	if set == nil {
 		return fmt.Errorf("%w: nil policy set", ErrConfig)
 	}
-	return l.check(l.set.Load(), set)
+	return l.check(l.gen.Load().set, set)
 }

@@ -32,6 +32,7 @@ func newRuntimeTopo(t testing.TB, topo policy.Topology) *runtime.Runtime {
 		ID: "coord", Topology: topo, ClientName: "caphost-rate-test",
 		Timeouts: policy.Timeouts{Connect: time.Second, Command: 2 * time.Second, Acquire: 2 * time.Second, Shutdown: 3 * time.Second},
 		Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+		AdminShared: true, // no auth: the admin lane is the default user too, by choice
 	}
 	cfg := policy.RedisConfig{
 		Deployments: map[string]policy.Deployment{"coord": dep},
@@ -95,6 +96,12 @@ func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 	t.Helper()
 	pol, ok := f.l.Policies().Policy(id)
 	require.True(t, ok)
+	return f.stateKeyOf(t, pol, sub)
+}
+
+// stateKeyOf is stateKey for a policy of any set (an old revision, say).
+func (f *fixture) stateKeyOf(t testing.TB, pol policy.RatePolicy, sub Subject) keys.Key {
+	t.Helper()
 	kv := keyVersion
 	if pol.Algorithm == policy.RateTokenBucket {
 		kv = tokenBucketKeyVersion

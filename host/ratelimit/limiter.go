@@ -128,12 +128,12 @@ type Limiter struct {
 	batch *programs.Batcher
 	keys  *keys.Builder
 	cfg   Config
-	set   atomic.Pointer[policy.RatePolicySet]
-	// gen is the per-policy rendering of set (keys, program arguments,
-	// metric handles). It is stored right after set under swapMu; an
-	// evaluation that sees a different set compiles on the fly instead.
+	// gen is the active policy set with its per-policy rendering (keys,
+	// program arguments, metric handles). It is the only copy of the set:
+	// an evaluation loads it once and uses that snapshot for every lookup,
+	// so a swap can never split one request across two sets.
 	gen     atomic.Pointer[generation]
-	swapMu  sync.Mutex
+	swapMu  sync.Mutex    // serialises Swap (check, compile, store)
 	local   *localLimiter // nil unless degraded-provider is local-emergency
 	metrics *metrics
 	shadow  *sampler
@@ -180,13 +180,15 @@ func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Opt
 	if err := l.check(nil, set); err != nil {
 		return nil, err
 	}
-	l.set.Store(set)
 	l.gen.Store(l.compile(set))
 	return l, nil
 }
 
 // Policies returns the active policy set.
-func (l *Limiter) Policies() *policy.RatePolicySet { return l.set.Load() }
+func (l *Limiter) Policies() *policy.RatePolicySet { return l.gen.Load().set }
+
+// Config returns the configuration the limiter was built with.
+func (l *Limiter) Config() Config { return l.cfg }
 
 // Swap atomically replaces the policy set. Evaluations in flight finish on
 // the set they started with. A set that changes a policy without a new
@@ -196,26 +198,16 @@ func (l *Limiter) Swap(set *policy.RatePolicySet) error {
 	if set == nil {
 		return fmt.Errorf("%w: nil policy set", ErrConfig)
 	}
-	// Swaps are rare: serialising them keeps gen in step with set.
+	// Swaps are rare: serialising them makes check-then-store atomic.
 	l.swapMu.Lock()
 	defer l.swapMu.Unlock()
-	var gen *generation
-	for {
-		old := l.set.Load()
-		if err := l.check(old, set); err != nil {
-			return err
-		}
-		if gen == nil {
-			// Only an accepted set is compiled: compiling creates its
-			// metric series.
-			gen = l.compile(set)
-		}
-		if l.set.CompareAndSwap(old, set) {
-			l.gen.Store(gen)
-			l.log.Info("rate policy set swapped", "policies", set.Len(), "digest", set.Digest())
-			return nil
-		}
+	if err := l.check(l.gen.Load().set, set); err != nil {
+		return err
 	}
+	// Only an accepted set is compiled: compiling creates its metric series.
+	l.gen.Store(l.compile(set))
+	l.log.Info("rate policy set swapped", "policies", set.Len(), "digest", set.Digest())
+	return nil
 }
 
 func (l *Limiter) check(old, set *policy.RatePolicySet) error {
@@ -232,17 +224,18 @@ func (l *Limiter) check(old, set *policy.RatePolicySet) error {
 	return errors.Join(errs...)
 }
 
-// Evaluate evaluates one request against the active policy set.
+// Evaluate evaluates one request against the active policy set. It is
+// the entry point for callers that build the subject themselves; front
+// ends that select policies from request attributes call Decide.
 func (l *Limiter) Evaluate(ctx context.Context, req Request) Outcome {
-	set := l.set.Load()
-	cp := l.compiled(set, req.Policy)
+	cp := l.gen.Load().byID[req.Policy]
 	o := l.evaluateCompiled(ctx, cp, req)
 	l.metrics.recordFor(o, cp)
 	return o
 }
 
 // EvaluateAll evaluates a hierarchy (for example tenant, principal and
-// route policies) on one policy-set generation, sequentially and in the
+// route policies) on one policy-set snapshot, sequentially and in the
 // given order, stopping at the first outcome that does not allow and
 // returning it.
 //
@@ -258,16 +251,38 @@ func (l *Limiter) Evaluate(ctx context.Context, req Request) Outcome {
 // decision is the most restrictive one (least remaining) among the
 // enforced (non-shadow) decisions.
 func (l *Limiter) EvaluateAll(ctx context.Context, reqs []Request) Outcome {
-	set := l.set.Load()
+	g := l.gen.Load()
 	if len(reqs) == 0 || len(reqs) > MaxSelections {
 		o := unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
 		l.metrics.record(o)
 		return o
 	}
-	outs := make([]Outcome, 0, len(reqs))
-	for _, r := range reqs {
-		o := l.evaluate(ctx, set, r)
-		l.metrics.record(o)
+	steps := make([]step, len(reqs))
+	for i, r := range reqs {
+		steps[i] = step{cp: g.byID[r.Policy], req: r}
+	}
+	return l.run(ctx, steps)
+}
+
+// step is one policy of a hierarchy, resolved on one generation (cp nil:
+// not in it).
+type step struct {
+	cp  *compiledPolicy
+	req Request
+}
+
+// run evaluates the steps of one generation as a hierarchy (see
+// EvaluateAll), counting each evaluated policy's outcome once.
+func (l *Limiter) run(ctx context.Context, steps []step) Outcome {
+	if len(steps) == 1 {
+		o := l.evaluateCompiled(ctx, steps[0].cp, steps[0].req)
+		l.metrics.recordFor(o, steps[0].cp)
+		return o
+	}
+	outs := make([]Outcome, 0, len(steps))
+	for _, s := range steps {
+		o := l.evaluateCompiled(ctx, s.cp, s.req)
+		l.metrics.recordFor(o, s.cp)
 		if !o.Allowed() {
 			return o
 		}
@@ -299,12 +314,6 @@ func combine(outs []Outcome) Outcome {
 		out.kind, out.reason, out.category = Degraded, outs[degraded].reason, outs[degraded].category
 	}
 	return out
-}
-
-// evaluate runs one request against set. It never panics on bad input and
-// never returns an allow it cannot justify.
-func (l *Limiter) evaluate(ctx context.Context, set *policy.RatePolicySet, req Request) Outcome {
-	return l.evaluateCompiled(ctx, l.compiled(set, req.Policy), req)
 }
 
 // evaluateCompiled runs one request against its compiled policy (nil: not
@@ -575,20 +584,6 @@ func (l *Limiter) compile(set *policy.RatePolicySet) *generation {
 		}
 	}
 	return g
-}
-
-// compiled returns policy id of set compiled (nil when set has no such
-// policy). Off the current generation (a swap in progress) it compiles on
-// the fly, which is correct, only slower.
-func (l *Limiter) compiled(set *policy.RatePolicySet, id string) *compiledPolicy {
-	if g := l.gen.Load(); g != nil && g.set == set {
-		return g.byID[id]
-	}
-	pol, ok := set.Policy(id)
-	if !ok {
-		return nil
-	}
-	return l.compilePolicy(pol)
 }
 
 func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/caphost/caphost/policy"
 )
 
 // SubjectExtractor extracts the request attributes (classes, shown to the
@@ -170,12 +168,16 @@ const (
 )
 
 // Middleware enforces rate policies on an http.Handler: the extractor gives
-// attributes and identity, the selector picks policies, the limiter
-// evaluates them as a hierarchy (EvaluateAll). Allowed → next handler with
+// attributes and identity, and Limiter.Decide selects the policies and
+// evaluates them as a hierarchy. Allowed → next handler with
 // RateLimit-Limit/Remaining/Reset; denied → 429 with Retry-After (seconds,
 // rounded up, at least 1); Unavailable or Indeterminate → 503 with
-// Retry-After; Degraded → per its decision. A selector or extractor failure
-// never allows. A request no policy selects passes through.
+// Retry-After; Degraded → per its decision. A request the caller got
+// wrong (the extractor failed, a needed subject value is missing, the
+// selector refused it as invalid) is a 400 without Retry-After: repeating
+// it cannot succeed. A selector failure or a selection that does not fit
+// the policy set is a 503 and never allows. A request no policy selects
+// passes through.
 func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts MiddlewareOptions) func(http.Handler) http.Handler {
 	if opts.Budget <= 0 {
 		opts.Budget = 250 * time.Millisecond
@@ -195,17 +197,21 @@ func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts Middlew
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), opts.Budget)
 			defer cancel()
-			sels, err := sel.Select(ctx, attrs)
-			if err != nil {
-				opts.Log.Warn("rate policy selection failed", "error_kind", "selector")
+			o, err := l.Decide(ctx, sel, Query{Attributes: attrs, Identity: id})
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrNoSource), errors.Is(err, ErrInvalidQuery), errors.Is(err, ErrSelectionRefused):
+				writeStatus(w, http.StatusBadRequest, 0, bodyBadRequest)
+				return
+			default:
+				opts.Log.Warn("rate policy selection failed", "error_kind", errorKind(err))
 				writeStatus(w, http.StatusServiceUnavailable, unavailableRetryAfter, bodyUnavailable)
 				return
 			}
-			if len(sels) == 0 {
+			if o.kind == NotLimited {
 				next.ServeHTTP(w, r)
 				return
 			}
-			o := l.evaluateSelections(ctx, sels, attrs, id)
 			if o.kind == Unavailable && o.category == CategoryInvalidRequest {
 				opts.Log.Warn("rate policy selection does not fit its policies", "policy", o.policy)
 			}
@@ -214,33 +220,16 @@ func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts Middlew
 	}
 }
 
-// evaluateSelections builds one request per selection on one policy-set
-// generation and evaluates them as a hierarchy.
-func (l *Limiter) evaluateSelections(ctx context.Context, sels []Selection, attrs Attributes, id Identity) Outcome {
-	set := l.set.Load()
-	if len(sels) > MaxSelections {
-		o := unavailable(policy.RatePolicy{}, CategoryMisconfigured)
-		l.metrics.record(o)
-		return o
+// errorKind is the bounded log word for a Decide error (the error text may
+// carry a guest's message).
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrBadSelection):
+		return "selection"
+	case errors.Is(err, ErrNoSelector):
+		return "no-selector"
 	}
-	outs := make([]Outcome, 0, len(sels))
-	for _, s := range sels {
-		pol, ok := set.Policy(s.Policy)
-		var o Outcome
-		if !ok {
-			o = unavailable(policy.RatePolicy{}, CategoryInvalidRequest)
-		} else if sub, err := SubjectFor(pol, s, attrs, id); err != nil {
-			o = unavailable(pol, CategoryInvalidRequest)
-		} else {
-			o = l.evaluate(ctx, set, Request{Policy: s.Policy, Subject: sub, Cost: s.Cost})
-		}
-		l.metrics.record(o)
-		if !o.Allowed() {
-			return o
-		}
-		outs = append(outs, o)
-	}
-	return combine(outs)
+	return "selector"
 }
 
 // writeOutcome maps an outcome to the HTTP response.

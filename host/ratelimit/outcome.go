@@ -21,6 +21,10 @@ const (
 	// Indeterminate: the evaluation may have been applied but its result is
 	// unknown; no decision, never an allow.
 	Indeterminate
+	// NotLimited: the selector chose no policy for the request (Decide
+	// only). There is no decision and nothing was counted; the request may
+	// proceed.
+	NotLimited
 )
 
 // String returns the kind's name.
@@ -34,6 +38,8 @@ func (k Kind) String() string {
 		return "unavailable"
 	case Indeterminate:
 		return "indeterminate"
+	case NotLimited:
+		return "not-limited"
 	}
 	return "invalid"
 }
@@ -148,9 +154,12 @@ func (o Outcome) Decision() (Decision, bool) {
 	return Decision{}, false
 }
 
-// Allowed reports whether the request may proceed: only an Evaluated or
-// Degraded decision that allows.
+// Allowed reports whether the request may proceed: an Evaluated or
+// Degraded decision that allows, or NotLimited (no policy applies).
 func (o Outcome) Allowed() bool {
+	if o.kind == NotLimited {
+		return true
+	}
 	d, ok := o.Decision()
 	return ok && d.Allowed
 }

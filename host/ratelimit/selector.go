@@ -114,7 +114,8 @@ func (e *SourceError) Is(target error) bool { return target == ErrNoSource }
 // name — identity fields from id, classes from a. Every front end (the
 // middleware, the sidecar API) builds subjects through this one function so
 // the same request always lands in the same bucket. A missing value is a
-// *SourceError; a value over MaxSubjectValueBytes is an error.
+// *SourceError; a value over MaxSubjectValueBytes is a *QueryError naming
+// the dimension; a mapping to no known source matches ErrBadSelection.
 func SubjectFor(pol policy.RatePolicy, sel Selection, a Attributes, id Identity) (Subject, error) {
 	sub := make(Subject, len(pol.Dimensions))
 	for _, dim := range pol.Dimensions {
@@ -148,13 +149,13 @@ func SubjectFor(pol policy.RatePolicy, sel Selection, a Attributes, id Identity)
 		case "client-ip-class":
 			v = a.ClientIPClass
 		default:
-			return nil, fmt.Errorf("ratelimit: unknown subject source for dimension %s", dim)
+			return nil, fmt.Errorf("%w: unknown subject source for dimension %s", ErrBadSelection, dim)
 		}
 		if v == "" {
 			return nil, &SourceError{Dimension: string(dim)}
 		}
 		if len(v) > MaxSubjectValueBytes {
-			return nil, fmt.Errorf("ratelimit: subject value for dimension %s is longer than %d bytes", dim, MaxSubjectValueBytes)
+			return nil, &QueryError{Field: "subject." + string(dim), Reason: fmt.Sprintf("longer than %d bytes", MaxSubjectValueBytes)}
 		}
 		sub[dim] = []byte(v)
 	}
