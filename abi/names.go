@@ -11,6 +11,9 @@ const (
 	KindRenderer    Kind = "renderer"
 )
 
+// Kinds lists the v1 kinds in a fixed order.
+func Kinds() []Kind { return []Kind{KindCodec, KindCacheRegion, KindRatePolicy, KindRenderer} }
+
 // Valid reports whether k is a v1 kind.
 func (k Kind) Valid() bool {
 	switch k {

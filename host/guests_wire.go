@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/metrics"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/trust"
@@ -30,13 +32,15 @@ var (
 	// ErrSwapUnauthorized: a swap candidate carries no signature that a
 	// trusted key verifies, and unsigned swaps are not allowed.
 	ErrSwapUnauthorized = errors.New("caphost: guest swap not authorised")
-	// ErrGuestKindChange: a candidate adds or removes the rate-policy kind;
-	// the host wires capabilities at start-up, so that needs a restart.
-	ErrGuestKindChange = errors.New("caphost: guest swap changes the rate-policy kind")
-	// ErrGuestPolicies: a candidate's declared rate policies do not compile
-	// together with the configured ones, or the limiter would refuse them
-	// (for example a changed policy under an unchanged revision).
-	ErrGuestPolicies = errors.New("caphost: guest rate policies rejected")
+	// ErrGuestKindChange: a candidate adds or removes a kind that an active
+	// capability consumes (rate-policy for rate-limit); the host wires
+	// capabilities at start-up, so that needs a restart.
+	ErrGuestKindChange = errors.New("caphost: guest swap changes a kind a capability consumes")
+	// ErrGuestPolicies: a capability refused the candidate's declarations —
+	// for rate-limit, its rate policies do not compile together with the
+	// configured ones, or the limiter would refuse them (for example a
+	// changed policy under an unchanged revision).
+	ErrGuestPolicies = errors.New("caphost: guest declarations rejected by a capability")
 )
 
 // GuestStatus describes one guest module for operators.
@@ -76,10 +80,10 @@ type guests struct {
 	obs  *metrics.Guests
 
 	mu      sync.Mutex
-	loaded  map[string]bool                             // initial load done: later verifications are swaps
-	pending map[pendingKey]*trust.Signature             // signatures of admin swaps in progress
-	rate    map[string]bool                             // modules declaring rate-policy (fixed at start-up)
-	check   func(name string, d *abi.Description) error // pre-swap policy check, set with the rate capability
+	loaded  map[string]bool                 // initial load done: later verifications are swaps
+	pending map[pendingKey]*trust.Signature // signatures of admin swaps in progress
+	kinds   map[string][]abi.Kind           // kinds each module declared at load (fixed at start-up)
+	hooks   map[abi.Kind]module.GuestHook   // capabilities' swap hooks, by consumed kind
 }
 
 type pendingKey struct {
@@ -104,7 +108,8 @@ func newGuests(ctx context.Context, log *slog.Logger, cfg policy.GuestsConfig, s
 		return nil, fmt.Errorf("caphost: guest engine: %w", err)
 	}
 	g := &guests{log: log, cfg: cfg, sec: sec, keys: keys, eng: eng, obs: obs,
-		loaded: map[string]bool{}, pending: map[pendingKey]*trust.Signature{}, rate: map[string]bool{}}
+		loaded: map[string]bool{}, pending: map[pendingKey]*trust.Signature{},
+		kinds: map[string][]abi.Kind{}, hooks: map[abi.Kind]module.GuestHook{}}
 	g.mgr = plugins.NewManager(eng, plugins.ManagerOptions{
 		Verify: g.verify, Logger: log, SelfTest: true,
 		Observer: swapObserver{Guests: obs, onSwap: func(module string, ok bool) {
@@ -125,9 +130,9 @@ func newGuests(ctx context.Context, log *slog.Logger, cfg policy.GuestsConfig, s
 			continue
 		}
 		_ = g.mgr.Use(ctx, n, func(mod *plugins.Module) error {
-			if d := mod.Description(); d != nil && slices.Contains(d.Kinds, abi.KindRatePolicy) {
+			if d := mod.Description(); d != nil {
 				g.mu.Lock()
-				g.rate[n] = true
+				g.kinds[n] = slices.Clone(d.Kinds)
 				g.mu.Unlock()
 			}
 			return nil
@@ -208,16 +213,45 @@ func (g *guests) isLoaded(name string) bool {
 	return g.loaded[name]
 }
 
-// rateModules lists the modules declaring rate-policy, sorted.
-func (g *guests) rateModules() []string {
+// Manager implements module.Guests.
+func (g *guests) Manager() *plugins.Manager { return g.mgr }
+
+// ModulesOfKind implements module.Guests: the modules that declared kind
+// when they were loaded, sorted.
+func (g *guests) ModulesOfKind(kind abi.Kind) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.rate))
-	for n := range g.rate {
-		out = append(out, n)
+	var out []string
+	for n, ks := range g.kinds {
+		if slices.Contains(ks, kind) {
+			out = append(out, n)
+		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Hook implements module.Guests.
+func (g *guests) Hook(kind abi.Kind, h module.GuestHook) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hooks[kind] = h
+}
+
+// notifySwapped tells the capabilities consuming a kind the module declares
+// that it was swapped.
+func (g *guests) notifySwapped(name string) {
+	g.mu.Lock()
+	var fns []func(string)
+	for _, k := range g.kinds[name] {
+		if h, ok := g.hooks[k]; ok && h.Swapped != nil {
+			fns = append(fns, h.Swapped)
+		}
+	}
+	g.mu.Unlock()
+	for _, f := range fns {
+		f(name)
+	}
 }
 
 // verify is the manager's Verifier (see the trust rule on guests).
@@ -230,7 +264,6 @@ func (g *guests) verify(name string, wasm []byte) error {
 	g.mu.Lock()
 	swap := g.loaded[name]
 	sig := g.pending[pendingKey{name, digest}]
-	check := g.check
 	g.mu.Unlock()
 	if !swap {
 		pin, err := trust.ParsePin(m.SHA256)
@@ -265,15 +298,16 @@ func (g *guests) verify(name string, wasm []byte) error {
 	case !g.sec.AllowUnsignedSwaps:
 		return fmt.Errorf("%w: no trusted key is configured and security.allow-unsigned-swaps is false", ErrSwapUnauthorized)
 	}
-	return g.precheck(name, wasm, check)
+	return g.precheck(name, wasm)
 }
 
-// precheck instantiates the candidate once to read its description and
-// refuses a kind change or policies the rate capability would not accept,
-// so the policy swap after the guest swap cannot fail. The compiled code
-// lands in the engine's compilation cache, so the manager's own load of the
-// same bytes right after does not compile again.
-func (g *guests) precheck(name string, wasm []byte, check func(string, *abi.Description) error) error {
+// precheck instantiates the candidate once to read its description, refuses
+// a change of any kind a capability consumes, and runs those capabilities'
+// checks (the rate capability refuses policies its limiter would not
+// accept), so the capability's own swap after the guest swap cannot fail.
+// The compiled code lands in the engine's compilation cache, so the
+// manager's own load of the same bytes right after does not compile again.
+func (g *guests) precheck(name string, wasm []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), maxSwapInit)
 	defer cancel()
 	mod, err := g.eng.Load(ctx, name, wasm, limitsOf(g.cfg.Modules[name].Limits))
@@ -282,13 +316,24 @@ func (g *guests) precheck(name string, wasm []byte, check func(string, *abi.Desc
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
 	d := mod.Description()
-	wasRate := slices.Contains(g.rateModules(), name)
-	if isRate := d != nil && slices.Contains(d.Kinds, abi.KindRatePolicy); isRate != wasRate {
-		return fmt.Errorf("%w: module %s", ErrGuestKindChange, name)
+	g.mu.Lock()
+	was := g.kinds[name]
+	hooked := make([]abi.Kind, 0, len(g.hooks))
+	for k := range g.hooks {
+		hooked = append(hooked, k)
 	}
-	if wasRate && check != nil {
-		if err := check(name, d); err != nil {
-			return fmt.Errorf("%w: %w", ErrGuestPolicies, err)
+	hooks := maps.Clone(g.hooks)
+	g.mu.Unlock()
+	slices.Sort(hooked)
+	for _, k := range hooked {
+		is := d != nil && slices.Contains(d.Kinds, k)
+		if is != slices.Contains(was, k) {
+			return fmt.Errorf("%w: module %s, kind %s", ErrGuestKindChange, name, k)
+		}
+		if is && hooks[k].Check != nil {
+			if err := hooks[k].Check(ctx, name, d); err != nil {
+				return fmt.Errorf("%w: %w", ErrGuestPolicies, err)
+			}
 		}
 	}
 	return nil

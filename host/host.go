@@ -1,28 +1,27 @@
 // Package host is caphost's composition root: it turns a loaded
-// configuration into a running host — the Redis runtime for the selected
-// roles, Prometheus instruments on a private registry, readiness — and owns
-// their lifecycle. Services embed caphost through New; the daemon and the
-// CLI go through the same functions, so there is one path from configuration
-// to Redis.
+// configuration into a running host — the guest modules, the Redis runtime
+// for the selected roles, the capabilities, Prometheus instruments on a
+// private registry, readiness — and owns their lifecycle. Services embed
+// caphost through New; the daemon and the CLI go through the same
+// functions, so there is one path from configuration to Redis.
 //
-// New assembles, in order and only what configuration activates: the guest
-// modules (plugins engine with the configured compile cache, a hot-swap
-// manager, every module loaded and verified, file watchers with
-// guests.watch), then the Redis runtime, then the capabilities (rate-limit:
-// configured policies plus those declared by rate-policy guests, selected
-// by the guest or by the configured routes). A successful swap of a
-// rate-policy guest rebuilds the policy set without a restart; its policies
-// are checked before the swap, so a candidate the limiter would refuse never
-// serves (guests_wire.go, ratelimit_wire.go).
+// Every capability is a module (host/internal/module) registered in one
+// list (host/internal/builtin): New decodes each active capability's block
+// with the capability's own strict decoder, provisions the capabilities in
+// registration order on the guests and the runtime, validates them, and
+// serves their HTTP routes and descriptors; a failure at any step closes
+// everything already built, in reverse. A disabled capability creates
+// nothing. Guest swaps reach the capabilities that consume the swapped kind
+// through the hooks they register (guests_wire.go).
 //
-// Capability facades (host/cache, host/ratelimit, ...) are built on a Host;
-// operator actions that need no running host (listing, verifying and
-// deploying the program catalog, probing) live in operate.go.
+// Capability facades (host/ratelimit, ...) are reached through accessors
+// such as RateLimit; operator actions that need no running host (listing,
+// verifying and deploying the program catalog, probing) live in operate.go.
 //
-// What may change here: the wiring of new capabilities and guests, in the
-// same order (guests, runtime, capabilities) and with the same close order
-// in reverse. What must not: guests never reach the runtime; a guest failure
-// never turns into an allow.
+// What may change here: new accessors for new capabilities, the
+// operations surface. What must not: the order (guests, runtime,
+// capabilities; closed in reverse), that guests never reach the runtime,
+// and that a guest failure never turns into an allow.
 package host
 
 import (
@@ -31,10 +30,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -42,7 +39,10 @@ import (
 
 	"github.com/caphost/caphost/host/config"
 	"github.com/caphost/caphost/host/health"
+	"github.com/caphost/caphost/host/internal/builtin"
+	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/metrics"
+	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/policy/commands"
 	"github.com/caphost/caphost/runtime"
 )
@@ -50,18 +50,30 @@ import (
 // Host is an assembled caphost. It is safe for concurrent use; Close is the
 // single close authority.
 type Host struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
+	cfg *config.Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	// treg is the host's own view of reg: what the host registered leaves
+	// the registry again when it closes (also after a failed New), so an
+	// embedder can build hosts on one registry one after another.
+	treg    *trackedRegisterer
 	rt      *runtime.Runtime // nil when no role is selected
 	checker *health.Checker
 	guests  *guests // nil without guest modules
-	// rate is set once during New; atomic because a watched guest swap may
-	// already run while New is still wiring.
-	rate atomic.Pointer[rateWire]
+	// caps holds every registered capability in registration order; an
+	// inactive one has a nil mod. Fixed once New returns.
+	caps []*capEntry
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// capEntry is one registered capability in a host.
+type capEntry struct {
+	info module.Info
+	mod  module.Module      // nil: disabled
+	reg  *trackedRegisterer // the capability's view of the registry
+	prov bool               // Provision was called (Close is owed)
 }
 
 // Option configures New.
@@ -82,12 +94,19 @@ func WithRegistry(reg *prometheus.Registry) Option { return func(o *options) { o
 // ErrNoRuntime is returned by Runtime when no Redis role is selected.
 var ErrNoRuntime = errors.New("caphost: no redis role is selected")
 
+// ErrCapabilityDisabled is returned by a capability accessor when the
+// configuration does not activate that capability.
+var ErrCapabilityDisabled = errors.New("caphost: capability is not active")
+
 // New assembles a host from cfg, in order: the guest modules (when any is
 // configured; every load failure is reported at once), the Redis runtime,
-// the active capabilities, and last the guest file watchers. It creates
-// Redis clients only for the roles cfg selects (and dials nothing until
-// first use); with no role selected it creates no client, goroutine or
-// health dependency at all. On failure everything already built is closed.
+// the active capabilities (decoded, provisioned and validated in
+// registration order), and last the guest file watchers. It creates Redis
+// clients only for the roles cfg selects (and dials nothing until first
+// use); with no role selected it creates no client, goroutine or health
+// dependency at all. A capability block that does not decode is a
+// *policy.ValidationError listing every problem. On failure everything
+// already built is closed.
 func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error) {
 	o := options{log: slog.Default()}
 	for _, opt := range opts {
@@ -100,10 +119,16 @@ func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error)
 		o.reg = prometheus.NewRegistry()
 		o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	h := &Host{cfg: cfg, log: o.log, reg: o.reg}
+	h := &Host{cfg: cfg, log: o.log, reg: o.reg, treg: &trackedRegisterer{Registerer: o.reg}}
+	// Decode first: a block that does not decode must not cost a guest
+	// compilation or a Redis client.
+	if err := h.decodeCapabilities(); err != nil {
+		return nil, err
+	}
 	if len(cfg.Guests.Modules) > 0 {
-		g, err := newGuests(ctx, o.log, cfg.Guests, cfg.Security, cfg.TrustedKeys, o.reg, h.guestSwapped)
+		g, err := newGuests(ctx, o.log, cfg.Guests, cfg.Security, cfg.TrustedKeys, h.treg, h.guestSwapped)
 		if err != nil {
+			h.treg.unregisterAll()
 			return nil, err
 		}
 		h.guests = g
@@ -112,13 +137,9 @@ func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error)
 		_ = h.Close(ctx)
 		return nil, err
 	}
-	if c, ok := cfg.Capabilities[rateCapability]; ok {
-		w, err := h.newRate(ctx, c)
-		if err != nil {
-			_ = h.Close(ctx)
-			return nil, fmt.Errorf("caphost: rate-limit: %w", err)
-		}
-		h.rate.Store(w)
+	if err := h.provisionCapabilities(ctx); err != nil {
+		_ = h.Close(ctx)
+		return nil, err
 	}
 	if h.guests != nil {
 		if err := h.guests.watch(ctx); err != nil {
@@ -129,20 +150,127 @@ func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error)
 	return h, nil
 }
 
-// guestSwapped runs after every swap attempt of a loaded module: a
-// successful swap of a rate-policy guest rebuilds the rate policy set.
-func (h *Host) guestSwapped(module string, ok bool) {
-	w := h.rate.Load()
-	if !ok || w == nil || !slices.Contains(w.mods, module) {
-		return
+// decodeCapabilities creates a module for every active capability and runs
+// its strict decode, collecting every problem of every capability.
+func (h *Host) decodeCapabilities() error {
+	var ps policy.Problems
+	for _, info := range builtin.Capabilities() {
+		e := &capEntry{info: info}
+		h.caps = append(h.caps, e)
+		c, ok := h.cfg.Capabilities[info.ID]
+		if !ok {
+			continue
+		}
+		e.mod = info.New()
+		e.mod.Decode(c.ModuleBlock(h.cfg), &ps)
 	}
-	w.reload(module)
+	for name := range h.cfg.Capabilities {
+		if _, ok := builtin.Lookup(name); !ok {
+			// config.Load refuses these; a hand-built Config may not.
+			ps.Add("capabilities."+name, policy.RuleCapabilityUnknown, "not implemented by this host")
+		}
+	}
+	ps.Sort()
+	if err := ps.Err(); err != nil {
+		h.caps = nil
+		return err
+	}
+	for _, e := range h.caps {
+		if e.mod == nil {
+			continue
+		}
+		d := e.mod.Descriptor()
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("caphost: %s: %w", e.info.ID, err)
+		}
+		if d.Readiness != e.info.Readiness || d.Capability != e.info.ID {
+			return fmt.Errorf("caphost: %s: descriptor disagrees with its registration (%s %s, registered %s %s)",
+				e.info.ID, d.Capability, d.Readiness, e.info.ID, e.info.Readiness)
+		}
+	}
+	return nil
+}
+
+// provisionCapabilities provisions, then validates, every active
+// capability in registration order. The caller closes the host on error,
+// which closes every capability that was provisioned, in reverse.
+func (h *Host) provisionCapabilities(ctx context.Context) error {
+	var gs module.Guests
+	if h.guests != nil {
+		gs = h.guests
+	}
+	for _, e := range h.caps {
+		if e.mod == nil {
+			continue
+		}
+		if h.rt == nil {
+			return fmt.Errorf("caphost: %s: %w", e.info.ID, ErrNoRuntime)
+		}
+		e.reg = &trackedRegisterer{Registerer: h.reg}
+		e.prov = true
+		env := module.Env{Log: h.log.With("capability", e.info.ID), Registerer: e.reg, Runtime: h.rt, Guests: gs}
+		if err := e.mod.Provision(ctx, env); err != nil {
+			return fmt.Errorf("caphost: %s: %w", e.info.ID, err)
+		}
+	}
+	for _, e := range h.caps {
+		if e.mod == nil {
+			continue
+		}
+		if err := e.mod.Validate(ctx); err != nil {
+			return fmt.Errorf("caphost: %s: %w", e.info.ID, err)
+		}
+		if err := checkRoutes(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRoutes holds a module to the patterns it registered: the daemon
+// answers 503 on exactly those while the capability is disabled.
+func checkRoutes(e *capEntry) error {
+	routes := e.mod.Routes()
+	if routes == nil {
+		return nil
+	}
+	want := map[string]bool{}
+	for _, p := range e.info.Routes {
+		want[p] = true
+	}
+	for p := range routes {
+		if !want[p] {
+			return fmt.Errorf("caphost: %s: route %q is not in its registration", e.info.ID, p)
+		}
+		delete(want, p)
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("caphost: %s: registered routes without a handler: %d", e.info.ID, len(want))
+	}
+	return nil
+}
+
+// active returns the provisioned module of capability id, or nil.
+func (h *Host) active(id string) module.Module {
+	for _, e := range h.caps {
+		if e.info.ID == id && e.mod != nil && e.prov {
+			return e.mod
+		}
+	}
+	return nil
+}
+
+// guestSwapped runs after every swap attempt of a loaded module.
+func (h *Host) guestSwapped(module string, ok bool) {
+	if ok && h.guests != nil {
+		h.guests.notifySwapped(module)
+	}
 }
 
 // newRuntime creates the Redis runtime for the selected roles (none: no
 // client, goroutine or health dependency at all).
 func (h *Host) newRuntime(ctx context.Context) error {
-	cfg, o := h.cfg, options{log: h.log, reg: h.reg}
+	cfg := h.cfg
 	if len(cfg.Redis.Roles) == 0 {
 		return nil
 	}
@@ -155,11 +283,11 @@ func (h *Host) newRuntime(ctx context.Context) error {
 		deps = append(deps, id)
 	}
 	sort.Strings(deps)
-	m, err := metrics.NewRedis(o.reg, deps, cat.Names())
+	m, err := metrics.NewRedis(h.treg, deps, cat.Names())
 	if err != nil {
 		return fmt.Errorf("caphost: metrics: %w", err)
 	}
-	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(o.log), runtime.WithObserver(m))
+	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(h.log), runtime.WithObserver(m))
 	if err != nil {
 		return err
 	}
@@ -220,10 +348,12 @@ func (h *Host) Handler() http.Handler {
 //  1. the guest manager: file watchers stop first, so no swap races the
 //     shutdown, then the serving generations drain (in-flight guest calls
 //     finish; new ones fail with plugins.ErrManagerClosed);
-//  2. the Redis runtime drains: a request asks its guest before it calls
+//  2. the capabilities, in reverse registration order (their background
+//     work stops; their instruments leave the registry);
+//  3. the Redis runtime drains: a request asks its guest before it calls
 //     Redis, so once guest calls are done the remaining Redis calls finish
 //     and new ones fail as not sent;
-//  3. the plugins engine last: closing it interrupts any module still
+//  4. the plugins engine last: closing it interrupts any module still
 //     running and releases the compilation cache, which nothing needs once
 //     no module can be loaded or swapped.
 func (h *Host) Close(ctx context.Context) error {
@@ -233,6 +363,16 @@ func (h *Host) Close(ctx context.Context) error {
 			errs = append(errs, h.guests.closeManager(ctx))
 			h.log.Debug("host close: guests drained")
 		}
+		for i := len(h.caps) - 1; i >= 0; i-- {
+			e := h.caps[i]
+			if e.mod == nil || !e.prov {
+				continue
+			}
+			if err := e.mod.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("caphost: %s: close: %w", e.info.ID, err))
+			}
+			e.reg.unregisterAll()
+		}
 		if h.rt != nil {
 			errs = append(errs, h.rt.Close(ctx))
 			h.log.Debug("host close: runtime drained")
@@ -241,6 +381,7 @@ func (h *Host) Close(ctx context.Context) error {
 			errs = append(errs, h.guests.closeEngine(ctx))
 			h.log.Debug("host close: guest engine closed")
 		}
+		h.treg.unregisterAll()
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr
@@ -258,11 +399,12 @@ func (h *Host) Guests() []GuestStatus {
 // signature document (the .sig JSON) or nil. The candidate is verified (a
 // trusted signature, or security.allow-unsigned-swaps without trusted
 // keys), compiled, its description, self-test and conformance checked and,
-// for a rate-policy guest, its policies checked against the limiter, and
-// only then swapped in; on any failure the serving generation keeps serving
-// and the error is a *plugins.SwapError (errors.Is: ErrSwapUnauthorized,
-// ErrGuestPolicies, ErrGuestKindChange, a plugins.Class, ...). An unknown
-// name is plugins.ErrUnknownModule; no guests at all is ErrNoGuests.
+// for a kind a capability consumes, checked by that capability (a
+// rate-policy guest's policies against the limiter), and only then swapped
+// in; on any failure the serving generation keeps serving and the error is
+// a *plugins.SwapError (errors.Is: ErrSwapUnauthorized, ErrGuestPolicies,
+// ErrGuestKindChange, a plugins.Class, ...). An unknown name is
+// plugins.ErrUnknownModule; no guests at all is ErrNoGuests.
 func (h *Host) SwapGuest(ctx context.Context, name string, wasm, signature []byte) (GuestStatus, error) {
 	if h.guests == nil {
 		return GuestStatus{}, ErrNoGuests
@@ -274,4 +416,50 @@ func (h *Host) SwapGuest(ctx context.Context, name string, wasm, signature []byt
 		}
 	}
 	return GuestStatus{}, err
+}
+
+// trackedRegisterer remembers what a capability registered so Close (also
+// after a failed provision) leaves the registry as it found it.
+type trackedRegisterer struct {
+	prometheus.Registerer
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+// Register implements prometheus.Registerer.
+func (t *trackedRegisterer) Register(c prometheus.Collector) error {
+	if err := t.Registerer.Register(c); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cs = append(t.cs, c)
+	t.mu.Unlock()
+	return nil
+}
+
+// MustRegister implements prometheus.Registerer (it panics like the
+// registry's own MustRegister; capabilities use Register).
+func (t *trackedRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Unregister implements prometheus.Registerer.
+func (t *trackedRegisterer) Unregister(c prometheus.Collector) bool {
+	return t.Registerer.Unregister(c)
+}
+
+func (t *trackedRegisterer) unregisterAll() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.cs {
+		t.Registerer.Unregister(c)
+	}
+	t.cs = nil
 }

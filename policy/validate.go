@@ -72,10 +72,14 @@ const (
 
 // Capability and server rules.
 const (
-	RuleCapabilityUnknown  Rule = "capability.unknown"
-	RuleCapabilityProvider Rule = "capability.provider"
-	RuleCapabilityRole     Rule = "capability.role"
-	RuleServerListen       Rule = "server.listen"
+	RuleCapabilityUnknown Rule = "capability.unknown"
+	// RuleCapabilityUnimplemented: a capability the design names that
+	// this host does not implement (yet); config never accepts a block the
+	// host cannot act on.
+	RuleCapabilityUnimplemented Rule = "capability.unimplemented"
+	RuleCapabilityProvider      Rule = "capability.provider"
+	RuleCapabilityRole          Rule = "capability.role"
+	RuleServerListen            Rule = "server.listen"
 )
 
 // Problem is one configuration defect: where (a dotted path such as
@@ -183,8 +187,7 @@ func Rules() []Rule {
 		RuleRolesEvictionUnsafe, RuleRolesColocation, RuleProgramsMode,
 		RuleKeysSlug, RuleKeysHMACVersions, RuleKeysHMACWrite, RuleKeysHMACMaterial,
 		RuleSecretLiteral, RuleSecretMalformed, RuleSecretEnvMissing, RuleSecretFile, RuleSecretEmpty, RuleSecretTooLarge,
-		RuleCapabilityUnknown, RuleCapabilityProvider, RuleCapabilityRole, RuleServerListen,
-		RuleAuthAdminShared, RuleStartupOnFailure, RuleStartupBound,
+		RuleCapabilityUnknown, RuleCapabilityUnimplemented, RuleCapabilityProvider, RuleCapabilityRole, RuleServerListen,
 	}
 	rs = append(rs, GuestRules()...)
 	sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })

@@ -31,7 +31,6 @@ func aclDeployment(id, addr string) (policy.Deployment, []redistest.ACLUser) {
 	ops := policy.Credential{User: "ops", Password: policy.NewSecret([]byte("ops-secret-123"))}
 	d.Default = app
 	d.Auth = map[policy.Lane]policy.Credential{policy.LaneAdmin: ops}
-	d.AdminShared = false // the admin lane has its own user
 	return d, []redistest.ACLUser{
 		{Name: "app", Password: "app-secret-123", Rules: []string{"~" + testNS + "*", "resetchannels", "-@all", "+@connection",
 			"+get", "+set", "+del", "+evalsha", "+script|load", "+script|exists", "+fcall", "+fcall_ro"}},

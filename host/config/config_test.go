@@ -52,8 +52,29 @@ var envOverrides = map[string]string{
 
 func loadFixture(t *testing.T, name string, extra map[string]string, opts ...Option) (*Config, error) {
 	t.Helper()
-	opts = append([]Option{WithEnv(testEnv(extra))}, opts...)
+	opts = append([]Option{WithEnv(testEnv(extra)), WithRoles(fixtureRoles(t, filepath.Join(fixtures, name))...)}, opts...)
 	return Load(context.Background(), filepath.Join(fixtures, name), opts...)
+}
+
+// fixtureRoles reads a fixture's "# roles: a, b" header line (within its
+// first two lines): the roles the fixture selects explicitly, as `caphost
+// check --role` does. No capability this host implements selects the cache
+// role, so fixtures about cache deployments select it this way.
+func fixtureRoles(t *testing.T, path string) []policy.Role {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.SplitN(string(data), "\n", 3)
+	for _, l := range lines[:min(2, len(lines))] {
+		if rest, ok := strings.CutPrefix(l, "# roles: "); ok {
+			var out []policy.Role
+			for _, r := range strings.Split(rest, ",") {
+				out = append(out, policy.Role(strings.TrimSpace(r)))
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 func problems(t *testing.T, err error) policy.Problems {
@@ -109,10 +130,7 @@ func TestStandaloneModel(t *testing.T) {
 	assert.Equal(t, 2, cfg.Redis.Keys.HMAC.WriteVersion)
 	assert.Len(t, cfg.Redis.Keys.HMAC.Versions, 2)
 	assert.Equal(t, "hmac-key-version-2-0123456789abcdefghijklmnopqrstuv", string(cfg.Redis.Keys.HMAC.Versions[2].Reveal()))
-	require.Contains(t, cfg.Capabilities, "cache")
-	c := cfg.Capabilities["cache"]
-	assert.Equal(t, policy.RoleCache, c.RedisRole)
-	assert.Equal(t, map[string]any{"regions": map[string]any{"profile": map[string]any{"soft-ttl": "8m", "hard-ttl": "10m"}}}, c.Raw)
+	assert.Empty(t, cfg.Capabilities, "the cache role is selected by the fixture's roles header")
 	assert.Equal(t, "127.0.0.1:8080", cfg.Server.Listen)
 }
 
@@ -151,7 +169,11 @@ func TestSelectiveDecoding(t *testing.T) {
 	require.NoError(t, err, "garbage in an unselected deployment and a disabled capability must not fail")
 	assert.ElementsMatch(t, []string{"cache-main", "coord-main"}, keys(cfg.Redis.Deployments))
 	assert.NotContains(t, cfg.Redis.Roles, policy.RoleSession)
-	assert.ElementsMatch(t, []string{"cache", "rate-limit"}, keys(cfg.Capabilities))
+	assert.ElementsMatch(t, []string{"rate-limit"}, keys(cfg.Capabilities))
+	rl := cfg.Capabilities["rate-limit"]
+	assert.Equal(t, policy.RoleCoordination, rl.RedisRole)
+	assert.Contains(t, rl.Raw, "policies", "the capability's own keys are handed over raw")
+	assert.NotContains(t, rl.Raw, "provider")
 	assert.Equal(t, policy.LaneConfig{PoolSize: 1, MaxInFlight: 2}, cfg.Redis.Deployments["coord-main"].Lanes[policy.LaneAdmin])
 
 	// Selecting the session role explicitly decodes and validates its deployment.
@@ -313,7 +335,7 @@ redis:
   programs: {mode: bogus}
   keys: {app: "NOT A SLUG"}
 capabilities:
-  cache: {provider: disabled}
+  rate-limit: {provider: disabled, policies: "not even looked at"}
 server: {listen: "127.0.0.1:9000"}
 `)}}
 	cfg, err := Load(context.Background(), "c.yaml", WithFS(fsys), WithEnv(testEnv(nil)))

@@ -30,17 +30,6 @@ func DefaultLanes() map[policy.Lane]policy.LaneConfig {
 	}
 }
 
-// CapabilityNames lists the capability blocks the schema knows.
-func CapabilityNames() []string {
-	return []string{"cache", "idempotency", "lease", "notify", "rate-limit", "session"}
-}
-
-// Capability providers.
-const (
-	ProviderRedis    = "redis"
-	ProviderDisabled = "disabled"
-)
-
 func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}}
 	d.Known("", root, "capabilities", "guests", "redis", "security", "server")
@@ -79,68 +68,10 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	}
 
 	redis, _ := d.Object("redis", root["redis"])
-	d.Known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles", "startup")
+	d.Known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles")
 	d.redis(redis, selected, &cfg.Redis)
+	d.capabilityModules(cfg)
 	return cfg
-}
-
-func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[policy.Role]string) {
-	names := make([]string, 0, len(caps))
-	for n := range caps {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p := "capabilities." + name
-		known := false
-		for _, k := range CapabilityNames() {
-			known = known || k == name
-		}
-		if !known {
-			d.Problems.Add(p, policy.RuleCapabilityUnknown, "unknown capability (known: cache, idempotency, lease, notify, rate-limit, session)")
-			continue
-		}
-		block, ok := d.Object(p, caps[name])
-		if !ok {
-			continue // absent or null: inactive
-		}
-		provider, ok := d.Str(p+".provider", block["provider"])
-		if !ok {
-			if block["provider"] == nil {
-				d.Problems.Add(p+".provider", policy.RuleCapabilityProvider, "required: redis or disabled")
-			}
-			continue
-		}
-		switch provider {
-		case ProviderDisabled:
-			continue // inactive: the rest of the block is not even looked at
-		case ProviderRedis:
-		default:
-			d.Problems.Add(p+".provider", policy.RuleCapabilityProvider, "unknown provider (want redis or disabled)")
-			continue
-		}
-		c := Capability{Name: name, Provider: provider, Raw: map[string]any{}}
-		roleStr, ok := d.Str(p+".redis-role", block["redis-role"])
-		switch {
-		case !ok && block["redis-role"] == nil:
-			d.Problems.Add(p+".redis-role", policy.RuleCapabilityRole, "required with provider redis: cache, coordination or session")
-		case ok:
-			if r, err := policy.ParseRole(roleStr); err != nil {
-				d.Problems.Add(p+".redis-role", policy.RuleCapabilityRole, "unknown role (want cache, coordination or session)")
-			} else {
-				c.RedisRole = r
-				if _, dup := selected[r]; !dup {
-					selected[r] = "selected by " + p
-				}
-			}
-		}
-		for k, v := range block {
-			if k != "provider" && k != "redis-role" {
-				c.Raw[k] = v
-			}
-		}
-		cfg.Capabilities[name] = c
-	}
 }
 
 func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, out *policy.RedisConfig) {
@@ -218,7 +149,6 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 			out.Programs.Mode = policy.ProgramMode(s)
 		}
 	}
-	out.Startup = d.startup(redis["startup"])
 	keys, _ := d.Object("redis.keys", redis["keys"])
 	d.Known("redis.keys", keys, "app", "env", "hmac")
 	out.Keys.App, _ = d.Str("redis.keys.app", keys["app"])
@@ -284,14 +214,11 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		dep.ClientName = v
 	}
 	if auth, ok := d.Object(p+".auth", m["auth"]); ok {
-		allowed := []string{"admin-shared", "default"}
+		allowed := []string{"default"}
 		for _, l := range policy.Lanes() {
 			allowed = append(allowed, string(l))
 		}
 		d.Known(p+".auth", auth, allowed...)
-		if v, ok := d.Bool(p+".auth.admin-shared", auth["admin-shared"]); ok {
-			dep.AdminShared = v
-		}
 		if c, ok := d.credential(p+".auth.default", auth["default"]); ok {
 			dep.Default = c
 		}
@@ -348,44 +275,6 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		}
 	}
 	return dep
-}
-
-// startup decodes redis.startup; every absent key keeps its default
-// (policy.StartupPolicy.WithDefaults), and policy validates the bounds.
-func (d *decoder) startup(v any) policy.StartupPolicy {
-	s := policy.StartupPolicy{}.WithDefaults()
-	m, ok := d.Object("redis.startup", v)
-	if !ok {
-		return s
-	}
-	const p = "redis.startup"
-	d.Known(p, m, "attempt-timeout", "on-failure", "retry-initial", "retry-max")
-	if v, ok := d.Str(p+".on-failure", m["on-failure"]); ok {
-		s.OnFailure = policy.StartupOnFailure(v)
-		if v == "" {
-			// An explicit empty string is not "the default": policy would read
-			// it as such, so it is refused here.
-			d.Problems.Add(p+".on-failure", policy.RuleStartupOnFailure, "unknown policy (want one of retry, fail-on-misconfiguration, fail)")
-		}
-	}
-	// A zero duration would silently mean "default" to policy; it is
-	// refused as out of bounds instead.
-	dur := func(key string, dst *time.Duration) {
-		if v, ok := d.Duration(p+"."+key, m[key]); ok {
-			if v == 0 {
-				d.Problems.Add(p+"."+key, policy.RuleStartupBound, "must be > 0")
-				return
-			}
-			*dst = v
-		}
-	}
-	dur("retry-initial", &s.RetryInitial)
-	dur("retry-max", &s.RetryMax)
-	dur("attempt-timeout", &s.AttemptTimeout)
-	if _, set := m["retry-max"]; !set {
-		s.RetryMax = max(policy.DefaultStartupRetryMax, s.RetryInitial)
-	}
-	return s
 }
 
 func (d *decoder) topology(p, kind string, v any) policy.Topology {
