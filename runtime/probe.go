@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,11 +30,33 @@ type CheckStatus string
 
 // Probe check results. Only Failed makes a probe fail; Warn marks something
 // an operator should know that does not break a guarantee (for example
-// evalsha-managed scripts that will be loaded on first use).
+// evalsha-managed scripts that will be loaded on first use); Unknown means
+// the probe could not find out (the admin user may not ask), which is never
+// a failure.
 const (
-	CheckOK     CheckStatus = "ok"
-	CheckWarn   CheckStatus = "warn"
-	CheckFailed CheckStatus = "failed"
+	CheckOK      CheckStatus = "ok"
+	CheckWarn    CheckStatus = "warn"
+	CheckUnknown CheckStatus = "unknown"
+	CheckFailed  CheckStatus = "failed"
+)
+
+// Class says what kind of failure a failed check is, so that health
+// reports and the startup policy can tell an operator's mistake from an
+// outage. The set is closed.
+type Class string
+
+// Failure classes.
+const (
+	// ClassMisconfiguration: something an operator must change — a wrong
+	// program digest or library version, a replica where a primary is
+	// expected, a server version too old, NOPERM/WRONGPASS, a wrong
+	// eviction policy, a TLS trust or hostname mismatch. Retrying alone
+	// does not heal it.
+	ClassMisconfiguration Class = "misconfiguration"
+	// ClassOutage: the deployment is unavailable or busy — refused, timed
+	// out, LOADING, BUSY, cluster down, failover in progress, OOM. It may
+	// heal by itself.
+	ClassOutage Class = "outage"
 )
 
 // Probe check names, in the order they run (the runtime handshake of the
@@ -46,14 +70,18 @@ const (
 	CheckPrograms        = "programs"
 	CheckWriteRead       = "write-read"
 	CheckEviction        = "eviction-policy"
+	CheckPersistence     = "persistence"
+	CheckDefaultUser     = "default-user"
 )
 
 // Check is one probe result. Detail is bounded operator text: lane names,
-// server error codes, versions, policies — never credentials, keys or raw
-// server messages.
+// server error codes, versions, digests, policies — never endpoints,
+// credentials, user names, keys or raw server messages. Class is set
+// exactly when Status is CheckFailed.
 type Check struct {
 	Name   string      `json:"name"`
 	Status CheckStatus `json:"status"`
+	Class  Class       `json:"class,omitempty"`
 	Detail string      `json:"detail"`
 }
 
@@ -63,16 +91,31 @@ type DeploymentProbe struct {
 	Topology   policy.TopologyKind `json:"topology"`
 	Roles      []policy.Role       `json:"roles"`
 	Checks     []Check             `json:"checks"`
+	// Identity is the run id of the primary the probe saw (standalone and
+	// sentinel; "" on cluster or when unreadable). Live compares it, so a
+	// restarted or replaced primary — which may have lost the Functions
+	// library — is proven again instead of being trusted.
+	Identity string `json:"-"`
 }
 
 // Failed reports whether any check failed.
-func (d DeploymentProbe) Failed() bool {
-	for _, c := range d.Checks {
-		if c.Status == CheckFailed {
-			return true
+func (d DeploymentProbe) Failed() bool { return d.Class() != "" }
+
+// Class is the class of the probe's failure: ClassMisconfiguration when any
+// failed check is one (an operator must act, whatever else is wrong),
+// otherwise ClassOutage when any check failed, otherwise "".
+func (d DeploymentProbe) Class() Class {
+	var c Class
+	for _, ch := range d.Checks {
+		if ch.Status != CheckFailed {
+			continue
 		}
+		if ch.Class == ClassMisconfiguration {
+			return ClassMisconfiguration
+		}
+		c = ClassOutage
 	}
-	return false
+	return c
 }
 
 // ProbeReport is the result of Probe, one entry per deployment (sorted by id).
@@ -83,6 +126,12 @@ type ProbeReport struct {
 // ErrProbeFailed is matched by ProbeReport.Err when any check failed.
 var ErrProbeFailed = errors.New("redis startup probe failed")
 
+// errACLReply is an ACL GETUSER reply of a shape the probe does not know.
+var errACLReply = errors.New("ACL GETUSER reply without flags")
+
+// ErrUnknownDeployment is returned for a deployment id no selected role uses.
+var ErrUnknownDeployment = errors.New("redis deployment is not selected")
+
 // Err returns nil when no check failed, otherwise an error naming every
 // failed check (matching ErrProbeFailed).
 func (p ProbeReport) Err() error {
@@ -90,7 +139,7 @@ func (p ProbeReport) Err() error {
 	for _, d := range p.Deployments {
 		for _, c := range d.Checks {
 			if c.Status == CheckFailed {
-				failed = append(failed, d.Deployment+"/"+c.Name+": "+c.Detail)
+				failed = append(failed, d.Deployment+"/"+c.Name+" ("+string(c.Class)+"): "+c.Detail)
 			}
 		}
 	}
@@ -105,10 +154,12 @@ func (p ProbeReport) Err() error {
 // sentinel) or a covered cluster; its version is at least MinRedisVersion;
 // the program catalog is present with the exact digests in the configured
 // mode; an ephemeral key in the probe namespace can be written, read and
-// deleted through the guarded regular lane; and the maxmemory-policy matches
-// what each role expects. Probe never mutates anything but its own
-// short-lived probe key. It runs every check even after a failure, so one
-// report lists every problem.
+// deleted through the guarded regular lane; the maxmemory-policy matches
+// what each role expects; persistence is attested (warned, never failed:
+// see persistenceCheck); and whether the server's default user is enabled
+// is reported. Probe never mutates anything but its own short-lived probe
+// key. It runs every check even after a failure, so one report lists every
+// problem, and classifies every failure (Check.Class).
 func (r *Runtime) Probe(ctx context.Context) ProbeReport {
 	rep := ProbeReport{Deployments: make([]DeploymentProbe, len(r.deps))}
 	var wg sync.WaitGroup
@@ -123,6 +174,25 @@ func (r *Runtime) Probe(ctx context.Context) ProbeReport {
 	return rep
 }
 
+// ProbeDeployment runs Probe's checks against one selected deployment (the
+// per-deployment startup handshake), or returns ErrUnknownDeployment.
+func (r *Runtime) ProbeDeployment(ctx context.Context, id string) (DeploymentProbe, error) {
+	d, err := r.deployment(id)
+	if err != nil {
+		return DeploymentProbe{}, err
+	}
+	return r.probeDeployment(ctx, d), nil
+}
+
+func (r *Runtime) deployment(id string) (*Deployment, error) {
+	for _, d := range r.deps {
+		if d.id == id {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownDeployment, id)
+}
+
 func (r *Runtime) rolesOf(d *Deployment) []policy.Role {
 	var out []policy.Role
 	for _, role := range r.Roles() {
@@ -135,107 +205,59 @@ func (r *Runtime) rolesOf(d *Deployment) []policy.Role {
 
 func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) DeploymentProbe {
 	dp := DeploymentProbe{Deployment: d.id, Topology: d.topology, Roles: r.rolesOf(d)}
-	add := func(name string, st CheckStatus, detail string) {
-		if name == "" {
-			return
+	add := func(name string, st CheckStatus, class Class, detail string) {
+		if st != CheckFailed {
+			class = ""
+		} else if class == "" {
+			class = ClassOutage // a failure is never unclassified
 		}
-		dp.Checks = append(dp.Checks, Check{Name: name, Status: st, Detail: detail})
+		dp.Checks = append(dp.Checks, Check{Name: name, Status: st, Class: class, Detail: detail})
 	}
 	admin := d.client(policy.LaneAdmin)
 
 	// 1. Every lane authenticates with its own credential.
-	var bad []string
+	var (
+		bad      []string
+		badClass Class
+	)
 	for _, l := range policy.Lanes() {
 		if err := d.client(l).Ping(ctx).Err(); err != nil {
 			bad = append(bad, string(l)+" ("+errCode(err)+")")
+			badClass = worse(badClass, classOf(err, d.topology))
 		}
 	}
 	if len(bad) > 0 {
-		add(CheckAuth, CheckFailed, "lanes failed PING: "+strings.Join(bad, ", "))
+		add(CheckAuth, CheckFailed, badClass, "lanes failed PING: "+strings.Join(bad, ", "))
 		// Nothing else can succeed without a connection; say so once.
 		for _, n := range []string{CheckTopology, CheckVersion, CheckPrograms, CheckWriteRead, CheckEviction} {
-			add(n, CheckFailed, "not checked: no connection")
+			add(n, CheckFailed, badClass, "not checked: lanes cannot connect")
+		}
+		for _, n := range []string{CheckPersistence, CheckDefaultUser} {
+			add(n, CheckUnknown, "", "not checked: lanes cannot connect")
 		}
 		return dp
 	}
-	add(CheckAuth, CheckOK, "all lanes authenticated (regular, script, blocking, pubsub, admin)")
+	add(CheckAuth, CheckOK, "", "all lanes authenticated (regular, script, blocking, pubsub, admin)")
 
-	// 2. Role / topology, 3. version, 7. eviction: per primary.
-	var (
-		mu    sync.Mutex
-		facts []nodeFacts
-	)
-	collect := func(ctx context.Context, c *redis.Client) error {
-		f := nodeFacts{}
-		if vals, err := c.Do(ctx, "ROLE").Slice(); err != nil {
-			f.err = err
-		} else if len(vals) > 0 {
-			f.role, _ = vals[0].(string)
-		}
-		if info, err := c.Info(ctx, "server").Result(); err == nil {
-			f.version = infoField(info, "redis_version")
-		} else if f.err == nil {
-			f.err = err
-		}
-		if m, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
-			f.eviction = m["maxmemory-policy"]
-		} else {
-			f.eviction = "unreadable (" + errCode(err) + ")"
-		}
-		mu.Lock()
-		facts = append(facts, f)
-		mu.Unlock()
-		return nil
-	}
-	var topoErr error
-	switch c := admin.(type) {
-	case *redis.ClusterClient:
-		topoErr = c.ForEachMaster(ctx, collect)
-	case *redis.Client:
-		topoErr = collect(ctx, c)
-	default:
-		topoErr = fmt.Errorf("unsupported client %T", admin)
+	// 2. Role / topology, 3. version, 8. attestation: per primary.
+	facts, topoErr := r.collectFacts(ctx, admin)
+	if d.topology != policy.TopologyCluster && len(facts) == 1 {
+		dp.Identity = facts[0].runID
 	}
 
 	// Topology.
 	switch {
 	case topoErr != nil:
-		add(CheckTopology, CheckFailed, "cannot reach every primary: "+errCode(topoErr))
+		add(CheckTopology, CheckFailed, classOf(topoErr, d.topology), "cannot reach every primary: "+errCode(topoErr))
 	case len(facts) == 0:
-		add(CheckTopology, CheckFailed, "no primary answered")
+		add(CheckTopology, CheckFailed, ClassOutage, "no primary answered")
 	default:
-		var notPrimary int
-		for _, f := range facts {
-			if f.err != nil || f.role != "master" {
-				notPrimary++
-			}
-		}
-		if notPrimary > 0 {
-			add(CheckTopology, CheckFailed, fmt.Sprintf("%d of %d nodes are not writable primaries (ROLE)", notPrimary, len(facts)))
-		} else {
-			add(CheckTopology, CheckOK, fmt.Sprintf("%s: %d writable primar%s", d.topology, len(facts), plural(len(facts), "y", "ies")))
-		}
+		add(topologyCheck(d.topology, facts))
 	}
 
 	// Version.
 	if len(facts) > 0 {
-		var low, unknown []string
-		for _, f := range facts {
-			switch {
-			case f.version == "":
-				unknown = append(unknown, "?")
-			case !versionAtLeast(f.version, MinRedisVersion):
-				low = append(low, f.version)
-			}
-		}
-		switch {
-		case len(unknown) > 0:
-			add(CheckVersion, CheckFailed, "server version unreadable (INFO server); caphost never guesses it")
-		case len(low) > 0:
-			add(CheckVersion, CheckFailed, "server version "+strings.Join(low, ", ")+" < "+MinRedisVersion)
-		default:
-			add(CheckVersion, CheckOK, "redis "+facts[0].version+" ≥ "+MinRedisVersion)
-		}
+		add(versionCheck(facts))
 	}
 
 	// 4. Cluster coverage.
@@ -243,94 +265,325 @@ func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) Deployment
 		info, err := cc.ClusterInfo(ctx).Result()
 		switch {
 		case err != nil:
-			add(CheckClusterCoverage, CheckFailed, "CLUSTER INFO: "+errCode(err))
+			add(CheckClusterCoverage, CheckFailed, classOf(err, d.topology), "CLUSTER INFO: "+errCode(err))
 		case infoField(info, "cluster_state") != "ok":
-			add(CheckClusterCoverage, CheckFailed, "cluster_state is "+infoField(info, "cluster_state"))
+			add(CheckClusterCoverage, CheckFailed, ClassOutage, "cluster_state is "+boundedWord(infoField(info, "cluster_state")))
 		case infoField(info, "cluster_slots_ok") != "16384":
-			add(CheckClusterCoverage, CheckFailed, "only "+infoField(info, "cluster_slots_ok")+" of 16384 slots are served")
+			add(CheckClusterCoverage, CheckFailed, ClassOutage, "only "+boundedWord(infoField(info, "cluster_slots_ok"))+" of 16384 slots are served")
 		default:
-			add(CheckClusterCoverage, CheckOK, "16384 slots served, cluster_state ok")
+			add(CheckClusterCoverage, CheckOK, "", "16384 slots served, cluster_state ok")
 		}
 	}
 
-	// 5. Programs.
-	prep, err := programs.Verify(ctx, r.progs, r.mode, admin, d.client(policy.LaneScript))
-	switch {
-	case err == nil:
-		add(CheckPrograms, CheckOK, programsDetail(r.mode, prep))
-	case errors.Is(err, programs.ErrNotDeployed) && r.mode == policy.ProgramsEvalshaManaged:
-		// EVALSHA loads the embedded source on an exact NOSCRIPT, and the SHA
-		// is the digest: a missing script is loaded, never a wrong one run.
-		add(CheckPrograms, CheckWarn, programsDetail(r.mode, prep)+"; missing scripts load on first use (or run `caphost programs deploy`)")
-	case errors.Is(err, programs.ErrNotDeployed):
-		add(CheckPrograms, CheckFailed, programsDetail(r.mode, prep)+"; run `caphost programs deploy`")
-	default:
-		add(CheckPrograms, CheckFailed, "cannot verify programs: "+errCode(err))
-	}
+	// 5.–6. Programs: availability and digests.
+	add(r.programsCheck(ctx, d, admin))
 
-	// 6. Ephemeral write/read in the probe namespace on the regular lane,
+	// 7. Ephemeral write/read in the probe namespace on the regular lane,
 	// through the guard, with the data user's ACL.
 	add(r.writeRead(ctx, d))
 
-	// 7. Eviction policy per role.
+	// 8. Role attestation: eviction policy, persistence; and the default user.
 	if len(facts) > 0 {
 		add(r.evictionCheck(dp.Roles, facts))
+		add(persistenceCheck(dp.Roles, facts))
+		add(defaultUserCheck(facts))
 	}
 	return dp
 }
 
-func (r *Runtime) writeRead(ctx context.Context, d *Deployment) (string, CheckStatus, string) {
+// collectFacts reads ROLE, INFO, CONFIG GET and ACL GETUSER default from
+// every primary on the admin lane. The per-node sequences run one at a
+// time: the admin lane's in-flight bound is usually 1, and concurrent
+// callbacks would queue on admission with its short acquire timeout
+// instead of on this mutex.
+func (r *Runtime) collectFacts(ctx context.Context, admin redis.UniversalClient) ([]nodeFacts, error) {
+	var (
+		mu    sync.Mutex
+		seq   sync.Mutex
+		facts []nodeFacts
+	)
+	collect := func(ctx context.Context, c *redis.Client) error {
+		seq.Lock()
+		defer seq.Unlock()
+		f := readFacts(ctx, c)
+		mu.Lock()
+		facts = append(facts, f)
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := admin.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, collect)
+	case *redis.Client:
+		err = collect(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported client %T", admin)
+	}
+	return facts, err
+}
+
+// nodeFacts is what the probe reads from one primary. Every string is
+// bounded by the reader (server-controlled text never reaches a detail).
+type nodeFacts struct {
+	role                string
+	roleErr             error
+	version, runID      string
+	infoErr             error
+	aof                 bool
+	rdbStatus, aofWrite string // "ok", "err" or ""
+	replicas            string // connected_slaves
+	eviction, fsync     string
+	save                string // the save points, "" when RDB snapshots are off
+	configErr           error
+	defaultUser         string // "off", "on", "on-nopass", "absent"; "" when aclErr
+	aclErr              error
+}
+
+func readFacts(ctx context.Context, c *redis.Client) nodeFacts {
+	var f nodeFacts
+	if vals, err := c.Do(ctx, "ROLE").Slice(); err != nil {
+		f.roleErr = err
+	} else if len(vals) > 0 {
+		s, _ := vals[0].(string)
+		f.role = boundedWord(s)
+	}
+	if info, err := c.Info(ctx, "server", "persistence", "replication").Result(); err != nil {
+		f.infoErr = err
+	} else {
+		f.version = boundedWord(infoField(info, "redis_version"))
+		f.runID = boundedWord(infoField(info, "run_id"))
+		f.aof = infoField(info, "aof_enabled") == "1"
+		f.rdbStatus = boundedWord(infoField(info, "rdb_last_bgsave_status"))
+		f.aofWrite = boundedWord(infoField(info, "aof_last_write_status"))
+		f.replicas = boundedWord(infoField(info, "connected_slaves"))
+	}
+	cfg := redis.NewMapStringStringCmd(ctx, "config", "get", "maxmemory-policy", "appendfsync", "save")
+	if err := c.Process(ctx, cfg); err != nil {
+		f.configErr = err
+	} else {
+		m := cfg.Val()
+		f.eviction = boundedWord(m["maxmemory-policy"])
+		f.fsync = boundedWord(m["appendfsync"])
+		f.save = savePoints(m["save"])
+	}
+	f.defaultUser, f.aclErr = defaultUserState(ctx, c)
+	return f
+}
+
+// defaultUserState asks ACL GETUSER default and reduces the reply to its
+// enabled flag; the rest of the reply (password hashes, rules) is dropped
+// unread.
+func defaultUserState(ctx context.Context, c *redis.Client) (string, error) {
+	v, err := c.Do(ctx, "acl", "getuser", "default").Result()
+	if errors.Is(err, redis.Nil) {
+		return "absent", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var flags any
+	switch m := v.(type) {
+	case map[any]any: // RESP3
+		flags = m["flags"]
+	case map[string]any:
+		flags = m["flags"]
+	case []any: // RESP2: field, value, ...
+		for i := 0; i+1 < len(m); i += 2 {
+			if k, _ := m[i].(string); k == "flags" {
+				flags = m[i+1]
+			}
+		}
+	}
+	list, ok := flags.([]any)
+	if !ok {
+		return "", errACLReply
+	}
+	on, nopass := false, false
+	for _, x := range list {
+		switch s, _ := x.(string); s {
+		case "on":
+			on = true
+		case "nopass":
+			nopass = true
+		}
+	}
+	switch {
+	case !on:
+		return "off", nil
+	case nopass:
+		return "on-nopass", nil
+	}
+	return "on", nil
+}
+
+func topologyCheck(topo policy.TopologyKind, facts []nodeFacts) (string, CheckStatus, Class, string) {
+	var (
+		notPrimary int
+		errClass   Class
+		codes      []string
+	)
+	for _, f := range facts {
+		switch {
+		case f.roleErr != nil:
+			errClass = worse(errClass, classOf(f.roleErr, topo))
+			if c := errCode(f.roleErr); !slices.Contains(codes, c) {
+				codes = append(codes, c)
+			}
+		case f.role != "master":
+			notPrimary++
+		}
+	}
+	switch {
+	case errClass != "":
+		return CheckTopology, CheckFailed, errClass, "ROLE: " + strings.Join(codes, ", ")
+	case notPrimary > 0:
+		// A standalone endpoint that is a replica is a configuration error;
+		// on sentinel and cluster a non-primary in the primary set is a
+		// failover in progress.
+		class := ClassOutage
+		if topo == policy.TopologyStandalone {
+			class = ClassMisconfiguration
+		}
+		return CheckTopology, CheckFailed, class, fmt.Sprintf("%d of %d nodes are not writable primaries (ROLE)", notPrimary, len(facts))
+	}
+	return CheckTopology, CheckOK, "", fmt.Sprintf("%s: %d writable primar%s", topo, len(facts), plural(len(facts), "y", "ies"))
+}
+
+func versionCheck(facts []nodeFacts) (string, CheckStatus, Class, string) {
+	var (
+		low     []string
+		unknown Class
+	)
+	for _, f := range facts {
+		switch {
+		case f.infoErr != nil:
+			unknown = worse(unknown, classOf(f.infoErr, ""))
+		case f.version == "":
+			unknown = worse(unknown, ClassMisconfiguration)
+		case !versionAtLeast(f.version, MinRedisVersion):
+			low = append(low, f.version)
+		}
+	}
+	switch {
+	case unknown != "":
+		return CheckVersion, CheckFailed, unknown, "server version unreadable (INFO server; grant +info to the admin lane user); caphost never guesses it"
+	case len(low) > 0:
+		return CheckVersion, CheckFailed, ClassMisconfiguration, "server version " + strings.Join(low, ", ") + " < " + MinRedisVersion
+	}
+	return CheckVersion, CheckOK, "", "redis " + facts[0].version + " ≥ " + MinRedisVersion
+}
+
+// programsCheck verifies the catalog on every primary. In
+// functions-provisioned mode a library that differs from the catalog is
+// named by the set, version and digest it reports against the ones
+// expected; that is a misconfiguration however the verification ended.
+func (r *Runtime) programsCheck(ctx context.Context, d *Deployment, admin redis.UniversalClient) (string, CheckStatus, Class, string) {
+	prep, err := programs.Verify(ctx, r.progs, r.mode, admin, d.client(policy.LaneScript))
+	if r.mode == policy.ProgramsFunctionsProvisioned {
+		if msg := libraryMismatch(r.progs, prep); msg != "" {
+			return CheckPrograms, CheckFailed, ClassMisconfiguration, msg + "; run `caphost programs deploy`"
+		}
+	}
+	switch {
+	case err == nil:
+		return CheckPrograms, CheckOK, "", programsDetail(r.mode, prep)
+	case errors.Is(err, programs.ErrNotDeployed) && r.mode == policy.ProgramsEvalshaManaged:
+		// EVALSHA loads the embedded source on an exact NOSCRIPT, and the SHA
+		// is the digest: a missing script is loaded, never a wrong one run.
+		return CheckPrograms, CheckWarn, "", programsDetail(r.mode, prep) + "; missing scripts load on first use (or run `caphost programs deploy`)"
+	case errors.Is(err, programs.ErrNotDeployed):
+		return CheckPrograms, CheckFailed, ClassMisconfiguration, programsDetail(r.mode, prep) + "; run `caphost programs deploy`"
+	}
+	return CheckPrograms, CheckFailed, classOf(err, d.topology), "cannot verify programs: " + errCode(err)
+}
+
+// libraryMismatch describes a deployed Functions library that is present
+// but not the catalog's, or "" when there is none.
+func libraryMismatch(cat *programs.Catalog, rep programs.Report) string {
+	name, _, digest := cat.Library()
+	set, version := cat.ProgramSet()
+	var (
+		wrong, tampered int
+		seen            string
+	)
+	for _, n := range rep.Nodes {
+		switch {
+		case !n.LibraryPresent:
+		case n.InfoSet != "" && !n.InfoMatches:
+			wrong++
+			if seen == "" {
+				seen = fmt.Sprintf("set %s v%d digest %s", boundedWord(n.InfoSet), n.InfoVersion, boundedWord(n.InfoDigest))
+			}
+		case !n.LibraryCodeMatches:
+			tampered++
+		}
+	}
+	want := fmt.Sprintf("set %s v%d digest %s", set, version, digest)
+	switch {
+	case wrong > 0:
+		return fmt.Sprintf("library %s on %d of %d primaries reports %s, want %s", name, wrong, len(rep.Nodes), seen, want)
+	case tampered > 0:
+		return fmt.Sprintf("library %s on %d of %d primaries differs from the catalog's code (want %s)", name, tampered, len(rep.Nodes), want)
+	}
+	return ""
+}
+
+func (r *Runtime) writeRead(ctx context.Context, d *Deployment) (string, CheckStatus, Class, string) {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	k, err := r.keys.Build(keys.Spec{Capability: keys.CapProbe, Region: "startup", KeyVersion: 1, Kind: "probe", Parts: [][]byte{nonce}})
 	if err != nil {
-		return CheckWriteRead, CheckFailed, "probe key: " + err.Error()
+		return CheckWriteRead, CheckFailed, ClassMisconfiguration, "probe key: " + err.Error()
 	}
 	c := d.client(policy.LaneRegular)
 	want := fmt.Sprintf("caphost-probe-%x", nonce)
 	if err := c.Set(ctx, k.Redis(), want, 10*time.Second).Err(); err != nil {
-		return CheckWriteRead, CheckFailed, "SET with TTL: " + errCode(err)
+		return CheckWriteRead, CheckFailed, classOf(err, d.topology), "SET with TTL: " + errCode(err)
 	}
 	got, err := c.Get(ctx, k.Redis()).Result()
 	if err != nil {
-		return CheckWriteRead, CheckFailed, "GET: " + errCode(err)
+		return CheckWriteRead, CheckFailed, classOf(err, d.topology), "GET: " + errCode(err)
 	}
 	if got != want {
-		return CheckWriteRead, CheckFailed, "read back a different value"
+		return CheckWriteRead, CheckFailed, ClassMisconfiguration, "read back a different value"
 	}
 	if err := c.Del(ctx, k.Redis()).Err(); err != nil {
-		return CheckWriteRead, CheckFailed, "DEL: " + errCode(err)
+		return CheckWriteRead, CheckFailed, classOf(err, d.topology), "DEL: " + errCode(err)
 	}
-	return CheckWriteRead, CheckOK, "SET PX / GET / DEL of an ephemeral " + r.keys.Namespace() + "probe key"
-}
-
-// nodeFacts is what the probe reads from one primary.
-type nodeFacts struct {
-	role, version, eviction string
-	err                     error
+	return CheckWriteRead, CheckOK, "", "SET PX / GET / DEL of an ephemeral " + r.keys.Namespace() + "probe key"
 }
 
 // evictionCheck compares every primary's maxmemory-policy with what each
 // role on the deployment expects. A correctness role on an evicting (or
 // unverifiable) deployment fails: an unverifiable guarantee is never
 // assumed. A cache role with an unexpected policy only warns.
-func (r *Runtime) evictionCheck(roles []policy.Role, facts []nodeFacts) (string, CheckStatus, string) {
-	status, details := CheckOK, []string(nil)
+func (r *Runtime) evictionCheck(roles []policy.Role, facts []nodeFacts) (string, CheckStatus, Class, string) {
+	status, class, details := CheckOK, Class(""), []string(nil)
 	for _, role := range roles {
 		want := expectedEviction(role, r.bindings[role])
 		for _, f := range facts {
-			if slices.Contains(want, f.eviction) {
+			if f.configErr == nil && slices.Contains(want, f.eviction) {
 				continue
+			}
+			have := f.eviction
+			if f.configErr != nil {
+				have = "unreadable (" + errCode(f.configErr) + ")"
 			}
 			st := CheckWarn
 			if role.Correctness() {
 				st = CheckFailed
+				c := ClassMisconfiguration
+				if f.configErr != nil {
+					c = classOf(f.configErr, "")
+				}
+				class = worse(class, c)
 			}
 			if st == CheckFailed || status == CheckOK {
 				status = st
 			}
-			msg := fmt.Sprintf("role %s expects %s, a primary has %s", role, strings.Join(want, " or "), f.eviction)
-			if strings.HasPrefix(f.eviction, "unreadable") {
+			msg := fmt.Sprintf("role %s expects %s, a primary has %s", role, strings.Join(want, " or "), have)
+			if f.configErr != nil {
 				msg += " (grant +config|get to the admin lane user)"
 			}
 			if !slices.Contains(details, msg) {
@@ -345,9 +598,128 @@ func (r *Runtime) evictionCheck(roles []policy.Role, facts []nodeFacts) (string,
 				policies = append(policies, f.eviction)
 			}
 		}
-		return CheckEviction, CheckOK, "maxmemory-policy " + strings.Join(policies, ", ") + " fits roles " + joinRoles(roles)
+		return CheckEviction, CheckOK, "", "maxmemory-policy " + strings.Join(policies, ", ") + " fits roles " + joinRoles(roles)
 	}
-	return CheckEviction, status, strings.Join(details, "; ")
+	return CheckEviction, status, class, strings.Join(details, "; ")
+}
+
+// persistenceCheck attests what the correctness roles need from
+// persistence (reference §4: coordination and session expect AOF with an
+// RPO the operator states; cache needs none) and reports it. It warns and
+// never fails: the host cannot know the product's RPO, asynchronous
+// replication loses acknowledged writes whatever is configured, so no
+// setting makes those roles loss-free, and failing readiness over a
+// durability risk would turn it into an outage of every instance. A save
+// that is failing right now warns too; when it makes the server refuse
+// writes (MISCONF), the write/read check and the live check fail instead.
+func persistenceCheck(roles []policy.Role, facts []nodeFacts) (string, CheckStatus, Class, string) {
+	correctness := []string(nil)
+	for _, r := range roles {
+		if r.Correctness() {
+			correctness = append(correctness, string(r))
+		}
+	}
+	var (
+		unreadable        bool
+		noAOF, failing    int
+		fsyncs, saves     []string
+		replicas          []string
+		anyRDB, anyNoSave bool
+	)
+	for _, f := range facts {
+		if f.infoErr != nil || f.configErr != nil {
+			unreadable = true
+			continue
+		}
+		if f.rdbStatus == "err" || f.aofWrite == "err" {
+			failing++
+		}
+		if f.aof {
+			if !slices.Contains(fsyncs, f.fsync) {
+				fsyncs = append(fsyncs, f.fsync)
+			}
+		} else {
+			noAOF++
+		}
+		if f.save == "" {
+			anyNoSave = true
+		} else {
+			anyRDB = true
+			if !slices.Contains(saves, f.save) {
+				saves = append(saves, f.save)
+			}
+		}
+		if !slices.Contains(replicas, f.replicas) {
+			replicas = append(replicas, f.replicas)
+		}
+	}
+	if unreadable {
+		return CheckPersistence, CheckUnknown, "", "INFO persistence or CONFIG GET appendonly/save unreadable (grant +info and +config|get to the admin lane user)"
+	}
+	facts1 := []string{}
+	if len(fsyncs) > 0 {
+		facts1 = append(facts1, "aof on "+strconv.Itoa(len(facts)-noAOF)+" of "+strconv.Itoa(len(facts))+" primaries (appendfsync "+strings.Join(fsyncs, ", ")+")")
+	} else {
+		facts1 = append(facts1, "aof off")
+	}
+	switch {
+	case anyRDB && anyNoSave:
+		facts1 = append(facts1, "rdb snapshots on some primaries only")
+	case anyRDB:
+		facts1 = append(facts1, "rdb save "+strings.Join(saves, " | "))
+	default:
+		facts1 = append(facts1, "no rdb snapshots")
+	}
+	facts1 = append(facts1, "replicas per primary: "+strings.Join(replicas, ", "))
+	summary := strings.Join(facts1, "; ")
+	var warns []string
+	if failing > 0 {
+		warns = append(warns, fmt.Sprintf("%d of %d primaries report a failing save (rdb_last_bgsave_status or aof_last_write_status err)", failing, len(facts)))
+	}
+	if len(correctness) > 0 && noAOF > 0 {
+		loss := "a restart loses every record of roles " + strings.Join(correctness, ", ")
+		if anyRDB {
+			loss = "a restart loses the writes since the last snapshot"
+		}
+		warns = append(warns, fmt.Sprintf("roles %s expect AOF and %d of %d primaries run without it: %s", strings.Join(correctness, ", "), noAOF, len(facts), loss))
+	}
+	if len(warns) > 0 {
+		return CheckPersistence, CheckWarn, "", strings.Join(warns, "; ") + " (" + summary + ")"
+	}
+	if len(correctness) == 0 {
+		return CheckPersistence, CheckOK, "", "cache needs no persistence (" + summary + ")"
+	}
+	return CheckPersistence, CheckOK, "", summary
+}
+
+// defaultUserCheck reports whether the server's default user is enabled
+// (reference §10: disabled in production). Enabled warns; an admin user
+// that may not ask (NOPERM, or the lane's guard) is unknown, not a failure.
+func defaultUserCheck(facts []nodeFacts) (string, CheckStatus, Class, string) {
+	var on, nopass, unknown int
+	code := ""
+	for _, f := range facts {
+		switch {
+		case f.aclErr != nil:
+			unknown++
+			code = errCode(f.aclErr)
+		case f.defaultUser == "on":
+			on++
+		case f.defaultUser == "on-nopass":
+			on++
+			nopass++
+		}
+	}
+	n := len(facts)
+	switch {
+	case unknown > 0:
+		return CheckDefaultUser, CheckUnknown, "", fmt.Sprintf("ACL GETUSER default refused on %d of %d primaries (%s); grant +acl|getuser to the admin lane user to find out", unknown, n, code)
+	case nopass > 0:
+		return CheckDefaultUser, CheckWarn, "", fmt.Sprintf("the default user is enabled without a password on %d of %d primaries: any connection gets its permissions; disable it (ACL SETUSER default off)", nopass, n)
+	case on > 0:
+		return CheckDefaultUser, CheckWarn, "", fmt.Sprintf("the default user is enabled (with a password) on %d of %d primaries; disable it in production (ACL SETUSER default off)", on, n)
+	}
+	return CheckDefaultUser, CheckOK, "", "the default user is disabled"
 }
 
 func joinRoles(roles []policy.Role) string {
@@ -390,6 +762,59 @@ func programsDetail(mode policy.ProgramMode, rep programs.Report) string {
 	}
 }
 
+// classOf classifies the error of one Redis call. A server reply that says
+// the identity, its permissions or the node's role is wrong is a
+// misconfiguration (READONLY only on a standalone endpoint: elsewhere it
+// is a failover in progress); so are a TLS trust or hostname failure and a
+// refusal by caphost's own command guard. Everything else — refused,
+// timeout, reset, LOADING, BUSY, CLUSTERDOWN, MASTERDOWN, OOM, MISCONF, an
+// unknown code — is an outage: an unrecognised failure never becomes a
+// reason to stop retrying.
+func classOf(err error, topo policy.TopologyKind) Class {
+	if err == nil {
+		return ""
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		switch certainty.ServerCode(rerr.Error()) {
+		case "NOPERM", "NOAUTH", "WRONGPASS", "NOUSER", "UNAUTHORIZED", "WRONGTYPE", "CROSSSLOT":
+			return ClassMisconfiguration
+		case "READONLY":
+			if topo == policy.TopologyStandalone {
+				return ClassMisconfiguration
+			}
+		}
+		return ClassOutage
+	}
+	if certainty.Classify(err, false) == certainty.Rejected || trustFailure(err) {
+		return ClassMisconfiguration
+	}
+	return ClassOutage
+}
+
+// trustFailure reports a TLS failure that configuration causes: an
+// unknown authority, a hostname mismatch, an invalid certificate.
+func trustFailure(err error) bool {
+	var (
+		verr *tls.CertificateVerificationError
+		uerr x509.UnknownAuthorityError
+		herr x509.HostnameError
+		cerr x509.CertificateInvalidError
+	)
+	return errors.As(err, &verr) || errors.As(err, &uerr) || errors.As(err, &herr) || errors.As(err, &cerr)
+}
+
+// worse returns the class an operator must look at first.
+func worse(a, b Class) Class {
+	if a == ClassMisconfiguration || b == ClassMisconfiguration {
+		return ClassMisconfiguration
+	}
+	if a == ClassOutage || b == ClassOutage {
+		return ClassOutage
+	}
+	return ""
+}
+
 // errCode reduces an error to a bounded word: a server error code, an
 // outcome, or a context error. Raw messages can carry key fragments.
 func errCode(err error) string {
@@ -415,6 +840,41 @@ func infoField(info, field string) string {
 	return ""
 }
 
+// boundedWord keeps a server-provided value only when it is a short word of
+// [A-Za-z0-9._-] (versions, policies, statuses, digests); anything else
+// becomes "?" so server-controlled text never reaches a report.
+func boundedWord(s string) string {
+	if len(s) > 64 {
+		return "?"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "?"
+		}
+	}
+	return s
+}
+
+// savePoints bounds the `save` configuration ("3600 1 300 100"): digits and
+// single spaces only, at most 64 bytes; anything else is reported as
+// "custom".
+func savePoints(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	if len(s) > 64 {
+		return "custom"
+	}
+	for _, f := range strings.Fields(s) {
+		if _, err := strconv.ParseUint(f, 10, 32); err != nil {
+			return "custom"
+		}
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
 // versionAtLeast compares dotted numeric versions.
 func versionAtLeast(have, want string) bool {
 	h, w := strings.Split(have, "."), strings.Split(want, ".")
@@ -436,4 +896,109 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// LiveError is a failed live check (Runtime.Live): its class and a bounded
+// reason word, with the cause kept for errors.Is/As. Its message carries no
+// endpoint, user or server text.
+type LiveError struct {
+	Deployment string
+	Class      Class
+	// Reason is one of "timeout", "unreachable", "overloaded",
+	// "shutting-down", "rejected", "connection-lost", "not-primary",
+	// "node-changed", "cluster-down", or a lower-case server error code ("noperm",
+	// "wrongpass", "loading", "oom", "readonly", "misconf", "unknown", ...).
+	Reason string
+	Err    error
+}
+
+func (e *LiveError) Error() string {
+	return "redis " + e.Deployment + ": live check failed (" + string(e.Class) + ": " + e.Reason + ")"
+}
+
+func (e *LiveError) Unwrap() error { return e.Err }
+
+// Live is the cheap check readiness runs against a deployment whose
+// handshake passed: a SET with a short TTL of one fixed probe-namespace key
+// on the regular lane (connection, auth, the data user's permission and a
+// writable primary in one command; OOM and MISCONF refusals show here),
+// then on the admin lane INFO server and replication (the node is still
+// the primary, and — when identity is not "" — still the one the handshake
+// proved: a restarted or failed-over primary fails with reason
+// "node-changed", so its programs are verified again) or, on cluster,
+// CLUSTER INFO (cluster_state ok). Two commands per call; callers cache the
+// result. A failure is a *LiveError. An admin lane that is busy (its
+// in-flight bound is full, e.g. while programs are deployed) skips the
+// second command rather than failing readiness for it.
+func (r *Runtime) Live(ctx context.Context, id, identity string) error {
+	d, err := r.deployment(id)
+	if err != nil {
+		return err
+	}
+	fail := func(class Class, reason string, err error) error {
+		return &LiveError{Deployment: d.id, Class: class, Reason: reason, Err: err}
+	}
+	k, err := r.keys.Build(keys.Spec{Capability: keys.CapProbe, Region: "live", KeyVersion: 1, Kind: "probe", Parts: [][]byte{[]byte(d.id)}})
+	if err != nil {
+		return fail(ClassMisconfiguration, "rejected", err)
+	}
+	if err := d.client(policy.LaneRegular).Set(ctx, k.Redis(), "1", 10*time.Second).Err(); err != nil {
+		return fail(classOf(err, d.topology), reasonWord(err), err)
+	}
+	admin := d.client(policy.LaneAdmin)
+	if cc, ok := admin.(*redis.ClusterClient); ok {
+		info, err := cc.ClusterInfo(ctx).Result()
+		switch {
+		case errors.Is(err, ErrOverloaded):
+			return nil
+		case err != nil:
+			return fail(classOf(err, d.topology), reasonWord(err), err)
+		case infoField(info, "cluster_state") != "ok":
+			return fail(ClassOutage, "cluster-down", nil)
+		}
+		return nil
+	}
+	info, err := admin.Info(ctx, "server", "replication").Result()
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		return nil
+	case err != nil:
+		return fail(classOf(err, d.topology), reasonWord(err), err)
+	}
+	if infoField(info, "role") != "master" {
+		class := ClassOutage // sentinel: a failover in progress
+		if d.topology == policy.TopologyStandalone {
+			class = ClassMisconfiguration
+		}
+		return fail(class, "not-primary", nil)
+	}
+	if identity != "" && boundedWord(infoField(info, "run_id")) != identity {
+		return fail(ClassOutage, "node-changed", nil)
+	}
+	return nil
+}
+
+// reasonWord reduces a call error to the bounded reason of a LiveError.
+func reasonWord(err error) string {
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrLaneClosed):
+		return "shutting-down"
+	case errors.As(err, &rerr):
+		return strings.ToLower(certainty.ServerCode(rerr.Error()))
+	}
+	switch certainty.Classify(err, false) {
+	case certainty.OverloadedBeforeSend:
+		return "overloaded"
+	case certainty.UnavailableBeforeSend:
+		return "unreachable"
+	case certainty.Rejected:
+		return "rejected"
+	}
+	if certainty.Reason(err, false) == "timeout" {
+		return "timeout"
+	}
+	return "connection-lost"
 }

@@ -125,7 +125,7 @@ func TestDefaultCatalogContents(t *testing.T) {
 	}
 	present := []string{"GET", "GETRANGE", "SET", "DEL", "UNLINK", "EXISTS", "PTTL", "PEXPIRE", "MGET", "PING", "TIME",
 		"EVALSHA", "EVALSHA_RO", "SCRIPT|LOAD", "SCRIPT|EXISTS", "FCALL", "FCALL_RO", "FUNCTION|LOAD", "FUNCTION|LIST",
-		"FUNCTION|DELETE", "INFO", "CONFIG|GET", "CLUSTER|INFO", "CLUSTER|SLOTS", "CLUSTER|SHARDS", "CLUSTER|NODES", "ROLE",
+		"FUNCTION|DELETE", "INFO", "CONFIG|GET", "ACL|GETUSER", "CLUSTER|INFO", "CLUSTER|SLOTS", "CLUSTER|SHARDS", "CLUSTER|NODES", "ROLE",
 		"XADD", "XREAD", "XREADGROUP", "XACK", "XAUTOCLAIM", "PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE",
 		"HELLO", "AUTH", "SELECT", "CLIENT|SETNAME", "READONLY", "ASKING",
 		"SENTINEL|GET-MASTER-ADDR-BY-NAME", "SENTINEL|SENTINELS", "SENTINEL|REPLICAS"}
@@ -141,7 +141,7 @@ func TestDefaultCatalogContents(t *testing.T) {
 		e, _ := c.Entry(n)
 		assert.Equal(t, policy.Lanes(), e.Lanes, n)
 	}
-	for _, n := range []string{"FUNCTION|LOAD", "INFO", "CONFIG|GET", "FUNCTION|DELETE"} {
+	for _, n := range []string{"FUNCTION|LOAD", "INFO", "CONFIG|GET", "ACL|GETUSER", "FUNCTION|DELETE"} {
 		e, _ := c.Entry(n)
 		assert.Equal(t, []policy.Lane{policy.LaneAdmin}, e.Lanes, n)
 	}
