@@ -217,15 +217,24 @@ func TestConcurrencyReleaseFreesASlotAndSubjectsAreSeparate(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
 	ctx := ctxT(t)
+	const ttl = 30 * time.Second
+	// The bounds below come from times measured around the calls, so a slow
+	// call widens them instead of failing them.
+	before := time.Now()
 	a := f.c.Acquire(ctx, acq("one", "acme"))
+	sent := time.Now()
 	require.True(t, a.Acquired(), "%v %s", a.Kind(), a.Category())
 	assert.Equal(t, certainty.Applied, a.Certainty())
 	assert.Equal(t, int64(1), a.Limit())
 	assert.Equal(t, int64(1), a.InUse())
 	require.NotNil(t, a.Lease())
 	assert.Equal(t, LeaseActive, a.Lease().State())
-	assert.InDelta(t, float64(30*time.Second), float64(a.Lease().RemainingValidity()), float64(time.Second))
-	assert.WithinDuration(t, time.Now().Add(30*time.Second), a.ExpiresAt(), 5*time.Second)
+	valid := ttl - driftBudget(ttl)
+	rem := a.Lease().RemainingValidity()
+	assert.LessOrEqual(t, rem, valid, "validity is the TTL less the drift budget")
+	assert.GreaterOrEqual(t, rem, valid-time.Since(before), "measured from the acquire's start")
+	// Redis's TIME (whole ms) plus the TTL: the same system clock as ours.
+	assert.WithinRange(t, a.ExpiresAt(), before.Add(ttl-time.Millisecond), sent.Add(ttl))
 
 	b := f.c.Acquire(ctx, acq("one", "acme"))
 	st, ok := b.Status()
@@ -234,7 +243,10 @@ func TestConcurrencyReleaseFreesASlotAndSubjectsAreSeparate(t *testing.T) {
 	assert.False(t, b.Acquired())
 	assert.Nil(t, b.Lease())
 	assert.Equal(t, certainty.Conflict, b.Certainty())
-	assert.InDelta(t, float64(30*time.Second), float64(b.RetryAfter()), float64(time.Second), "until the holder expires")
+	// Redis reports the wait until the holder expires: at most the TTL, less
+	// what passed (on Redis's clock) since the holder's acquire.
+	assert.LessOrEqual(t, b.RetryAfter(), ttl, "until the holder expires")
+	assert.GreaterOrEqual(t, b.RetryAfter(), ttl-time.Since(before)-time.Millisecond, "until the holder expires")
 	require.ErrorIs(t, b.Err(), ErrPermitContended)
 
 	assert.True(t, f.c.Acquire(ctx, acq("one", "other")).Acquired(), "another subject has its own permits")
@@ -257,11 +269,16 @@ func TestConcurrencyReleaseFreesASlotAndSubjectsAreSeparate(t *testing.T) {
 }
 
 // TestConcurrencyRenewExtends: a renewed permit outlives its first TTL
-// (Redis still counts it; another acquire is contended), and its stored
-// expiry moved forward by about the time between acquire and renew.
+// (Redis still counts it past the first expiry; another acquire is
+// contended), its stored expiry moved forward by at least the time between
+// acquire and renew, and its local validity restarts at the renew. Real
+// time must pass for this; the two bounds it needs are a second wide each
+// (the renew reaches Redis before the first expiry, the last check runs
+// before the renewed expiry).
 func TestConcurrencyRenewExtends(t *testing.T) {
+	const ttl, gap = 2 * time.Second, time.Second
 	s := redistest.StartStandalone(t)
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, time.Second))
+	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, ttl))
 	ctx := ctxT(t)
 	a := f.c.Acquire(ctx, acq("one", "acme"))
 	require.True(t, a.Acquired())
@@ -271,19 +288,27 @@ func TestConcurrencyRenewExtends(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, float64(a.ExpiresAt().UnixMilli()), first)
 
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(gap)
+	before := time.Now()
 	r := lease.Renew(ctx)
 	st, _ := r.Status()
 	require.Equal(t, PermitRenewed, st, "%v %s", r.Kind(), r.Category())
 	assert.Equal(t, certainty.Applied, r.Certainty())
+	rem := lease.RemainingValidity()
+	// Before the renew at most ttl-drift-gap remained; the lower bound is
+	// above that, so it holds only if the validity restarted.
+	valid := ttl - driftBudget(ttl)
+	assert.LessOrEqual(t, rem, valid)
+	assert.GreaterOrEqual(t, rem, valid-time.Since(before), "validity restarts at the renew")
 	second, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, float64(r.ExpiresAt().UnixMilli()), second)
-	assert.GreaterOrEqual(t, second-first, 550.0, "extended by the time between acquire and renew")
+	assert.GreaterOrEqual(t, second-first, float64((gap - 50*time.Millisecond).Milliseconds()),
+		"extended by at least the time between acquire and renew")
 	assert.Equal(t, r.ExpiresAt(), lease.ExpiresAt())
-	assert.Greater(t, lease.RemainingValidity(), 900*time.Millisecond, "validity restarts at the renew")
 
-	time.Sleep(600 * time.Millisecond) // past the first TTL
+	time.Sleep(time.Until(a.ExpiresAt().Add(50 * time.Millisecond))) // past the first expiry, on Redis's clock
+	require.True(t, time.Now().Before(r.ExpiresAt()), "the machine stalled for a second: past the renewed expiry too")
 	assert.Equal(t, LeaseActive, lease.State())
 	b := f.c.Acquire(ctx, acq("one", "acme"))
 	st, _ = b.Status()
@@ -293,13 +318,14 @@ func TestConcurrencyRenewExtends(t *testing.T) {
 
 // TestConcurrencyExpiredPermitIsReclaimed: a holder that never releases
 // loses its permit at the TTL; the next acquire takes the slot, and the old
-// owner's renew and release are told NotHeld (distinct from released).
+// owner's renew and release are told NotHeld (distinct from released). The
+// checks made while the permit is live have its one-second TTL to run.
 func TestConcurrencyExpiredPermitIsReclaimed(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
 	ctx := ctxT(t)
 	r := acq("one", "acme")
-	r.TTL = 60 * time.Millisecond
+	r.TTL = time.Second
 	a := f.c.Acquire(ctx, r)
 	require.True(t, a.Acquired())
 	old := a.Lease()
@@ -318,7 +344,9 @@ func TestConcurrencyExpiredPermitIsReclaimed(t *testing.T) {
 	}
 	assert.Equal(t, LeaseLost, old.State())
 	assert.Zero(t, old.RemainingValidity())
-	time.Sleep(50 * time.Millisecond) // the local validity ends before the server expiry
+	// The local validity ends before the server expiry; wait for the latter
+	// on Redis's clock (whole ms), however long the acquire took.
+	time.Sleep(time.Until(a.ExpiresAt().Add(time.Millisecond)))
 	b := f.c.Acquire(ctx, acq("one", "acme"))
 	require.True(t, b.Acquired(), "the expired permit was reclaimed")
 	assert.Equal(t, int64(1), b.InUse())
@@ -427,7 +455,7 @@ func TestConcurrencyStallIsIndeterminate(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	p := redistest.NewProxy(t, s.Addr())
 	var repeats atomic.Int32
-	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 200 * time.Millisecond}
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 500 * time.Millisecond}
 	f := newConcFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(func() { repeats.Add(1) })}, permits("one", 3, 30*time.Second))
 	ctx := ctxT(t)
 	// A warm-up leaves one live pooled connection and loads the script.
@@ -463,7 +491,7 @@ func TestConcurrencyStallIsIndeterminate(t *testing.T) {
 func TestConcurrencyStallReconciledByRepeat(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	p := redistest.NewProxy(t, s.Addr())
-	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 300 * time.Millisecond}
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 500 * time.Millisecond}
 	f := newConcFixture(t, p.Addr(), s, cfg, []Option{withBeforeRetry(p.Passthrough)}, permits("one", 3, 30*time.Second))
 	ctx := ctxT(t)
 	require.True(t, f.c.Acquire(ctx, acq("one", "warm")).Acquired())
@@ -481,7 +509,7 @@ func TestConcurrencyStallReconciledByRepeat(t *testing.T) {
 func TestConcurrencyStalledAcquireLeaseCleansUp(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	p := redistest.NewProxy(t, s.Addr())
-	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 200 * time.Millisecond}
+	cfg := Config{Provider: ProviderRedis, AttemptTimeout: 500 * time.Millisecond}
 	f := newConcFixture(t, p.Addr(), s, cfg, nil, permits("one", 3, 30*time.Second))
 	f.c.beforeCleanup = p.Passthrough // Redis answers again when the clean-up runs
 	ctx := ctxT(t)
@@ -509,24 +537,25 @@ func renewers() int {
 }
 
 // TestConcurrencyAutoRenewKeepsLongWorkAndStops: auto-renewed leases
-// outlive their TTL several times over; each runs exactly one renew
-// goroutine, and Release stops it — none is left afterwards.
+// outlive their TTL (twice over); each runs exactly one renew goroutine,
+// and Release stops it — none is left afterwards. A lease renews every
+// 100 ms with a 1 s TTL, so only a renewer starved for ~900 ms loses one.
 func TestConcurrencyAutoRenewKeepsLongWorkAndStops(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
 	ctx := ctxT(t)
 	base := renewers()
-	const n = 12
+	const n, ttl = 12, time.Second
 	leases := make([]*Lease, n)
 	for i := range leases {
 		r := acq("jobs", "acme")
-		r.TTL = 300 * time.Millisecond
-		l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(0))
+		r.TTL = ttl
+		l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(100*time.Millisecond))
 		require.NoError(t, err)
 		leases[i] = l
 	}
 	assert.Equal(t, base+n, renewers(), "one renew goroutine per lease")
-	time.Sleep(1200 * time.Millisecond) // four TTLs
+	time.Sleep(2*ttl + 100*time.Millisecond) // past two TTLs
 	k := f.permitKey(t, "jobs", "r1", tenant("acme"))
 	assert.Len(t, f.owners(t, k), n, "every permit is still held")
 	for _, l := range leases {
@@ -561,41 +590,65 @@ func TestConcurrencyAutoRenewKeepsLongWorkAndStops(t *testing.T) {
 	assert.Equal(t, base, renewers())
 }
 
+// leaseValidity returns the lease's local validity window: when its
+// acquire began and until when it is valid (both monotonic).
+func leaseValidity(l *Lease) (acquiredAt, validUntil time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acquiredAt, l.validUntil
+}
+
 // TestConcurrencyAutoRenewStopsWhenLost: with Redis gone, renewals fail,
 // the lease is lost when its validity runs out (not after a failure count),
 // Done closes and the renew goroutine returns without a Release. MaxHold
-// ends renewals on a healthy server too.
+// ends renewals on a healthy server too. The validity a lease ended with is
+// read from the lease, so no bound depends on how fast Done was observed;
+// the leases renew every 100 ms with a 1 s TTL, so only a renewer starved
+// for ~900 ms misses its renewals.
 func TestConcurrencyAutoRenewStopsWhenLost(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
 	ctx := ctxT(t)
 	base := renewers()
+	const ttl, every, maxHold = time.Second, 100 * time.Millisecond, 400 * time.Millisecond
+	valid := ttl - driftBudget(ttl)
 	r := acq("jobs", "acme")
-	r.TTL = 300 * time.Millisecond
-	held, err := f.c.AcquireLease(ctx, r, WithAutoRenew(0), WithMaxHold(400*time.Millisecond))
+	r.TTL = ttl
+	held, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every), WithMaxHold(maxHold))
 	require.NoError(t, err)
-	start := time.Now()
 	select {
 	case <-held.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("max hold did not end the lease")
 	}
-	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "renewed until the max hold")
 	assert.Equal(t, LeaseLost, held.State())
-	require.Eventually(t, func() bool { return renewers() == base }, 2*time.Second, 10*time.Millisecond)
+	acquiredAt, validUntil := leaseValidity(held)
+	assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out")
+	assert.Greater(t, validUntil.Sub(acquiredAt), valid, "renewed: the validity moved past the first TTL")
+	// The k-th renew wakes at least k×every after the acquire (timers never
+	// fire early) and only one waking before the max hold renews.
+	renewed := counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+		map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"})
+	assert.LessOrEqual(t, renewed, float64(maxHold/every-1), "no renew after the max hold")
+	require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond)
 
-	lease, err := f.c.AcquireLease(ctx, r, WithAutoRenew(100*time.Millisecond))
+	lease, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every))
 	require.NoError(t, err)
 	s.Kill()
 	killed := time.Now()
 	select {
 	case <-lease.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Done not closed after the validity ran out")
 	}
-	assert.Less(t, time.Since(killed), 300*time.Millisecond+500*time.Millisecond, "lost at the validity deadline")
 	assert.Equal(t, LeaseLost, lease.State())
-	require.Eventually(t, func() bool { return renewers() == base }, 2*time.Second, 10*time.Millisecond,
+	_, validUntil = leaseValidity(lease)
+	// Lost at the validity deadline: not before it (a failure count would
+	// end it sooner), and the deadline is that of a renew begun before the
+	// kill (a failed renew never extends it).
+	assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out, not earlier")
+	assert.LessOrEqual(t, validUntil.Sub(killed), valid, "no failed renew extended the validity")
+	require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond,
 		"the renewer returns without a Release")
 	assert.Equal(t, 2.0, counter(t, f.reg, "caphost_rate_concurrency_leases_lost_total", map[string]string{"policy": "jobs"}))
 	assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
