@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,31 +180,120 @@ func TestNoClientEscapesTheGuard(t *testing.T) {
 }
 
 // TestUnselectedDeploymentIsInert proves a deployment no role references
-// creates no client, no connection and no goroutine.
+// creates no client, no connection, no command and no goroutine: New
+// builds and registers clients for the used deployment only; the unused
+// server accepts no connection and executes no command while the runtime
+// is built and used (its INFO counters, read on one connection the test
+// opened before); and a runtime configured with the unused deployment runs
+// exactly as many goroutines as one without it.
 func TestUnselectedDeploymentIsInert(t *testing.T) {
 	used := redistest.StartStandalone(t)
 	unused := redistest.StartStandalone(t)
-	baseline := unused.ConnectedClients(t)
-	cfg := testConfig(testDeployment("used", standalone(used.Addr())), testDeployment("unused", standalone(unused.Addr())))
-	r := newRuntime(t, cfg)
-
-	for _, reg := range r.registry {
-		assert.Equal(t, "used", reg.deployment)
-	}
-	for _, l := range policy.Lanes() {
-		if l == policy.LanePubSub {
-			continue
+	ctx := ctxT(t, 30*time.Second)
+	seen := serverCounters(t, unused)
+	before := seen()
+	exercise := func(r *Runtime) {
+		t.Helper()
+		for _, l := range policy.Lanes() {
+			if l != policy.LanePubSub {
+				require.NoError(t, laneClient(t, r, policy.RoleCoordination, l).Ping(ctx).Err())
+			}
 		}
-		require.NoError(t, laneClient(t, r, policy.RoleCoordination, l).Ping(ctxT(t, 5*time.Second)).Err())
 	}
-	assert.Equal(t, baseline, unused.ConnectedClients(t))
-	assert.Positive(t, used.ConnectedClients(t))
+	usedOnly := func() policy.RedisConfig { return testConfig(testDeployment("used", standalone(used.Addr()))) }
+	// A first runtime pays for whatever the process starts once (pools,
+	// timers, caches), so the two measured below differ only by their
+	// configuration.
+	warm := newRuntime(t, usedOnly())
+	exercise(warm)
+	require.NoError(t, warm.Close(context.Background()))
 
-	buf := make([]byte, 1<<20)
-	stacks := string(buf[:runtime.Stack(buf, true)])
-	assert.NotContains(t, stacks, unused.Addr())
-	_, port, _ := strings.Cut(unused.Addr(), ":")
-	assert.NotContains(t, stacks, ":"+port+")")
+	g0 := settledGoroutines(t)
+	r := newRuntime(t, testConfig(testDeployment("used", standalone(used.Addr())), testDeployment("unused", standalone(unused.Addr()))))
+	exercise(r)
+	g1 := settledGoroutines(t)
+	exercise(newRuntime(t, usedOnly()))
+	g2 := settledGoroutines(t)
+	after := seen()
+
+	// What New built: one deployment, one client per lane, all of it "used".
+	require.Len(t, r.deps, 1)
+	assert.Equal(t, "used", r.deps[0].ID())
+	assert.Len(t, r.registry, len(policy.Lanes()), "one client per lane of one deployment")
+	for _, reg := range r.registry {
+		assert.Equal(t, "used", reg.deployment, "client of lane %s", reg.lane)
+	}
+	for role, d := range r.roles {
+		assert.Equal(t, "used", d.ID(), "role %s", role)
+	}
+	// What the unused server saw: nothing but the test's own INFO.
+	assert.Equal(t, before.connections, after.connections, "connections accepted by the unused server")
+	before.commands["info"]++
+	assert.Equal(t, before.commands, after.commands, "commands executed by the unused server")
+	assert.Positive(t, used.ConnectedClients(t), "the used deployment did connect")
+	// What the process runs: the same as without the unused deployment.
+	assert.Equal(t, g2-g1, g1-g0, "goroutines added by a runtime with the unused deployment (%d) and without it (%d)", g1-g0, g2-g1)
+}
+
+// counters is what a server has seen: connections accepted and calls per
+// command (INFO stats total_connections_received and commandstats).
+type counters struct {
+	connections int64
+	commands    map[string]int64
+}
+
+// serverCounters opens one connection to s (before anything under test
+// runs) and returns a function that reads s's counters on it, so that the
+// reads themselves add one INFO call and no connection.
+func serverCounters(t *testing.T, s *redistest.Server) func() counters {
+	t.Helper()
+	conn := s.Admin().Conn()
+	t.Cleanup(func() { _ = conn.Close() })
+	return func() counters {
+		t.Helper()
+		info, err := conn.Info(ctxT(t, 5*time.Second), "stats", "commandstats").Result()
+		require.NoError(t, err)
+		c := counters{connections: -1, commands: map[string]int64{}}
+		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+				c.connections, err = strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err, line)
+			}
+			name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			if !ok || !strings.HasPrefix(line, "cmdstat_") {
+				continue
+			}
+			for _, f := range strings.Split(stats, ",") {
+				if k, v, _ := strings.Cut(f, "="); k == "calls" || k == "rejected_calls" || k == "failed_calls" {
+					n, err := strconv.ParseInt(v, 10, 64)
+					require.NoError(t, err, line)
+					c.commands[name] += n
+				}
+			}
+		}
+		require.NotEqual(t, int64(-1), c.connections, "INFO stats has no total_connections_received")
+		return c
+	}
+}
+
+// settledGoroutines returns the number of goroutines once it has not
+// changed for 20 samples 5 ms apart (goroutines of earlier work finishing
+// first); it fails when the count keeps changing for 10 s.
+func settledGoroutines(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	n, still := goruntime.NumGoroutine(), 0
+	for still < 20 {
+		require.True(t, time.Now().Before(deadline), "the goroutine count never settled (last %d)", n)
+		time.Sleep(5 * time.Millisecond)
+		if m := goruntime.NumGoroutine(); m == n {
+			still++
+		} else {
+			n, still = m, 0
+		}
+	}
+	return n
 }
 
 func TestCloseIsSingleAuthority(t *testing.T) {
