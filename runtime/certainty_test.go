@@ -71,9 +71,10 @@ func TestCertaintyWithRealFailures(t *testing.T) {
 		ctx := ctxT(t, 5*time.Second)
 		require.NoError(t, c.Ping(ctx).Err())
 		proxy.Stall()
+		up, _ := proxy.Bytes()
 		held := make(chan error, 1)
 		go func() { held <- c.Get(context.Background(), testKey("held")).Err() }()
-		time.Sleep(100 * time.Millisecond)
+		waitSent(t, proxy, up) // the held GET has its slot and its connection
 		before := srv.CommandCalls(t, "set")
 		err := setEX(ctx, c, testKey("overloaded"))
 		assert.Equal(t, certainty.OverloadedBeforeSend, outcomeOf(t, err))
@@ -92,9 +93,10 @@ func TestCertaintyWithRealFailures(t *testing.T) {
 		ctx := ctxT(t, 5*time.Second)
 		require.NoError(t, c.Ping(ctx).Err())
 		proxy.Stall()
+		up, _ := proxy.Bytes()
 		held := make(chan error, 1)
 		go func() { held <- c.Get(context.Background(), testKey("held")).Err() }()
-		time.Sleep(100 * time.Millisecond)
+		waitSent(t, proxy, up) // the held GET has its slot and its connection
 		err := setEX(ctx, c, testKey("pool"))
 		assert.Equal(t, certainty.OverloadedBeforeSend, outcomeOf(t, err))
 		assert.ErrorIs(t, err, redis.ErrPoolTimeout)
@@ -151,9 +153,10 @@ func TestCertaintyWithRealFailures(t *testing.T) {
 		assert.ErrorIs(t, err, certainty.ErrIndeterminate)
 		assert.Equal(t, int32(1), rec.outcomes[certainty.Indeterminate].Load())
 		assert.NotContains(t, err.Error(), key)
-		v, gerr := admin.Get(ctx, key).Result()
-		require.NoError(t, gerr, "the write reached the server")
-		assert.Equal(t, "v", v)
+		// The proxy forwards the SET on its own goroutine: wait for Redis to
+		// have it rather than assume it already does.
+		require.Eventually(t, func() bool { return admin.Get(ctx, key).Val() == "v" }, 4*time.Second, 10*time.Millisecond,
+			"the write reached the server")
 	})
 
 	t.Run("caller deadline after write: INDETERMINATE", func(t *testing.T) {
@@ -161,12 +164,17 @@ func TestCertaintyWithRealFailures(t *testing.T) {
 		c, _ := regular(t, proxy.Addr(), nil)
 		require.NoError(t, c.Ping(ctxT(t, 5*time.Second)).Err())
 		proxy.Stall()
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// A second is the time the SET has to be written before the
+		// deadline; the proxy's count proves it was.
+		up, _ := proxy.Bytes()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		key := testKey("deadline")
 		err := setEX(ctx, c, key)
 		assert.Equal(t, certainty.Indeterminate, outcomeOf(t, err))
-		require.Eventually(t, func() bool { return admin.Exists(context.Background(), key).Val() == 1 }, 2*time.Second, 10*time.Millisecond)
+		sent, _ := proxy.Bytes()
+		assert.Greater(t, sent, up, "the SET was written before the deadline")
+		require.Eventually(t, func() bool { return admin.Exists(context.Background(), key).Val() == 1 }, 10*time.Second, 10*time.Millisecond)
 	})
 
 	t.Run("reset after write: INDETERMINATE", func(t *testing.T) {
@@ -285,4 +293,14 @@ func TestCertaintyACL(t *testing.T) {
 		assert.NotContains(t, err.Error(), "wrong-password")
 		assert.True(t, errors.Is(err, certainty.ErrUnavailableBeforeSend))
 	})
+}
+
+// waitSent waits until proxy has forwarded more than up client bytes (its
+// count before a call started in another goroutine), so that the call has
+// written its command and certainly holds its in-flight slot and its pooled
+// connection.
+func waitSent(t *testing.T, proxy *redistest.Proxy, up int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { n, _ := proxy.Bytes(); return n > up }, 10*time.Second, time.Millisecond,
+		"the call never reached the proxy")
 }

@@ -296,18 +296,24 @@ func settledGoroutines(t *testing.T) int {
 	return n
 }
 
+// TestCloseIsSingleAuthority: concurrent Closes drain once and close every
+// client once. The in-flight call is held by a stalled proxy until the
+// draining state has been checked (30 s command and 1 min shutdown
+// timeouts: only the test releases it).
 func TestCloseIsSingleAuthority(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
-	r := newRuntime(t, testConfig(testDeployment("main", standalone(proxy.Addr()))))
+	d := testDeployment("main", standalone(proxy.Addr()))
+	d.Timeouts.Command, d.Timeouts.Shutdown = 30*time.Second, time.Minute
+	r := newRuntime(t, testConfig(d))
 	c := laneClient(t, r, policy.RoleCoordination, policy.LaneRegular)
 	require.NoError(t, c.Ping(ctxT(t, 5*time.Second)).Err())
 
 	// One call in flight while Close starts.
-	proxy.Delay(400 * time.Millisecond)
+	proxy.Stall()
 	inflight := make(chan error, 1)
 	go func() { inflight <- c.Get(context.Background(), testKey("a")).Err() }()
-	require.Eventually(t, func() bool { return r.gate.inFlight() == 1 }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return r.gate.inFlight() == 1 }, 10*time.Second, 5*time.Millisecond)
 
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
@@ -318,12 +324,14 @@ func TestCloseIsSingleAuthority(t *testing.T) {
 			errs[i] = r.Close(context.Background())
 		}(i)
 	}
-	require.Eventually(t, func() bool { return r.State() == StateDraining }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return r.State() == StateDraining }, 10*time.Second, time.Millisecond)
 	// New calls are refused before send while draining.
 	err := c.Get(context.Background(), testKey("b")).Err()
 	assert.Equal(t, certainty.UnavailableBeforeSend, outcomeOf(t, err))
 	assert.ErrorIs(t, err, ErrLaneClosed)
+	assert.Equal(t, StateDraining, r.State(), "Close waits for the in-flight call")
 
+	proxy.Passthrough()
 	wg.Wait()
 	assert.ErrorIs(t, <-inflight, redis.Nil, "the in-flight call finished normally")
 	for _, e := range errs {
@@ -344,14 +352,16 @@ func TestCloseDrainTimeout(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	d := testDeployment("main", standalone(proxy.Addr()))
-	d.Timeouts = policy.Timeouts{Connect: time.Second, Command: 2 * time.Second, Acquire: 100 * time.Millisecond, Shutdown: 2 * time.Second}
+	// The stalled call ends only when Close gives up on it (30 s command
+	// timeout), however late Close starts.
+	d.Timeouts = policy.Timeouts{Connect: time.Second, Command: 30 * time.Second, Acquire: 100 * time.Millisecond, Shutdown: time.Minute}
 	r := newRuntime(t, testConfig(d))
 	c := laneClient(t, r, policy.RoleCoordination, policy.LaneRegular)
 	require.NoError(t, c.Ping(ctxT(t, 5*time.Second)).Err())
 	proxy.Stall()
 	done := make(chan error, 1)
 	go func() { done <- c.Get(context.Background(), testKey("a")).Err() }()
-	require.Eventually(t, func() bool { return r.gate.inFlight() == 1 }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return r.gate.inFlight() == 1 }, 10*time.Second, 5*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
