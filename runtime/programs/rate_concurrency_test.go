@@ -3,6 +3,7 @@ package programs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -18,10 +19,12 @@ import (
 	"github.com/caphost/caphost/runtime/programs/internal/rateref"
 )
 
-// TestConcurrencyLimiterMatchesReference drives a seeded random mix of
-// acquire/renew/release by a small owner pool (with expiries, gaps and
-// clock steps back) through the Lua programs and rateref, comparing every
-// decision and the stored owner set.
+// TestConcurrencyLimiterMatchesReference drives acquire/renew/release by a
+// small owner pool through the Lua programs and rateref, comparing every
+// decision and the stored owner set: first a scripted sequence that reaches
+// every status whatever the machine's speed (its permits live for a
+// minute), then a seeded random mix (with expiries, gaps and clock steps
+// back) whose mix of statuses depends on how fast the steps run.
 func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	client := standaloneClient(t, s)
@@ -39,36 +42,29 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 			const maxPermits, maxStep = 3, 200
 			var ref rateref.ConcurrencyState
 			counts := map[string]int{}
-			undo := int64(0)
-			for n := range 200 {
-				if r.IntN(10) >= 7 {
-					time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+			n := 0
+			// shiftClock moves the stored observation `shift` ms ahead of
+			// TIME: a server clock stepping back by that much.
+			shiftClock := func(shift int64) {
+				t.Helper()
+				if shift == 0 || !ref.Present {
+					return
 				}
-				shift := int64(0)
-				switch {
-				case undo != 0:
-					shift, undo = -undo, 0
-				case r.IntN(15) == 0:
-					shift = 10 + r.Int64N(150)
-					if r.IntN(3) == 0 {
-						shift = 300 + r.Int64N(100)
-						undo = shift
-					}
-				}
-				if shift != 0 && ref.Present {
-					ref.Observed += shift
-					score, err := admin.ZScore(ctx, key.Redis(), "!v1:r1").Result()
-					require.NoError(t, err)
-					require.NoError(t, admin.ZAdd(ctx, key.Redis(), redisZ(score-float64(shift), "!v1:r1")).Err())
-				}
-				owner := "o" + strconv.Itoa(r.IntN(5))
-				ttl := 20 + r.Int64N(100)
+				ref.Observed += shift
+				score, err := admin.ZScore(ctx, key.Redis(), "!v1:r1").Result()
+				require.NoError(t, err)
+				require.NoError(t, admin.ZAdd(ctx, key.Redis(), redisZ(score-float64(shift), "!v1:r1")).Err())
+			}
+			// step runs one operation through both and compares them; it
+			// returns the status name it counted.
+			step := func(op, owner string, ttl int64) string {
+				t.Helper()
 				var (
 					name      string
 					got, want rateref.PermitDecision
 				)
-				switch op := r.IntN(10); {
-				case op < 5:
+				switch op {
+				case "acquire":
 					res, err := e.RateConcurrencyAcquire(ctx, key, PermitAcquireRequest{
 						PolicyRevision: "r1", MaxPermits: maxPermits, Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
 						MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
@@ -78,7 +74,7 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 					got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, MaxPermits: res.MaxPermits, ExpiresAtMillis: res.ExpiresAtMillis, RetryAfterMillis: res.RetryAfter.Milliseconds()}
 					want, err = rateref.ConcurrencyAcquire(&ref, res.ServerNowMillis, maxPermits, owner, ttl, maxStep)
 					require.NoError(t, err)
-				case op < 7:
+				case "renew":
 					res, err := e.RateConcurrencyRenew(ctx, key, PermitRenewRequest{
 						PolicyRevision: "r1", Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
 						MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
@@ -112,14 +108,83 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 					}
 				}
 				require.Equal(t, wantStored, stored, "step %d state", n)
+				n++
+				return name
 			}
-			for _, s := range []string{"ACQUIRED", "ALREADY_HELD", "CONTENDED", "renew RENEWED", "renew NOT_HELD", "release RELEASED", "release NOT_HELD"} {
-				assert.Positive(t, counts[s], "stream never produced %s", s)
+
+			// Scripted: a minute outlives every step, so each status below
+			// is certain; the clock step (beyond maxStep) is undone after.
+			const minute = 60_000
+			for _, sc := range []struct {
+				op, owner string
+				ttl       int64
+				shift     int64 // applied before the step
+				want      string
+			}{
+				{"acquire", "o0", minute, 0, "ACQUIRED"},
+				{"acquire", "o1", minute, 0, "ACQUIRED"},
+				{"acquire", "o2", minute, 0, "ACQUIRED"},
+				{"acquire", "o3", minute, 0, "CONTENDED"},
+				{"acquire", "o0", minute, 0, "ALREADY_HELD"},
+				{"renew", "o0", minute, 0, "renew RENEWED"},
+				{"release", "o1", 0, 0, "release RELEASED"},
+				{"release", "o1", 0, 0, "release NOT_HELD"},
+				{"renew", "o1", minute, 0, "renew NOT_HELD"},
+				{"acquire", "o3", minute, 2 * maxStep, "CLOCK_UNSAFE"},
+				{"renew", "o0", minute, 0, "renew CLOCK_UNSAFE"},
+				{"release", "o0", 0, 0, "release CLOCK_UNSAFE"},
+				{"release", "o0", 0, -2 * maxStep, "release RELEASED"},
+				{"release", "o2", 0, 0, "release RELEASED"},
+			} {
+				shiftClock(sc.shift)
+				require.Equal(t, sc.want, step(sc.op, sc.owner, sc.ttl), "scripted step %d", n)
 			}
-			assert.Positive(t, counts["CLOCK_UNSAFE"]+counts["renew CLOCK_UNSAFE"]+counts["release CLOCK_UNSAFE"], "stream never stepped the clock back unsafely")
-			t.Logf("statuses: %v", counts)
+			scripted := maps.Clone(counts)
+
+			undo := int64(0)
+			for range 200 {
+				if r.IntN(10) >= 7 {
+					time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+				}
+				shiftClock(clockStep(r, 15, &undo))
+				owner := "o" + strconv.Itoa(r.IntN(5))
+				ttl := 20 + r.Int64N(100)
+				switch op := r.IntN(10); {
+				case op < 5:
+					step("acquire", owner, ttl)
+				case op < 7:
+					step("renew", owner, ttl)
+				default:
+					step("release", owner, 0)
+				}
+			}
+			for _, s := range []string{"ACQUIRED", "ALREADY_HELD", "CONTENDED", "renew RENEWED", "renew NOT_HELD", "release RELEASED", "release NOT_HELD", "CLOCK_UNSAFE"} {
+				assert.Positive(t, counts[s], "never compared %s", s)
+			}
+			t.Logf("statuses: scripted %v, all %v", scripted, counts)
 		})
 	}
+}
+
+// clockStep picks the next simulated server clock step back, in ms, for
+// the random streams: one step in oneIn moves 10..160 ms (within the max
+// clock step: clamped), a third of those 300..400 ms (beyond it:
+// CLOCK_UNSAFE), which the following step undoes (*undo carries it).
+func clockStep(r *rand.Rand, oneIn int, undo *int64) int64 {
+	switch {
+	case *undo != 0:
+		shift := -*undo
+		*undo = 0
+		return shift
+	case r.IntN(oneIn) == 0:
+		shift := 10 + r.Int64N(150)
+		if r.IntN(3) == 0 {
+			shift = 300 + r.Int64N(100)
+			*undo = shift
+		}
+		return shift
+	}
+	return 0
 }
 
 // TestConcurrencyLimiterExactAdmission: many goroutines with distinct

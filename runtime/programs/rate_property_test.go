@@ -322,17 +322,7 @@ func TestRatePropertyLuaMatchesReference(t *testing.T) {
 						// observation moving X ahead of TIME: mostly within the
 						// max step (clamp), sometimes beyond (CLOCK_UNSAFE), in
 						// which case the next step corrects the clock again.
-						shift := int64(0)
-						switch {
-						case undo != 0:
-							shift, undo = -undo, 0
-						case r.IntN(20) == 0:
-							shift = 10 + r.Int64N(150)
-							if r.IntN(3) == 0 {
-								shift = 300 + r.Int64N(100)
-								undo = shift
-							}
-						}
+						shift := clockStep(r, 20, &undo)
 						if shift != 0 && algo.shift(shift) {
 							require.NoError(t, redisShift(ctx, admin, st.Redis(), shift))
 						}
