@@ -477,12 +477,15 @@ func TestManagerCloseDrains(t *testing.T) {
 	<-entered
 	closed := make(chan error, 1)
 	go func() { closed <- mgr.Close(ctx) }()
+	// Close has begun once new calls are refused (until then one just runs).
+	require.Eventually(t, func() bool {
+		return errors.Is(mgr.Use(ctx, "rate", func(*Module) error { return nil }), ErrManagerClosed)
+	}, 10*time.Second, time.Millisecond, "Close never refused new calls")
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a call was pinned")
 	case <-time.After(100 * time.Millisecond):
 	}
-	require.ErrorIs(t, mgr.Use(ctx, "rate", func(*Module) error { return nil }), ErrManagerClosed)
 	close(release)
 	require.NoError(t, <-callErr)
 	require.NoError(t, <-closed)
@@ -500,9 +503,11 @@ func TestManagerCloseDrains(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- mgr2.Close(cctx) }()
-	time.Sleep(100 * time.Millisecond)
-	_, err := pinned.RateSelect(ctx, proRead)
-	require.ErrorIs(t, err, ClassClosed, "the module was force-closed")
+	// The pinned module serves until Close's context ends and it is closed.
+	require.Eventually(t, func() bool {
+		_, err := pinned.RateSelect(ctx, proRead)
+		return errors.Is(err, ClassClosed)
+	}, 10*time.Second, 5*time.Millisecond, "the module was never force-closed")
 	close(hold)
 	require.ErrorIs(t, <-done, context.DeadlineExceeded)
 }
