@@ -55,6 +55,21 @@ test: ensure-redis
 	# without the race detector, whose runtime retains memory per generation.
 	$(GO) test -count=1 -run '^TestManagerSwapUnderLoad$$' ./plugins/
 
+## test-short: the quick loop while editing, never a substitute for `make test`: the tests of
+## every package whose test binary links neither the Redis harness (internal/redistest, which
+## starts redis-server) nor the Wasm engine (wazero: those tests build and run guests), without
+## the race detector: policy, host/config, abi, runtime/certainty, the rate reference model
+## (runtime/programs/internal/rateref), plugins/trust and the like.
+## It leaves out, besides the race detector, gofmt and vet: every real-Redis test (runtime and
+## its keys, guard and programs packages, host, host/ratelimit, host/httpapi, cmd/caphost,
+## internal/redistest itself) and every guest or engine test (plugins/..., host/guests,
+## host/metrics, internal/tools/selftestpack). The subset is computed from the import graph,
+## so a package that starts needing Redis or guests drops out of it by itself.
+SHORT_PKGS = $(GO) list -test -f '{{if .ForTest}}{{$$skip := eq .ForTest "github.com/caphost/caphost/internal/redistest"}}{{range .Deps}}{{if or (eq . "github.com/caphost/caphost/internal/redistest") (eq . "github.com/tetratelabs/wazero")}}{{$$skip = true}}{{end}}{{end}}{{if not $$skip}}{{.ForTest}}{{end}}{{end}}' ./...
+test-short:
+	@pkgs="$$($(SHORT_PKGS))" && test -n "$$pkgs" || { echo "test-short: no package selected"; exit 1; }; \
+	echo "$(GO) test -count=1" $$pkgs; $(GO) test -count=1 $$pkgs
+
 ## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
 # BENCH_FLAGS: cmd/compare flags; the default adds the A/A control rows
 # (each peer against an identical second client), the ratios' noise floor.
