@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/trust"
 	"github.com/caphost/caphost/policy"
@@ -41,7 +42,7 @@ func viewOf(s host.GuestStatus) GuestView {
 	v := GuestView{
 		Name: s.Name, Generation: s.Generation, SHA256: s.SHA256,
 		Kinds: nonNil(s.Kinds), Declared: nonNil(s.Declared),
-		LastSwapOK: s.LastSwapOK, LastSwapError: sanitize(s.LastSwapError, 512),
+		LastSwapOK: s.LastSwapOK, LastSwapError: httpjson.Sanitize(s.LastSwapError, 512),
 	}
 	if !s.LastSwapAt.IsZero() {
 		v.LastSwapAt = s.LastSwapAt.UTC().Format(time.RFC3339Nano)
@@ -77,7 +78,7 @@ func (a *admin) auth(next http.Handler) http.Handler {
 		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
-			writeError(w, newError(http.StatusUnauthorized, CodeUnauthorized, "a valid admin bearer token is required"))
+			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, CodeUnauthorized, "a valid admin bearer token is required"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -90,13 +91,13 @@ func (a *admin) list(w http.ResponseWriter, _ *http.Request) {
 	for _, g := range gs {
 		out.Guests = append(out.Guests, viewOf(g))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.WriteJSON(w, http.StatusOK, out)
 }
 
 func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !policy.ValidSlug(name) {
-		writeError(w, fieldError("name", "a guest name is a slug"))
+		httpjson.WriteError(w, httpjson.FieldError("name", "a guest name is a slug"))
 		return
 	}
 	known := false
@@ -104,66 +105,66 @@ func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
 		known = known || g.Name == name
 	}
 	if !known {
-		writeError(w, newError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name"))
+		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name"))
 		return
 	}
 	sig, e := signatureOf(r.Header.Values(SignatureHeader))
 	if e != nil {
-		writeError(w, e)
+		httpjson.WriteError(w, e)
 		return
 	}
 	select {
 	case a.swapping <- struct{}{}:
 		defer func() { <-a.swapping }()
 	default:
-		e := newError(http.StatusConflict, CodeSwapBusy, "another swap is in progress")
-		e.retryAfter = time.Second
-		writeError(w, e)
+		e := httpjson.NewError(http.StatusConflict, CodeSwapBusy, "another swap is in progress")
+		e.RetryAfter = time.Second
+		httpjson.WriteError(w, e)
 		return
 	}
 	if r.ContentLength > MaxGuestBytes {
-		writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
+		httpjson.WriteError(w, httpjson.NewError(http.StatusRequestEntityTooLarge, httpjson.CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
 		return
 	}
 	wasm, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxGuestBytes))
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			writeError(w, newError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
+			httpjson.WriteError(w, httpjson.NewError(http.StatusRequestEntityTooLarge, httpjson.CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
 			return
 		}
-		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the body could not be read"))
+		httpjson.WriteError(w, httpjson.NewError(http.StatusBadRequest, httpjson.CodeBadRequest, "the body could not be read"))
 		return
 	}
 	if len(wasm) == 0 {
-		writeError(w, fieldError("body", "the body must be a wasm module"))
+		httpjson.WriteError(w, httpjson.FieldError("body", "the body must be a wasm module"))
 		return
 	}
 	st, err := a.b.SwapGuest(r.Context(), name, wasm, sig)
 	if err != nil {
 		e := swapError(err)
 		a.log.Warn("guest swap refused", "guest", name, "code", string(e.Body.Code), "detail", e.Body.Detail)
-		writeError(w, e)
+		httpjson.WriteError(w, e)
 		return
 	}
 	a.log.Info("guest swapped", "guest", name, "generation", st.Generation, "sha256", st.SHA256)
-	writeJSON(w, http.StatusOK, viewOf(st))
+	httpjson.WriteJSON(w, http.StatusOK, viewOf(st))
 }
 
 // signatureOf decodes the optional signature header: base64 of the .sig
 // JSON, at most trust.MaxSignatureFileBytes once decoded. The document
 // itself is parsed and verified by the host.
-func signatureOf(vals []string) ([]byte, *Error) {
+func signatureOf(vals []string) ([]byte, *httpjson.Error) {
 	switch len(vals) {
 	case 0:
 		return nil, nil
 	case 1:
 	default:
-		return nil, fieldError(SignatureHeader, "at most one signature")
+		return nil, httpjson.FieldError(SignatureHeader, "at most one signature")
 	}
 	v := strings.TrimSpace(vals[0])
 	if base64.StdEncoding.DecodedLen(len(v)) > trust.MaxSignatureFileBytes+3 {
-		return nil, fieldError(SignatureHeader, fmt.Sprintf("the signature document exceeds %d bytes", trust.MaxSignatureFileBytes))
+		return nil, httpjson.FieldError(SignatureHeader, fmt.Sprintf("the signature document exceeds %d bytes", trust.MaxSignatureFileBytes))
 	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 		if b, err := enc.DecodeString(v); err == nil {
@@ -173,34 +174,34 @@ func signatureOf(vals []string) ([]byte, *Error) {
 			return b, nil
 		}
 	}
-	return nil, fieldError(SignatureHeader, "must be the base64 of the .sig document")
+	return nil, httpjson.FieldError(SignatureHeader, "must be the base64 of the .sig document")
 }
 
 // swapError classifies a swap failure. The detail is the error text,
 // bounded and sanitised: swap errors name stages, classes and policy ids,
 // never secrets (the module bytes are the operator's own).
-func swapError(err error) *Error {
+func swapError(err error) *httpjson.Error {
 	untrusted := "the module's signature was rejected; the previous generation keeps serving"
 	rejected := "the module was rejected; the previous generation keeps serving"
-	var e *Error
+	var e *httpjson.Error
 	var te *trust.Error
 	var ge *plugins.GuestError
 	switch {
 	case errors.Is(err, plugins.ErrUnknownModule), errors.Is(err, host.ErrNoGuests):
-		return newError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name")
+		return httpjson.NewError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name")
 	case errors.Is(err, plugins.ErrManagerClosed):
-		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the host is shutting down")
+		return httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the host is shutting down")
 	case errors.Is(err, host.ErrSwapUnauthorized), errors.As(err, &te):
-		e = newError(http.StatusUnprocessableEntity, CodeGuestUntrusted, untrusted)
+		e = httpjson.NewError(http.StatusUnprocessableEntity, CodeGuestUntrusted, untrusted)
 	case errors.Is(err, host.ErrGuestPolicies), errors.Is(err, host.ErrGuestKindChange),
 		errors.Is(err, plugins.ErrSelfTest), errors.Is(err, plugins.ErrConformance),
 		errors.Is(err, plugins.ErrDuplicateID), errors.As(err, &ge):
-		e = newError(http.StatusUnprocessableEntity, CodeGuestInvalid, rejected)
+		e = httpjson.NewError(http.StatusUnprocessableEntity, CodeGuestInvalid, rejected)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the swap was interrupted; the previous generation keeps serving")
+		return httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the swap was interrupted; the previous generation keeps serving")
 	default:
-		e = newError(http.StatusUnprocessableEntity, CodeSwapFailed, rejected)
+		e = httpjson.NewError(http.StatusUnprocessableEntity, CodeSwapFailed, rejected)
 	}
-	e.Body.Detail = sanitize(err.Error(), 512)
+	e.Body.Detail = httpjson.Sanitize(err.Error(), 512)
 	return e
 }

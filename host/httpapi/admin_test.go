@@ -19,6 +19,7 @@ import (
 
 	"github.com/caphost/caphost/host"
 	"github.com/caphost/caphost/host/httpapi"
+	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
@@ -106,7 +107,7 @@ func do(srv http.Handler, method, path, token string, body []byte, hdr map[strin
 
 func errCode(t *testing.T, rec *httptest.ResponseRecorder) string {
 	t.Helper()
-	var b httpapi.ErrorBody
+	var b httpjson.ErrorBody
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b), rec.Body.String())
 	return string(b.Code)
 }
@@ -240,7 +241,7 @@ func TestAdminSwapErrors(t *testing.T) {
 			srv := httpapi.New(f, httpapi.Options{AdminToken: policy.NewSecret([]byte(adminToken))})
 			rec := do(srv, "PUT", "/admin/guests/rate-tiers", adminToken, []byte("w"), nil)
 			assert.Equal(t, c.status, rec.Code, rec.Body.String())
-			var b httpapi.ErrorBody
+			var b httpjson.ErrorBody
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b))
 			assert.Equal(t, c.code, string(b.Code))
 			for _, r := range b.Detail {

@@ -8,23 +8,18 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/policy"
 )
 
 // Bounds of the API.
 const (
-	// MaxEvaluateBodyBytes bounds a POST /v1/ratelimit/evaluate body.
-	MaxEvaluateBodyBytes = 64 << 10
 	// MaxGuestBytes bounds a PUT /admin/guests/{name} body (a wasm module).
 	MaxGuestBytes = 64 << 20
 	// MinAdminTokenBytes is the shortest admin token New accepts; shorter
 	// tokens are guessable.
 	MinAdminTokenBytes = 16
-	// DefaultBudget bounds an evaluation without deadline-ms.
-	DefaultBudget = 250 * time.Millisecond
-	// MaxDeadline bounds deadline-ms.
-	MaxDeadline = 10 * time.Second
 	// SignatureHeader carries the optional detached signature of a swapped
 	// module: the base64 (standard or URL alphabet, padding optional) of the
 	// .sig JSON document that `caphost guest sign` writes.
@@ -59,7 +54,8 @@ type Options struct {
 	// Log receives bounded diagnostics (never a subject or a token).
 	// Default slog.Default().
 	Log *slog.Logger
-	// Budget bounds an evaluation without deadline-ms (default DefaultBudget).
+	// Budget bounds a sidecar call without deadline-ms (default
+	// ratelimit.DefaultSidecarBudget).
 	Budget time.Duration
 }
 
@@ -71,52 +67,68 @@ func (o Options) Validate() error {
 	return nil
 }
 
-type api struct {
-	b      Backend
-	log    *slog.Logger
-	budget time.Duration
-	admin  *admin // nil without a token
-}
-
-// New returns the daemon's handler. An admin token shorter than
-// MinAdminTokenBytes disables the admin endpoints (callers should run
-// Options.Validate first and refuse to start).
+// New returns the daemon's handler: the host's operations endpoints, the
+// rate-limit capability's sidecar routes (ratelimit.Sidecar, built once
+// from the limiter, selector and concurrency limiter b returns now), and
+// the admin endpoints. An admin token shorter than MinAdminTokenBytes
+// disables the admin endpoints (callers should run Options.Validate first
+// and refuse to start).
 func New(b Backend, opts Options) http.Handler {
-	a := &api{b: b, log: opts.Log, budget: opts.Budget}
-	if a.log == nil {
-		a.log = slog.Default()
-	}
-	if a.budget <= 0 {
-		a.budget = DefaultBudget
-	}
-	if !opts.AdminToken.IsZero() && opts.Validate() == nil {
-		a.admin = newAdmin(b, opts.AdminToken, a.log)
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
 	}
 	mux := http.NewServeMux()
 	ops := b.Handler()
 	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
 		mux.Handle(p, ops)
 	}
-	mux.Handle("/v1/ratelimit/evaluate", only(http.MethodPost, http.HandlerFunc(a.evaluate)))
-	for _, op := range []string{"acquire", "renew", "release"} {
-		mux.Handle("/v1/concurrency/"+op, only(http.MethodPost, a.concurrency(op)))
-	}
-	if a.admin != nil {
-		mux.Handle("/admin/guests", a.admin.auth(only(http.MethodGet, http.HandlerFunc(a.admin.list))))
-		mux.Handle("/admin/guests/{name}", a.admin.auth(only(http.MethodPut, http.HandlerFunc(a.admin.swap))))
+	httpjson.Mount(mux, rateRoutes(b, opts.Budget, log))
+	if !opts.AdminToken.IsZero() && opts.Validate() == nil {
+		a := newAdmin(b, opts.AdminToken, log)
+		mux.Handle("/admin/guests", a.auth(only(http.MethodGet, http.HandlerFunc(a.list))))
+		mux.Handle("/admin/guests/{name}", a.auth(only(http.MethodPut, http.HandlerFunc(a.swap))))
 	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "no such endpoint"))
+		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, httpjson.CodeNotFound, "no such endpoint"))
 	}))
 	return mux
 }
 
+// rateRoutes are the rate-limit sidecar's routes. A disabled capability
+// still validates bodies and answers 503 capability-disabled (the sidecar
+// of a nil limiter); a capability that failed otherwise answers 503
+// unavailable on every route.
+func rateRoutes(b Backend, budget time.Duration, log *slog.Logger) map[string]http.Handler {
+	opts := ratelimit.SidecarOptions{Log: log, Budget: budget}
+	lim, sel, err := b.RateLimit()
+	switch {
+	case errors.Is(err, host.ErrCapabilityDisabled):
+		return ratelimit.NewSidecar(nil, nil, nil, opts).Routes()
+	case err != nil:
+		log.Warn("rate-limit capability unavailable", "error", err)
+		routes := ratelimit.NewSidecar(nil, nil, nil, opts).Routes()
+		for p := range routes {
+			routes[p] = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				httpjson.WriteError(w, httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the rate-limit capability is unavailable"))
+			})
+		}
+		return routes
+	}
+	conc, err := b.Concurrency()
+	if err != nil {
+		log.Warn("concurrency limiter unavailable", "error", err)
+		conc = nil
+	}
+	return ratelimit.NewSidecar(lim, sel, conc, opts).Routes()
+}
+
 // only answers a JSON 405 for other methods (the mux's own 405 is text).
 func only(method string, h http.Handler) http.Handler {
+	notAllowed := httpjson.MethodNotAllowed(method)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
-			w.Header().Set("Allow", method)
-			writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "use "+method))
+			notAllowed.ServeHTTP(w, r)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -1,23 +1,18 @@
-// Package httpapi owns the HTTP surface of `caphost serve`: the sidecar
-// capability API (POST /v1/ratelimit/evaluate; POST /v1/concurrency/acquire,
-// /renew and /release for concurrency permits), the guest admin endpoints
-// (GET /admin/guests, PUT /admin/guests/{name}) and the mounting of the
-// host's operations endpoints (/livez, /readyz, /metrics).
+// Package httpapi owns the daemon mux of `caphost serve`: it mounts the
+// host's operations endpoints (/livez, /readyz, /metrics), the capability
+// routes (today the rate-limit sidecar, ratelimit.Sidecar: POST
+// /v1/ratelimit/evaluate and POST /v1/concurrency/acquire, /renew and
+// /release) and serves the guest admin endpoints (GET /admin/guests, PUT
+// /admin/guests/{name}).
 //
-// Everything that enters here is untrusted: bodies are size-bounded and
-// decoded strictly (unknown fields and trailing data fail), every field is
-// bounded, and every error is a JSON body with a stable code (see the Code
-// constants). Raw subject values are handed to the limiter and never echoed,
-// logged or put in an error. A permit's owner token is minted by the host,
-// returned once in the acquire's body (the client needs it to renew and
-// release) and otherwise never echoed or logged. The capability endpoints
-// have no authentication of their own (the daemon listens on loopback by
-// default); the admin endpoints do. The admin endpoints exist only when an admin
-// token is configured, and compare it in constant time.
+// Everything that enters here is untrusted: bodies are read and errors
+// written through host/httpjson (size-bounded, strict, stable codes, no
+// request value ever echoed). The capability endpoints have no
+// authentication of their own (the daemon listens on loopback by default);
+// the admin endpoints exist only when an admin token is configured, and
+// compare it in constant time.
 //
-// What may change here: new capability endpoints and their JSON mapping,
-// bounds (made stricter, never looser without review). What must not: the
-// stable error codes and field names (sidecar clients depend on them), and
-// "HTTP 200 for every evaluated outcome" — a client reads allowed (ok for
-// permits) from the body, so a deny never looks like a transport failure.
+// What may change here: which capability routes are mounted and how, the
+// admin surface. What must not: the stable error codes and field names
+// (clients depend on them).
 package httpapi

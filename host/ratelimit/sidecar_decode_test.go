@@ -1,4 +1,4 @@
-package httpapi_test
+package ratelimit
 
 import (
 	"errors"
@@ -11,14 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/caphost/caphost/host/httpapi"
-	"github.com/caphost/caphost/host/ratelimit"
+	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/policy"
 )
 
-// vectors reads testdata/evaluate: valid/*.json must decode;
+// evaluateVectors reads testdata/evaluate: valid/*.json must decode;
 // invalid/<code>/*.json must fail with exactly that code.
-func vectors(t testing.TB) (valid map[string][]byte, invalid map[string]string, bodies map[string][]byte) {
+func evaluateVectors(t testing.TB) (valid map[string][]byte, invalid map[string]string, bodies map[string][]byte) {
 	valid, invalid, bodies = map[string][]byte{}, map[string]string{}, map[string][]byte{}
 	files, err := filepath.Glob(filepath.Join("testdata", "evaluate", "*", "*.json"))
 	require.NoError(t, err)
@@ -42,23 +41,23 @@ func vectors(t testing.TB) (valid map[string][]byte, invalid map[string]string, 
 	return valid, invalid, bodies
 }
 
-func TestDecodeVectors(t *testing.T) {
-	valid, invalid, bodies := vectors(t)
+func TestDecodeEvaluateVectors(t *testing.T) {
+	valid, invalid, bodies := evaluateVectors(t)
 	for name, b := range valid {
-		_, err := httpapi.DecodeEvaluateRequest(b)
+		_, err := DecodeEvaluateRequest(b)
 		assert.NoError(t, err, name)
 	}
 	for name, code := range invalid {
-		_, err := httpapi.DecodeEvaluateRequest(bodies[name])
+		_, err := DecodeEvaluateRequest(bodies[name])
 		require.Error(t, err, name)
-		var c *httpapi.Error
+		var c *httpjson.Error
 		require.True(t, errors.As(err, &c), name)
 		assert.Equal(t, code, string(c.Code()), name)
 	}
-	req, err := httpapi.DecodeEvaluateRequest(valid[filepath.Join("valid", "explicit.json")])
+	req, err := DecodeEvaluateRequest(valid[filepath.Join("valid", "explicit.json")])
 	require.NoError(t, err)
-	assert.Equal(t, httpapi.EvaluateRequest{
-		Attributes: httpapi.EvaluateAttributes{Route: "/login", Method: "POST"},
+	assert.Equal(t, EvaluateRequest{
+		Attributes: EvaluateAttributes{Route: "/login", Method: "POST"},
 		Subject:    map[string]string{"client-ip": "203.0.113.7", "route": "/login"},
 		Policy:     "login", Cost: 1, EvaluationID: "req-42", DeadlineMs: 200,
 	}, req)
@@ -67,16 +66,16 @@ func TestDecodeVectors(t *testing.T) {
 // FuzzDecodeEvaluateRequest: the decoder never panics, and whatever it
 // accepts is within every documented bound.
 func FuzzDecodeEvaluateRequest(f *testing.F) {
-	_, _, bodies := vectors(f)
+	_, _, bodies := evaluateVectors(f)
 	for _, b := range bodies {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"subject":{"api-key":"\u0000"}}`))
 	f.Add([]byte(`{"attributes":{"route":"\xff"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := httpapi.DecodeEvaluateRequest(body)
+		req, err := DecodeEvaluateRequest(body)
 		if err != nil {
-			var c *httpapi.Error
+			var c *httpjson.Error
 			if !errors.As(err, &c) || c.Code() == "" {
 				t.Fatalf("error without a code: %v", err)
 			}
@@ -84,20 +83,20 @@ func FuzzDecodeEvaluateRequest(f *testing.F) {
 		}
 		for _, a := range []string{req.Attributes.Route, req.Attributes.Method, req.Attributes.PrincipalTier,
 			req.Attributes.APIKeyPlan, req.Attributes.ClientIPClass, req.Attributes.ResourceClass} {
-			if len(a) > httpapi.MaxAttributeBytes || !utf8.ValidString(a) {
+			if len(a) > MaxAttributeBytes || !utf8.ValidString(a) {
 				t.Fatalf("attribute out of bounds: %q", a)
 			}
 		}
-		if len(req.Subject) > httpapi.MaxSubjectEntries {
+		if len(req.Subject) > MaxSubjectEntries {
 			t.Fatalf("%d subject entries", len(req.Subject))
 		}
 		for k, v := range req.Subject {
-			if d := policy.RateDimension(k); !d.Valid() || d == policy.DimGlobal || v == "" || len(v) > ratelimit.MaxSubjectValueBytes {
+			if d := policy.RateDimension(k); !d.Valid() || d == policy.DimGlobal || v == "" || len(v) > MaxSubjectValueBytes {
 				t.Fatalf("subject entry out of bounds: %q", k)
 			}
 		}
 		if req.Cost < 0 || (req.Cost > 0 && req.Policy == "") || req.DeadlineMs < 0 || req.DeadlineMs > 10_000 ||
-			len(req.EvaluationID) > ratelimit.MaxEvaluationIDBytes || len(req.Policy) > httpapi.MaxPolicyIDBytes {
+			len(req.EvaluationID) > MaxEvaluationIDBytes || len(req.Policy) > MaxPolicyIDBytes {
 			t.Fatalf("accepted out-of-bounds request: %+v", req)
 		}
 	})
