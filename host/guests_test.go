@@ -88,6 +88,7 @@ func (e *guestEnv) config(t *testing.T, o guestOpts) *config.Config {
   deployments:
     main:
       standalone: {endpoint: %q}
+      auth: {admin-shared: true}
       timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
   roles:
     coordination: {deployment: main, required: true, expected-eviction: noeviction}

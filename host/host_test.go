@@ -34,7 +34,7 @@ func load(t *testing.T, deployments map[string]string, roles map[policy.Role]str
 	var b strings.Builder
 	b.WriteString("redis:\n  deployments:\n")
 	for id, addr := range deployments {
-		fmt.Fprintf(&b, "    %s:\n      standalone: {endpoint: %q}\n      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}\n", id, addr)
+		fmt.Fprintf(&b, "    %s:\n      standalone: {endpoint: %q}\n      auth: {admin-shared: true}\n      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}\n", id, addr)
 	}
 	b.WriteString("  roles:\n")
 	var sel []policy.Role

@@ -19,6 +19,75 @@ type RedisConfig struct {
 	Programs ProgramsConfig
 	// Keys configures the key builder (namespace and digest material).
 	Keys KeysConfig
+	// Startup says what the host does while a role's startup handshake
+	// fails (redis.startup). The zero value means the defaults of
+	// StartupPolicy.WithDefaults.
+	Startup StartupPolicy
+}
+
+// StartupOnFailure is what a failed startup handshake of a deployment that
+// serves a required role does to startup.
+type StartupOnFailure string
+
+// Startup failure policies. Whatever the policy, readiness stays DOWN for
+// the roles of a deployment whose handshake has not passed; the policy only
+// decides whether startup also ends.
+const (
+	// StartupRetry keeps the process up and not ready, retrying with bounded
+	// exponential backoff until the handshake passes (the default: an
+	// outage at boot heals without a restart, and a restart loop would only
+	// add a connection storm).
+	StartupRetry StartupOnFailure = "retry"
+	// StartupFailOnMisconfiguration ends startup on the first handshake that
+	// finds a misconfiguration (wrong program digest, wrong topology, version
+	// too old, NOPERM/WRONGPASS, wrong eviction policy) and retries outages.
+	StartupFailOnMisconfiguration StartupOnFailure = "fail-on-misconfiguration"
+	// StartupFail ends startup on the first failed handshake, whatever the
+	// cause.
+	StartupFail StartupOnFailure = "fail"
+)
+
+// StartupOnFailures lists the policies in documentation order.
+func StartupOnFailures() []StartupOnFailure {
+	return []StartupOnFailure{StartupRetry, StartupFailOnMisconfiguration, StartupFail}
+}
+
+// StartupPolicy configures the startup handshake (redis.startup).
+type StartupPolicy struct {
+	// OnFailure is the policy for deployments serving a required role.
+	// Optional roles never end startup: they are DEGRADED until their
+	// handshake passes.
+	OnFailure StartupOnFailure
+	// RetryInitial is the wait after the first failed attempt; each further
+	// failure doubles it, up to RetryMax.
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// AttemptTimeout bounds one handshake attempt of one deployment.
+	AttemptTimeout time.Duration
+}
+
+// Startup defaults, used for every zero field of a StartupPolicy.
+const (
+	DefaultStartupRetryInitial   = 500 * time.Millisecond
+	DefaultStartupRetryMax       = 30 * time.Second
+	DefaultStartupAttemptTimeout = 10 * time.Second
+)
+
+// WithDefaults returns p with every zero field set to its default.
+func (p StartupPolicy) WithDefaults() StartupPolicy {
+	if p.OnFailure == "" {
+		p.OnFailure = StartupRetry
+	}
+	if p.RetryInitial == 0 {
+		p.RetryInitial = DefaultStartupRetryInitial
+	}
+	if p.RetryMax == 0 {
+		p.RetryMax = max(DefaultStartupRetryMax, p.RetryInitial)
+	}
+	if p.AttemptTimeout == 0 {
+		p.AttemptTimeout = DefaultStartupAttemptTimeout
+	}
+	return p
 }
 
 // RoleBinding binds a role to a deployment.
@@ -41,16 +110,27 @@ type Deployment struct {
 	Database int
 	// ClientName is the bounded CLIENT SETNAME prefix (no host names, no user data).
 	ClientName string
-	// Auth holds the credential per lane. A lane without an entry uses Default.
-	Auth     map[Lane]Credential
-	Default  Credential
-	TLS      TLSConfig
-	Timeouts Timeouts
-	Lanes    map[Lane]LaneConfig
-	Budgets  Budgets
+	// Auth holds the credential per lane. A lane without an entry uses
+	// Default; for the admin lane validation allows that (and any other way
+	// of sharing a data lane's ACL user) only with AdminShared.
+	Auth    map[Lane]Credential
+	Default Credential
+	// AdminShared is the operator's explicit statement (auth.admin-shared)
+	// that the admin lane — CONFIG GET, FUNCTION LOAD, ACL GETUSER — may
+	// authenticate as the same ACL user as a data lane, including the
+	// server's default user when there is no auth at all. Without it such a
+	// deployment fails validation (auth.admin-shared): the data user would
+	// silently hold the admin privileges, or the admin lane would silently
+	// run with the data user's.
+	AdminShared bool
+	TLS         TLSConfig
+	Timeouts    Timeouts
+	Lanes       map[Lane]LaneConfig
+	Budgets     Budgets
 }
 
-// Credential returns the credential a lane authenticates with.
+// Credential returns the credential a lane authenticates with: its own
+// entry, or Default.
 func (d Deployment) Credential(l Lane) Credential {
 	if c, ok := d.Auth[l]; ok {
 		return c

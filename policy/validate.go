@@ -188,6 +188,7 @@ func Rules() []Rule {
 		RuleKeysSlug, RuleKeysHMACVersions, RuleKeysHMACWrite, RuleKeysHMACMaterial,
 		RuleSecretLiteral, RuleSecretMalformed, RuleSecretEnvMissing, RuleSecretFile, RuleSecretEmpty, RuleSecretTooLarge,
 		RuleCapabilityUnknown, RuleCapabilityUnimplemented, RuleCapabilityProvider, RuleCapabilityRole, RuleServerListen,
+		RuleAuthAdminShared, RuleStartupOnFailure, RuleStartupBound,
 	}
 	rs = append(rs, GuestRules()...)
 	sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })

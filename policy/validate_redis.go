@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,26 @@ const (
 	MaxHMACVersion        = 9999
 	MinHMACMaterialBytes  = 32
 	MaxHMACMaterialBytes  = 1024
+	// Startup handshake bounds: a retry never spins faster than
+	// MinStartupRetry, never waits longer than MaxStartupRetryMax, and one
+	// attempt never hangs longer than MaxStartupAttemptTimeout.
+	MinStartupRetry          = 10 * time.Millisecond
+	MaxStartupRetryInitial   = time.Minute
+	MaxStartupRetryMax       = 10 * time.Minute
+	MinStartupAttemptTimeout = 100 * time.Millisecond
+	MaxStartupAttemptTimeout = time.Minute
+)
+
+// Credential and startup rules.
+const (
+	// RuleAuthAdminShared: the admin lane would authenticate as the ACL user
+	// of a data lane (or as the default user, without auth) and
+	// auth.admin-shared does not say so — or says so while it does not.
+	RuleAuthAdminShared Rule = "auth.admin-shared"
+	// RuleStartupOnFailure: redis.startup.on-failure is not a known policy.
+	RuleStartupOnFailure Rule = "startup.on-failure"
+	// RuleStartupBound: a redis.startup duration is out of bounds or out of order.
+	RuleStartupBound Rule = "startup.bound"
 )
 
 // EvictionPolicies lists the maxmemory-policy values a role may expect.
@@ -114,6 +135,7 @@ func (c RedisConfig) Problems() Problems {
 	if len(c.Roles) > 0 || len(c.Deployments) > 0 {
 		c.Programs.problems(&ps)
 		c.Keys.problems(&ps)
+		c.Startup.problems(&ps)
 	}
 	ps.Sort()
 	return ps
@@ -205,6 +227,7 @@ func (d Deployment) Problems(path string) Problems {
 	if !ValidSlug(d.ClientName) {
 		ps.Add(path+".client-name", RuleDeploymentClientName, "must match [a-z][a-z0-9-]{0,31} (no host names or user data)")
 	}
+	d.authProblems(&ps, path+".auth")
 	d.TLS.problems(&ps, path+".tls")
 	d.Timeouts.problems(&ps, path+".timeouts")
 	for l := range d.Lanes {
@@ -224,6 +247,38 @@ func (d Deployment) Problems(path string) Problems {
 	positiveBounded(&ps, path+".budgets.max-request-bytes", d.Budgets.MaxRequestBytes, MaxBudgetBytes, RuleBudgetsPositive, RuleBudgetsBound)
 	positiveBounded(&ps, path+".budgets.max-reply-bytes", d.Budgets.MaxReplyBytes, MaxBudgetBytes, RuleBudgetsPositive, RuleBudgetsBound)
 	return ps
+}
+
+// authProblems enforces that the admin lane never silently shares an ACL
+// user with a data lane: CONFIG GET and FUNCTION LOAD would otherwise run
+// with the data user's credential (or the data user would need admin
+// rights), which nobody decided. Identity is the ACL user name; an empty
+// name is the server's default user (no auth, or a password without
+// user@), so "no auth at all" shares too. Problems are reported at
+// auth.admin so that a problem decoding that entry shadows this one.
+func (d Deployment) authProblems(ps *Problems, path string) {
+	admin := d.Credential(LaneAdmin).User
+	var shared []string
+	for _, l := range Lanes() {
+		if l != LaneAdmin && d.Credential(l).User == admin {
+			shared = append(shared, string(l))
+		}
+	}
+	switch {
+	case len(shared) > 0 && !d.AdminShared:
+		how := "its own auth.admin entry names the same user"
+		if _, own := d.Auth[LaneAdmin]; !own {
+			how = "it has no auth.admin entry, so it falls back to auth.default"
+		}
+		if d.Credential(LaneAdmin).IsZero() {
+			how = "there is no credential at all, so every lane is the server's default user"
+		}
+		ps.Add(path+".admin", RuleAuthAdminShared,
+			"the admin lane (CONFIG GET, FUNCTION LOAD, ACL GETUSER) would authenticate as the same ACL user as lanes %s: %s; give it its own user (auth.admin: secret://<user>@...) or state auth.admin-shared: true",
+			strings.Join(shared, ", "), how)
+	case len(shared) == 0 && d.AdminShared:
+		ps.Add(path+".admin-shared", RuleAuthAdminShared, "is true, but the admin lane already has an ACL user of its own; remove auth.admin-shared")
+	}
 }
 
 func endpointProblems(ps *Problems, path string, eps []string) {
@@ -321,6 +376,26 @@ func (p ProgramsConfig) problems(ps *Problems) {
 	case ProgramsEvalshaManaged, ProgramsFunctionsProvisioned:
 	default:
 		ps.Add("redis.programs.mode", RuleProgramsMode, "required: one of %s, %s (there is no default)", ProgramsEvalshaManaged, ProgramsFunctionsProvisioned)
+	}
+}
+
+func (s StartupPolicy) problems(ps *Problems) {
+	const p = "redis.startup"
+	if s.OnFailure != "" && !slices.Contains(StartupOnFailures(), s.OnFailure) {
+		ps.Add(p+".on-failure", RuleStartupOnFailure, "unknown policy (want one of retry, fail-on-misconfiguration, fail)")
+	}
+	bound := func(key string, v, lo, hi time.Duration) bool {
+		if v != 0 && (v < lo || v > hi) {
+			ps.Add(p+"."+key, RuleStartupBound, "must be between %s and %s", lo, hi)
+			return false
+		}
+		return true
+	}
+	okInitial := bound("retry-initial", s.RetryInitial, MinStartupRetry, MaxStartupRetryInitial)
+	okMax := bound("retry-max", s.RetryMax, MinStartupRetry, MaxStartupRetryMax)
+	bound("attempt-timeout", s.AttemptTimeout, MinStartupAttemptTimeout, MaxStartupAttemptTimeout)
+	if d := s.WithDefaults(); okInitial && okMax && d.RetryMax < d.RetryInitial {
+		ps.Add(p+".retry-max", RuleStartupBound, "must be at least retry-initial (%s)", d.RetryInitial)
 	}
 }
 

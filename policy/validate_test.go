@@ -21,6 +21,8 @@ func validLanes() map[Lane]LaneConfig {
 func validDeployment(id string, t Topology) Deployment {
 	return Deployment{
 		ID: id, Topology: t, ClientName: "caphost",
+		Default:  Credential{User: "app", Password: NewSecret([]byte("app-password"))},
+		Auth:     map[Lane]Credential{LaneAdmin: {User: "ops", Password: NewSecret([]byte("ops-password"))}},
 		Timeouts: Timeouts{Connect: time.Second, Command: 250 * time.Millisecond, Acquire: 100 * time.Millisecond, Shutdown: 5 * time.Second},
 		Lanes:    validLanes(),
 		Budgets:  Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
@@ -98,9 +100,21 @@ func TestProblemsPerRule(t *testing.T) {
 		{RuleKeysHMACMaterial, "redis.keys.hmac.versions.1", func(c *RedisConfig) {
 			c.Keys.HMAC.Versions = map[int]Secret{1: NewSecret(make([]byte, 31))}
 		}},
+		{RuleAuthAdminShared, "redis.deployments.cache-main.auth.admin", func(c *RedisConfig) {
+			setDep(c, "cache-main", func(d *Deployment) { d.Auth = nil }) // admin falls back to auth.default
+		}},
+		{RuleAuthAdminShared, "redis.deployments.coord-main.auth.admin-shared", func(c *RedisConfig) {
+			setDep(c, "coord-main", func(d *Deployment) { d.AdminShared = true }) // claims sharing that does not happen
+		}},
+		{RuleStartupOnFailure, "redis.startup.on-failure", func(c *RedisConfig) { c.Startup.OnFailure = "crash" }},
+		{RuleStartupBound, "redis.startup.retry-initial", func(c *RedisConfig) { c.Startup.RetryInitial = time.Millisecond }},
+		{RuleStartupBound, "redis.startup.retry-max", func(c *RedisConfig) {
+			c.Startup.RetryInitial, c.Startup.RetryMax = 10*time.Second, 5*time.Second
+		}},
+		{RuleStartupBound, "redis.startup.attempt-timeout", func(c *RedisConfig) { c.Startup.AttemptTimeout = 2 * time.Minute }},
 	}
 	for _, c := range cases {
-		t.Run(string(c.rule), func(t *testing.T) {
+		t.Run(string(c.rule)+"@"+c.path, func(t *testing.T) {
 			cfg := validConfig()
 			if c.mut == nil { // timeouts.order: command longer than shutdown
 				setDep(&cfg, "cache-main", func(d *Deployment) { d.Timeouts.Command = 20 * time.Second; d.Timeouts.Shutdown = 10 * time.Second })
@@ -143,6 +157,66 @@ func TestProblemsSortedAndFormatted(t *testing.T) {
 	assert.Equal(t, "(root): m [r]", Problem{Rule: "r", Message: "m"}.String())
 }
 
+// TestAdminLaneCredential covers every way the admin lane can end up with a
+// data lane's ACL user, and that only auth.admin-shared allows it.
+func TestAdminLaneCredential(t *testing.T) {
+	app := Credential{User: "app", Password: NewSecret([]byte("app-password"))}
+	ops := Credential{User: "ops", Password: NewSecret([]byte("ops-password"))}
+	pw := Credential{Password: NewSecret([]byte("requirepass"))} // default user with a password
+	cases := []struct {
+		name   string
+		def    Credential
+		auth   map[Lane]Credential
+		shared bool
+		want   string // "" = valid, else the problem path suffix
+		lanes  string // lanes named in the message
+	}{
+		{"own admin user", app, map[Lane]Credential{LaneAdmin: ops}, false, "", ""},
+		{"no auth at all", Credential{}, nil, false, "auth.admin", "regular, script, blocking, pubsub"},
+		{"no auth, stated", Credential{}, nil, true, "", ""},
+		{"fallback to default", app, nil, false, "auth.admin", "regular, script, blocking, pubsub"},
+		{"fallback, stated", app, nil, true, "", ""},
+		{"password without user is the default user", pw, nil, false, "auth.admin", "regular, script, blocking, pubsub"},
+		{"admin entry naming the data user", app, map[Lane]Credential{LaneAdmin: {User: "app", Password: NewSecret([]byte("other"))}}, false, "auth.admin", "regular, script, blocking, pubsub"},
+		{"one lane shares", app, map[Lane]Credential{LaneAdmin: ops, LaneScript: ops}, false, "auth.admin", "script"},
+		{"one lane shares, stated", app, map[Lane]Credential{LaneAdmin: ops, LaneScript: ops}, true, "", ""},
+		{"stated but not shared", app, map[Lane]Credential{LaneAdmin: ops}, true, "auth.admin-shared", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := validConfig()
+			setDep(&cfg, "cache-main", func(d *Deployment) { d.Default, d.Auth, d.AdminShared = c.def, c.auth, c.shared })
+			ps := cfg.Problems()
+			if c.want == "" {
+				assert.Empty(t, ps)
+				return
+			}
+			require.Len(t, ps, 1, "%v", ps)
+			assert.Equal(t, RuleAuthAdminShared, ps[0].Rule)
+			assert.Equal(t, "redis.deployments.cache-main."+c.want, ps[0].Path)
+			assert.Contains(t, ps[0].Message, c.lanes)
+			for _, secret := range []string{"app-password", "ops-password", "requirepass", "other"} {
+				assert.NotContains(t, ps[0].Message, secret)
+			}
+		})
+	}
+}
+
+func TestStartupPolicyDefaults(t *testing.T) {
+	d := StartupPolicy{}.WithDefaults()
+	assert.Equal(t, StartupPolicy{OnFailure: StartupRetry, RetryInitial: DefaultStartupRetryInitial,
+		RetryMax: DefaultStartupRetryMax, AttemptTimeout: DefaultStartupAttemptTimeout}, d)
+	// A long initial wait lifts the default cap instead of inverting it.
+	assert.Equal(t, time.Minute, StartupPolicy{RetryInitial: time.Minute}.WithDefaults().RetryMax)
+	cfg := validConfig()
+	cfg.Startup = StartupPolicy{RetryInitial: time.Minute}
+	assert.NoError(t, cfg.Validate())
+	for _, p := range StartupOnFailures() {
+		cfg.Startup = StartupPolicy{OnFailure: p}
+		assert.NoError(t, cfg.Validate(), p)
+	}
+}
+
 func TestSlugAndEndpoint(t *testing.T) {
 	for _, s := range []string{"a", "cache-main", "a0-b", strings.Repeat("a", 32)} {
 		assert.True(t, ValidSlug(s), s)
@@ -166,5 +240,5 @@ func TestRulesListed(t *testing.T) {
 		seen[r] = true
 		assert.Regexp(t, `^[a-z]+\.[a-z0-9-]+$`, string(r))
 	}
-	assert.Len(t, rs, 46+len(GuestRules()))
+	assert.Len(t, rs, 50+len(GuestRules()))
 }

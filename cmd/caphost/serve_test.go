@@ -53,6 +53,7 @@ func serveConfig(t *testing.T, redisAddr, listen, extra string) string {
   deployments:
     main:
       standalone: {endpoint: %q}
+      auth: {admin-shared: true}
       client-name: caphost-serve-test
       timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
   roles:

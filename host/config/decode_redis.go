@@ -68,7 +68,7 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 	}
 
 	redis, _ := d.Object("redis", root["redis"])
-	d.Known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles")
+	d.Known("redis", redis, "allow-unsafe-colocation", "deployments", "keys", "programs", "roles", "startup")
 	d.redis(redis, selected, &cfg.Redis)
 	d.capabilityModules(cfg)
 	return cfg
@@ -149,6 +149,7 @@ func (d *decoder) redis(redis map[string]any, selected map[policy.Role]string, o
 			out.Programs.Mode = policy.ProgramMode(s)
 		}
 	}
+	out.Startup = d.startup(redis["startup"])
 	keys, _ := d.Object("redis.keys", redis["keys"])
 	d.Known("redis.keys", keys, "app", "env", "hmac")
 	out.Keys.App, _ = d.Str("redis.keys.app", keys["app"])
@@ -214,11 +215,14 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		dep.ClientName = v
 	}
 	if auth, ok := d.Object(p+".auth", m["auth"]); ok {
-		allowed := []string{"default"}
+		allowed := []string{"admin-shared", "default"}
 		for _, l := range policy.Lanes() {
 			allowed = append(allowed, string(l))
 		}
 		d.Known(p+".auth", auth, allowed...)
+		if v, ok := d.Bool(p+".auth.admin-shared", auth["admin-shared"]); ok {
+			dep.AdminShared = v
+		}
 		if c, ok := d.credential(p+".auth.default", auth["default"]); ok {
 			dep.Default = c
 		}
@@ -275,6 +279,44 @@ func (d *decoder) deployment(p, id string, m map[string]any) policy.Deployment {
 		}
 	}
 	return dep
+}
+
+// startup decodes redis.startup; every absent key keeps its default
+// (policy.StartupPolicy.WithDefaults), and policy validates the bounds.
+func (d *decoder) startup(v any) policy.StartupPolicy {
+	s := policy.StartupPolicy{}.WithDefaults()
+	m, ok := d.Object("redis.startup", v)
+	if !ok {
+		return s
+	}
+	const p = "redis.startup"
+	d.Known(p, m, "attempt-timeout", "on-failure", "retry-initial", "retry-max")
+	if v, ok := d.Str(p+".on-failure", m["on-failure"]); ok {
+		s.OnFailure = policy.StartupOnFailure(v)
+		if v == "" {
+			// An explicit empty string is not "the default": policy would read
+			// it as such, so it is refused here.
+			d.Problems.Add(p+".on-failure", policy.RuleStartupOnFailure, "unknown policy (want one of retry, fail-on-misconfiguration, fail)")
+		}
+	}
+	// A zero duration would silently mean "default" to policy; it is
+	// refused as out of bounds instead.
+	dur := func(key string, dst *time.Duration) {
+		if v, ok := d.Duration(p+"."+key, m[key]); ok {
+			if v == 0 {
+				d.Problems.Add(p+"."+key, policy.RuleStartupBound, "must be > 0")
+				return
+			}
+			*dst = v
+		}
+	}
+	dur("retry-initial", &s.RetryInitial)
+	dur("retry-max", &s.RetryMax)
+	dur("attempt-timeout", &s.AttemptTimeout)
+	if _, set := m["retry-max"]; !set {
+		s.RetryMax = max(policy.DefaultStartupRetryMax, s.RetryInitial)
+	}
+	return s
 }
 
 func (d *decoder) topology(p, kind string, v any) policy.Topology {

@@ -22,6 +22,10 @@ const EnvPrefix = "CAPHOST_"
 var envTemplates = [...]string{
 	"redis.allow-unsafe-colocation",
 	"redis.programs.mode",
+	"redis.startup.on-failure",
+	"redis.startup.retry-initial",
+	"redis.startup.retry-max",
+	"redis.startup.attempt-timeout",
 	"redis.keys.app",
 	"redis.keys.env",
 	"redis.keys.hmac.write-version",
@@ -43,6 +47,7 @@ var envTemplates = [...]string{
 	"redis.deployments.{deployment}.database",
 	"redis.deployments.{deployment}.client-name",
 	"redis.deployments.{deployment}.auth.default",
+	"redis.deployments.{deployment}.auth.admin-shared",
 	"redis.deployments.{deployment}.auth.{lane}",
 	"redis.deployments.{deployment}.tls.enabled",
 	"redis.deployments.{deployment}.tls.verify-hostname",

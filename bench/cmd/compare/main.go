@@ -219,6 +219,7 @@ func caphostRuntime(ctx context.Context, addr string, idleCheck time.Duration) (
 			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second,
 				IdleCheck: idleCheck},
 			Lanes: lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+			AdminShared: true, // no auth: the admin lane is the default user too, by choice
 		}},
 		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "bench", Required: true}},
 		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
