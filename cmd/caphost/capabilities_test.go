@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+)
+
+// capFile writes a configuration with one coordination deployment at addr
+// and the given capabilities block.
+func capFile(t *testing.T, addr, caps string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "caphost.yaml")
+	body := fmt.Sprintf(`redis:
+  deployments:
+    main:
+      standalone: {endpoint: %q}
+      auth: {admin-shared: true}
+      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
+  roles:
+    coordination: {deployment: main, required: true, expected-eviction: noeviction}
+  programs: {mode: evalsha-managed}
+  keys:
+    app: demo
+    env: test
+    hmac:
+      write-version: 1
+      versions: {1: "secret://env/CAPHOST_KEY_V1"}
+capabilities:
+%s`, addr, caps)
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+// TestCheckRunsTheCapabilityDecoder: check runs the rate-limit capability's
+// own strict decoder — the reported case printed "ok" for a negative limit
+// and a misspelt key that serve then refused.
+func TestCheckRunsTheCapabilityDecoder(t *testing.T) {
+	path := capFile(t, "127.0.0.1:1", `  rate-limit:
+    provider: redis
+    redis-role: coordination
+    policies:
+      login:
+        revision: r1
+        algoritm: fixed-window
+        limit: -5
+        window: 1m
+        failure-mode: fail-closed
+        subject: [client-ip]
+`)
+	code, out, _ := cli(t, "check", "--config", path)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "capabilities.rate-limit.policies.login.algoritm: unknown key")
+	assert.Contains(t, out, "[config.unknown-key]")
+	assert.Contains(t, out, "capabilities.rate-limit.policies.login.algorithm: unknown algorithm")
+	assert.Contains(t, out, "2 problem(s)")
+	assert.NotContains(t, out, "ok: ")
+
+	path = capFile(t, "127.0.0.1:1", "  rate-limit:\n    provider: redis\n    redis-role: coordination\n    policies:\n"+
+		"      login: {revision: r1, algorithm: fixed-window, limit: -5, window: 1m, failure-mode: fail-closed, subject: [client-ip]}\n")
+	code, out, _ = cli(t, "check", "--config", path)
+	assert.Equal(t, 1, code, out)
+	assert.Regexp(t, `capabilities\.rate-limit\.policies\.login\.limit: .*\[rate\.[a-z-]+\]`, out)
+}
+
+func TestCheckRejectsUnimplementedCapability(t *testing.T) {
+	path := capFile(t, "127.0.0.1:1", "  cache: {provider: redis, redis-role: cache, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
+	code, out, _ := cli(t, "check", "--config", path)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "capabilities.cache: capability cache is not implemented by this host yet (implemented: rate-limit) [capability.unimplemented]")
+	assert.Contains(t, out, "1 problem(s)")
+}
+
+// TestCapabilitiesCommand prints the actual state of every capability of a
+// host assembled from the file, against a real Redis.
+func TestCapabilitiesCommand(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	path := capFile(t, srv.Addr(), `  rate-limit:
+    provider: redis
+    redis-role: coordination
+    policies:
+      login: {revision: r1, algorithm: fixed-window, limit: 10, window: 1m, failure-mode: fail-closed, subject: [client-ip]}
+`)
+	code, out, errOut := cli(t, "capabilities", "--config", path)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Regexp(t, `rate-limit\s+active\s+readiness R2 \(claimed R2\)\s+provider redis\s+role coordination \(required\)`, out)
+	assert.Contains(t, out, "non-guarantees: exact-across-failover")
+	assert.Contains(t, out, "failure mode:   fail-closed (overrides: local-emergency, fail-open)")
+	assert.Regexp(t, `rate-policy\s+R\d\s+consumed by rate-limit`, out)
+	assert.Regexp(t, `codec\s+R0\s+nothing consumes it`, out)
+
+	code, out, errOut = cli(t, "capabilities", "--config", path, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	var doc struct {
+		Capabilities []struct {
+			Capability string
+			State      string
+			Readiness  string
+			Descriptor *struct {
+				Role          string
+				Guarantees    []string
+				NonGuarantees []string `json:"non-guarantees"`
+			}
+		}
+		GuestKinds []struct{ Kind, Readiness string } `json:"guest-kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Capabilities, 1)
+	c := doc.Capabilities[0]
+	assert.Equal(t, "rate-limit", c.Capability)
+	assert.Equal(t, "active", c.State)
+	assert.Equal(t, "R2", c.Readiness)
+	require.NotNil(t, c.Descriptor)
+	assert.Equal(t, "coordination", c.Descriptor.Role)
+	assert.NotEmpty(t, c.Descriptor.NonGuarantees)
+	assert.Len(t, doc.GuestKinds, 4)
+
+	// Redis down: the required role makes the capability down, not active.
+	srv.Kill()
+	code, out, _ = cli(t, "capabilities", "--config", path)
+	require.Equal(t, 0, code, out)
+	assert.Regexp(t, `rate-limit\s+down \(role-`, out)
+
+	// Disabled: nothing built, the state says so.
+	off := capFile(t, srv.Addr(), "  rate-limit: {provider: disabled}\n")
+	code, out, _ = cli(t, "capabilities", "--config", off)
+	require.Equal(t, 0, code, out)
+	assert.True(t, strings.Contains(out, "rate-limit   disabled"), out)
+}
