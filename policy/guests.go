@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/caphost/caphost/abi"
 )
 
 // GuestsConfig lists the guest modules the host loads (the `guests` block).
@@ -67,13 +69,15 @@ type SecurityConfig struct {
 }
 
 // Host hard caps for guest limits. Configuration may choose smaller values,
-// never larger ones.
+// never larger ones; each is at most the engine's own cap (plugins.HardCaps,
+// checked by a plugins test), so a value `caphost check` accepts loads.
 const (
 	GuestMaxMemoryPages = 1024 // 64 MiB
 	GuestMaxCallTimeout = 5 * time.Second
-	GuestMaxIOBytes     = 4 << 20
-	GuestMaxHostCalls   = 10000
-	GuestMaxPoolSize    = 64
+	// GuestMaxIOBytes is the ABI's message bound: no frame can be larger.
+	GuestMaxIOBytes   = abi.MaxMessageBytes
+	GuestMaxHostCalls = 10000
+	GuestMaxPoolSize  = 64
 	// GuestMaxRecycleAfter only keeps the value inside 32 bits; any
 	// positive count is meaningful.
 	GuestMaxRecycleAfter = 1<<31 - 1
