@@ -364,6 +364,24 @@ func TestCapabilitiesReportActualState(t *testing.T) {
 	})
 }
 
+// TestPluggedGuestNeverRaisesReadiness: a rate-policy guest plugged into
+// rate-limit is listed, and caps the capability at its kind's card
+// readiness — the effective readiness is never above the claim.
+func TestPluggedGuestNeverRaisesReadiness(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newGuestEnv(t)
+	h, _ := startHost(t, e.config(t, guestOpts{redisAddr: srv.Addr()}))
+	st := statusOf(t, h, "rate-limit")
+	assert.Equal(t, []string{"rate-policy"}, st.Guests)
+	kind := slices.IndexFunc(h.GuestKinds(), func(k host.GuestKind) bool { return k.Kind == string(abi.KindRatePolicy) })
+	require.GreaterOrEqual(t, kind, 0)
+	kr := h.GuestKinds()[kind]
+	assert.Equal(t, []string{"rate-limit"}, kr.ConsumedBy)
+	assert.Contains(t, st.Downgrades, capability.Downgrade{Reason: "guest-kind:rate-policy", Cap: kr.Readiness})
+	assert.Equal(t, min(st.Claimed, kr.Readiness), st.Readiness)
+	assert.LessOrEqual(t, st.Readiness, st.Claimed)
+}
+
 // withColocatedCache is a capConfig marker: the cache role shares the
 // coordination deployment, by explicit choice.
 func withColocatedCache() config.Option { return config.WithRoles(policy.RoleCache) }
