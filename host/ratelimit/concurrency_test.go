@@ -272,70 +272,95 @@ func TestConcurrencyReleaseFreesASlotAndSubjectsAreSeparate(t *testing.T) {
 // (Redis still counts it past the first expiry; another acquire is
 // contended), its stored expiry moved forward by at least the time between
 // acquire and renew, and its local validity restarts at the renew. Real
-// time must pass for this; the two bounds it needs are a second wide each
-// (the renew reaches Redis before the first expiry, the last check runs
-// before the renewed expiry).
+// time must pass for this inside two windows a second wide (the renew
+// reaches Redis before the first expiry, the last check runs before the
+// renewed expiry); a try in which the machine stood still for half of that
+// proves nothing and is run again (timingTries).
 func TestConcurrencyRenewExtends(t *testing.T) {
 	const ttl, gap = 2 * time.Second, time.Second
-	s := redistest.StartStandalone(t)
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, ttl))
-	ctx := ctxT(t)
-	a := f.c.Acquire(ctx, acq("one", "acme"))
-	require.True(t, a.Acquired())
-	lease := a.Lease()
-	k := f.permitKey(t, "one", "r1", tenant("acme"))
-	first, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
-	require.NoError(t, err)
-	assert.Equal(t, float64(a.ExpiresAt().UnixMilli()), first)
+	timingTries(t, "renew extends", func(int) bool {
+		s := redistest.StartStandalone(t)
+		f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, ttl))
+		ctx := ctxT(t)
+		m := meterStalls(pinger(s))
+		a := f.c.Acquire(ctx, acq("one", "acme"))
+		require.True(t, a.Acquired())
+		lease := a.Lease()
+		k := f.permitKey(t, "one", "r1", tenant("acme"))
+		first, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
+		require.NoError(t, err)
 
-	time.Sleep(gap)
-	before := time.Now()
-	r := lease.Renew(ctx)
-	st, _ := r.Status()
-	require.Equal(t, PermitRenewed, st, "%v %s", r.Kind(), r.Category())
-	assert.Equal(t, certainty.Applied, r.Certainty())
-	rem := lease.RemainingValidity()
-	// Before the renew at most ttl-drift-gap remained; the lower bound is
-	// above that, so it holds only if the validity restarted.
-	valid := ttl - driftBudget(ttl)
-	assert.LessOrEqual(t, rem, valid)
-	assert.GreaterOrEqual(t, rem, valid-time.Since(before), "validity restarts at the renew")
-	second, err := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
-	require.NoError(t, err)
-	assert.Equal(t, float64(r.ExpiresAt().UnixMilli()), second)
-	assert.GreaterOrEqual(t, second-first, float64((gap - 50*time.Millisecond).Milliseconds()),
-		"extended by at least the time between acquire and renew")
-	assert.Equal(t, r.ExpiresAt(), lease.ExpiresAt())
+		time.Sleep(gap)
+		before := time.Now()
+		r := lease.Renew(ctx)
+		rem := lease.RemainingValidity()
+		renewTook := time.Since(before)
+		second, serr := s.Admin().ZScore(ctx, k.Redis(), lease.Owner().Reveal()).Result()
+		time.Sleep(time.Until(a.ExpiresAt().Add(50 * time.Millisecond))) // past the first expiry, on Redis's clock
+		state := lease.State()
+		b := f.c.Acquire(ctx, acq("one", "acme"))
+		owners := f.owners(t, k)
+		if m.Stop() > stallMargin {
+			return false
+		}
 
-	time.Sleep(time.Until(a.ExpiresAt().Add(50 * time.Millisecond))) // past the first expiry, on Redis's clock
-	require.True(t, time.Now().Before(r.ExpiresAt()), "the machine stalled for a second: past the renewed expiry too")
-	assert.Equal(t, LeaseActive, lease.State())
-	b := f.c.Acquire(ctx, acq("one", "acme"))
-	st, _ = b.Status()
-	assert.Equal(t, PermitContended, st, "the renewed permit still counts")
-	assert.Equal(t, []string{lease.Owner().Reveal()}, f.owners(t, k))
+		assert.Equal(t, float64(a.ExpiresAt().UnixMilli()), first)
+		st, _ := r.Status()
+		require.Equal(t, PermitRenewed, st, "%v %s", r.Kind(), r.Category())
+		assert.Equal(t, certainty.Applied, r.Certainty())
+		// Before the renew at most ttl-drift-gap remained; the lower bound is
+		// above that, so it holds only if the validity restarted.
+		valid := ttl - driftBudget(ttl)
+		assert.LessOrEqual(t, rem, valid)
+		assert.GreaterOrEqual(t, rem, valid-renewTook, "validity restarts at the renew")
+		require.NoError(t, serr)
+		assert.Equal(t, float64(r.ExpiresAt().UnixMilli()), second)
+		assert.GreaterOrEqual(t, second-first, float64((gap - 50*time.Millisecond).Milliseconds()),
+			"extended by at least the time between acquire and renew")
+		assert.Equal(t, r.ExpiresAt(), lease.ExpiresAt())
+		assert.Equal(t, LeaseActive, state)
+		st, _ = b.Status()
+		assert.Equal(t, PermitContended, st, "the renewed permit still counts")
+		assert.Equal(t, []string{lease.Owner().Reveal()}, owners)
+		return true
+	})
 }
 
 // TestConcurrencyExpiredPermitIsReclaimed: a holder that never releases
 // loses its permit at the TTL; the next acquire takes the slot, and the old
 // owner's renew and release are told NotHeld (distinct from released). The
-// checks made while the permit is live have its one-second TTL to run.
+// checks made while the permit is live have its one-second TTL to run; a
+// try in which the machine stood still for half of that is run again.
 func TestConcurrencyExpiredPermitIsReclaimed(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+	var (
+		f   *concFixture
+		a   ConcurrencyOutcome
+		old *Lease
+	)
 	ctx := ctxT(t)
-	r := acq("one", "acme")
-	r.TTL = time.Second
-	a := f.c.Acquire(ctx, r)
-	require.True(t, a.Acquired())
-	old := a.Lease()
-	select {
-	case <-old.Done():
-		t.Fatal("Done closed early")
-	default:
-	}
-	st, _ := f.c.Acquire(ctx, acq("one", "acme")).Status()
-	require.Equal(t, PermitContended, st)
+	timingTries(t, "expired permit", func(int) bool {
+		s := redistest.StartStandalone(t)
+		f = newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("one", 1, 30*time.Second))
+		m := meterStalls(pinger(s))
+		r := acq("one", "acme")
+		r.TTL = time.Second
+		a = f.c.Acquire(ctx, r)
+		require.True(t, a.Acquired())
+		old = a.Lease()
+		var early bool
+		select {
+		case <-old.Done():
+			early = true
+		default:
+		}
+		st, _ := f.c.Acquire(ctx, acq("one", "acme")).Status()
+		if m.Stop() > stallMargin {
+			return false
+		}
+		require.False(t, early, "Done closed early")
+		require.Equal(t, PermitContended, st)
+		return true
+	})
 
 	select {
 	case <-old.Done(): // the validity timer closes it
@@ -352,7 +377,7 @@ func TestConcurrencyExpiredPermitIsReclaimed(t *testing.T) {
 	assert.Equal(t, int64(1), b.InUse())
 
 	rn := f.c.Renew(ctx, PermitRef{Policy: "one", Subject: tenant("acme"), Owner: old.Owner()})
-	st, _ = rn.Status()
+	st, _ := rn.Status()
 	assert.Equal(t, PermitNotHeld, st)
 	assert.Equal(t, certainty.NotApplied, rn.Certainty())
 	assert.ErrorIs(t, rn.Err(), ErrPermitNotHeld)
@@ -539,43 +564,62 @@ func renewers() int {
 // TestConcurrencyAutoRenewKeepsLongWorkAndStops: auto-renewed leases
 // outlive their TTL (twice over); each runs exactly one renew goroutine,
 // and Release stops it — none is left afterwards. A lease renews every
-// 100 ms with a 1 s TTL, so only a renewer starved for ~900 ms loses one.
+// 100 ms with a 1 s TTL, so only a renewer starved for ~900 ms loses one;
+// a try in which the machine stood still for half a second is run again.
 func TestConcurrencyAutoRenewKeepsLongWorkAndStops(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+	const n, ttl = 12, time.Second
+	var f *concFixture
 	ctx := ctxT(t)
 	base := renewers()
-	const n, ttl = 12, time.Second
-	leases := make([]*Lease, n)
-	for i := range leases {
-		r := acq("jobs", "acme")
-		r.TTL = ttl
-		l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(100*time.Millisecond))
-		require.NoError(t, err)
-		leases[i] = l
-	}
-	assert.Equal(t, base+n, renewers(), "one renew goroutine per lease")
-	time.Sleep(2*ttl + 100*time.Millisecond) // past two TTLs
-	k := f.permitKey(t, "jobs", "r1", tenant("acme"))
-	assert.Len(t, f.owners(t, k), n, "every permit is still held")
-	for _, l := range leases {
-		assert.Equal(t, LeaseActive, l.State())
-		assert.True(t, l.IsUsableFor(10*time.Millisecond))
-	}
-	assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
-		map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"}))
-	var wg sync.WaitGroup
-	for _, l := range leases {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st, _ := l.Release(ctx).Status()
-			assert.Equal(t, PermitReleased, st)
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, base, renewers(), "Release waits for its renewer to return")
-	assert.Empty(t, f.owners(t, k))
+	timingTries(t, "auto renew", func(int) bool {
+		s := redistest.StartStandalone(t)
+		f = newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+		m := meterStalls(pinger(s))
+		leases := make([]*Lease, n)
+		for i := range leases {
+			r := acq("jobs", "acme")
+			r.TTL = ttl
+			l, err := f.c.AcquireLease(ctx, r, WithAutoRenew(100*time.Millisecond))
+			require.NoError(t, err)
+			leases[i] = l
+		}
+		assert.Equal(t, base+n, renewers(), "one renew goroutine per lease")
+		time.Sleep(2*ttl + 100*time.Millisecond) // past two TTLs
+		k := f.permitKey(t, "jobs", "r1", tenant("acme"))
+		held := f.owners(t, k)
+		var lost, unusable int
+		for _, l := range leases {
+			if l.State() != LeaseActive {
+				lost++
+			}
+			if !l.IsUsableFor(10 * time.Millisecond) {
+				unusable++
+			}
+		}
+		stalled := m.Stop() > stallMargin
+		if !stalled {
+			assert.Len(t, held, n, "every permit is still held")
+			assert.Zero(t, lost, "leases lost")
+			assert.Zero(t, unusable, "leases not usable for 10 ms")
+			assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+				map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"}))
+		}
+		var wg sync.WaitGroup
+		for _, l := range leases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, _ := l.Release(ctx).Status()
+				if !stalled {
+					assert.Equal(t, PermitReleased, st)
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, base, renewers(), "Release waits for its renewer to return")
+		assert.Empty(t, f.owners(t, k))
+		return !stalled
+	})
 
 	// Errors: the interval must be shorter than the TTL; once only.
 	r := acq("jobs", "acme")
@@ -602,57 +646,148 @@ func leaseValidity(l *Lease) (acquiredAt, validUntil time.Time) {
 // the lease is lost when its validity runs out (not after a failure count),
 // Done closes and the renew goroutine returns without a Release. MaxHold
 // ends renewals on a healthy server too. The validity a lease ended with is
-// read from the lease, so no bound depends on how fast Done was observed;
-// the leases renew every 100 ms with a 1 s TTL, so only a renewer starved
-// for ~900 ms misses its renewals.
+// read from the lease, so no bound depends on how fast Done was observed.
+// Two facts need the renewer to run in time — that it renewed before the
+// max hold, and that it tried after the kill — and have about 900 ms; a try
+// in which the machine stood still for half a second is run again.
 func TestConcurrencyAutoRenewStopsWhenLost(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+	const ttl, every, maxHold = time.Second, 100 * time.Millisecond, time.Second
+	valid := ttl - driftBudget(ttl)
 	ctx := ctxT(t)
 	base := renewers()
-	const ttl, every, maxHold = time.Second, 100 * time.Millisecond, 400 * time.Millisecond
-	valid := ttl - driftBudget(ttl)
 	r := acq("jobs", "acme")
 	r.TTL = ttl
-	held, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every), WithMaxHold(maxHold))
-	require.NoError(t, err)
-	select {
-	case <-held.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("max hold did not end the lease")
-	}
-	assert.Equal(t, LeaseLost, held.State())
-	acquiredAt, validUntil := leaseValidity(held)
-	assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out")
-	assert.Greater(t, validUntil.Sub(acquiredAt), valid, "renewed: the validity moved past the first TTL")
-	// The k-th renew wakes at least k×every after the acquire (timers never
-	// fire early) and only one waking before the max hold renews.
-	renewed := counter(t, f.reg, "caphost_rate_concurrency_operations_total",
-		map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"})
-	assert.LessOrEqual(t, renewed, float64(maxHold/every-1), "no renew after the max hold")
-	require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond)
+	timingTries(t, "max hold", func(int) bool {
+		s := redistest.StartStandalone(t)
+		f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+		m := meterStalls(pinger(s))
+		held, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every), WithMaxHold(maxHold))
+		require.NoError(t, err)
+		awaitDone(t, held, "max hold did not end the lease")
+		stalled := m.Stop() > stallMargin
+		assert.Equal(t, LeaseLost, held.State())
+		acquiredAt, validUntil := leaseValidity(held)
+		assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out")
+		// The k-th renew wakes at least k×every after the acquire (timers
+		// never fire early) and only one waking before the max hold renews.
+		renewed := counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+			map[string]string{"policy": "jobs", "operation": "renew", "result": "renewed"})
+		assert.LessOrEqual(t, renewed, float64(maxHold/every-1), "no renew after the max hold")
+		require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond)
+		if stalled {
+			return false
+		}
+		assert.Greater(t, validUntil.Sub(acquiredAt), valid, "renewed: the validity moved past the first TTL")
+		return true
+	})
 
-	lease, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every))
-	require.NoError(t, err)
-	s.Kill()
-	killed := time.Now()
+	timingTries(t, "redis killed", func(int) bool {
+		s := redistest.StartStandalone(t)
+		f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", 20, 30*time.Second))
+		lease, err := f.c.AcquireLease(ctx, r, WithAutoRenew(every))
+		require.NoError(t, err)
+		m := meterStalls(func() error { return nil }) // Redis is gone: this process's stalls only
+		s.Kill()
+		killed := time.Now()
+		awaitDone(t, lease, "Done not closed after the validity ran out")
+		stalled := m.Stop() > stallMargin
+		assert.Equal(t, LeaseLost, lease.State())
+		_, validUntil := leaseValidity(lease)
+		// Lost at the validity deadline: not before it (a failure count
+		// would end it sooner), and the deadline is that of a renew begun
+		// before the kill (a failed renew never extends it).
+		assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out, not earlier")
+		assert.LessOrEqual(t, validUntil.Sub(killed), valid, "no failed renew extended the validity")
+		require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond,
+			"the renewer returns without a Release")
+		assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_concurrency_leases_lost_total", map[string]string{"policy": "jobs"}))
+		if stalled {
+			return false
+		}
+		assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
+			map[string]string{"policy": "jobs", "operation": "renew", "result": "unavailable"}), "renews were tried after the kill")
+		return true
+	})
+}
+
+// awaitDone waits (10 s at most) until l is no longer active.
+func awaitDone(t *testing.T, l *Lease, msg string) {
+	t.Helper()
 	select {
-	case <-lease.Done():
+	case <-l.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("Done not closed after the validity ran out")
+		t.Fatal(msg)
 	}
-	assert.Equal(t, LeaseLost, lease.State())
-	_, validUntil = leaseValidity(lease)
-	// Lost at the validity deadline: not before it (a failure count would
-	// end it sooner), and the deadline is that of a renew begun before the
-	// kill (a failed renew never extends it).
-	assert.False(t, time.Now().Before(validUntil), "lost when its validity ran out, not earlier")
-	assert.LessOrEqual(t, validUntil.Sub(killed), valid, "no failed renew extended the validity")
-	require.Eventually(t, func() bool { return renewers() == base }, 10*time.Second, 10*time.Millisecond,
-		"the renewer returns without a Release")
-	assert.Equal(t, 2.0, counter(t, f.reg, "caphost_rate_concurrency_leases_lost_total", map[string]string{"policy": "jobs"}))
-	assert.Positive(t, counter(t, f.reg, "caphost_rate_concurrency_operations_total",
-		map[string]string{"policy": "jobs", "operation": "renew", "result": "unavailable"}))
+}
+
+// stallMargin is how long the machine may stand still during a part of a
+// test that needs it to move within about a second.
+const stallMargin = 500 * time.Millisecond
+
+// stallMeter measures how long this process (and the Redis it probes)
+// stood still: a heartbeat every 10 ms, and the longest time between two.
+type stallMeter struct {
+	stop, done chan struct{}
+	longest    time.Duration
+}
+
+// meterStalls starts a stall meter whose heartbeat is probe (a PING of the
+// Redis under test, or nothing to watch this process alone); a failed
+// probe is no heartbeat.
+func meterStalls(probe func() error) *stallMeter {
+	m := &stallMeter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		last := time.Now()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.stop:
+				m.longest = max(m.longest, time.Since(last))
+				return
+			case <-tick.C:
+			}
+			if probe() == nil {
+				now := time.Now()
+				m.longest = max(m.longest, now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return m
+}
+
+// Stop ends the meter and returns the longest stall it saw.
+func (m *stallMeter) Stop() time.Duration {
+	close(m.stop)
+	<-m.done
+	return m.longest
+}
+
+// pinger is a stall-meter heartbeat through s's admin connection.
+func pinger(s *redistest.Server) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.Admin().Ping(ctx).Err()
+	}
+}
+
+// timingTries runs try until one returns true, at most three times. A try
+// measures the stalls of the part that must run within a margin and
+// returns false, asserting nothing that depends on it, when the machine
+// stood still longer: that try proved nothing either way. Three such tries
+// fail the test (the machine is too loaded for it), never skip it.
+func timingTries(t *testing.T, what string, try func(n int) bool) {
+	t.Helper()
+	for n := 1; ; n++ {
+		if try(n) {
+			return
+		}
+		require.Less(t, n, 3, "%s: the machine stood still for more than %s in every try", what, stallMargin)
+		t.Logf("%s: try %d: the machine stood still for more than %s; trying again", what, n, stallMargin)
+	}
 }
 
 // TestConcurrencyReleaseAfterCancelledContext: `defer lease.Release(ctx)`
