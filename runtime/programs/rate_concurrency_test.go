@@ -113,8 +113,9 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 			}
 
 			// Scripted: a minute outlives every step, so each status below
-			// is certain; the clock step (beyond maxStep) is undone after.
-			const minute = 60_000
+			// is certain; so is the clock step back, an hour beyond maxStep
+			// however long a step takes, undone after.
+			const minute, hour = 60_000, 3_600_000
 			for _, sc := range []struct {
 				op, owner string
 				ttl       int64
@@ -130,10 +131,10 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 				{"release", "o1", 0, 0, "release RELEASED"},
 				{"release", "o1", 0, 0, "release NOT_HELD"},
 				{"renew", "o1", minute, 0, "renew NOT_HELD"},
-				{"acquire", "o3", minute, 2 * maxStep, "CLOCK_UNSAFE"},
+				{"acquire", "o3", minute, hour, "CLOCK_UNSAFE"},
 				{"renew", "o0", minute, 0, "renew CLOCK_UNSAFE"},
 				{"release", "o0", 0, 0, "release CLOCK_UNSAFE"},
-				{"release", "o0", 0, -2 * maxStep, "release RELEASED"},
+				{"release", "o0", 0, -hour, "release RELEASED"},
 				{"release", "o2", 0, 0, "release RELEASED"},
 			} {
 				shiftClock(sc.shift)
@@ -168,8 +169,10 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 
 // clockStep picks the next simulated server clock step back, in ms, for
 // the random streams: one step in oneIn moves 10..160 ms (within the max
-// clock step: clamped), a third of those 300..400 ms (beyond it:
-// CLOCK_UNSAFE), which the following step undoes (*undo carries it).
+// clock step of 200 ms: clamped), a third of those 60 s (beyond it:
+// CLOCK_UNSAFE however long the next call takes to start; a step just past
+// the max step would be caught up by TIME on a slow machine), which the
+// following step undoes (*undo carries it).
 func clockStep(r *rand.Rand, oneIn int, undo *int64) int64 {
 	switch {
 	case *undo != 0:
@@ -179,7 +182,7 @@ func clockStep(r *rand.Rand, oneIn int, undo *int64) int64 {
 	case r.IntN(oneIn) == 0:
 		shift := 10 + r.Int64N(150)
 		if r.IntN(3) == 0 {
-			shift = 300 + r.Int64N(100)
+			shift = 60_000 + r.Int64N(100)
 			*undo = shift
 		}
 		return shift
