@@ -5,12 +5,15 @@
 // patterns with a JSON 405 for other methods (Mount).
 //
 // Every request body is untrusted: it is size-bounded before and while it
-// is read, and decoded strictly — exactly one JSON object, no unknown member,
+// is read, and decoded strictly by github.com/go-json-experiment/json (the design of
+// encoding/json/v2) — exactly one JSON object, valid UTF-8 without lone
+// surrogates, no unknown, duplicate or case-variant member, no null,
 // nothing after it. No error message repeats a request
 // value: a value may be a subject, a token or a secret.
 //
-// It is a leaf: it imports the standard library only, so every capability
-// package can answer in the same shape without depending on the daemon.
+// It is a leaf: it imports the standard library and that JSON library
+// only, so every capability package can answer in the same shape without
+// depending on the daemon.
 //
 // What may change here: new generic codes, stricter bounds. What must not:
 // the names and meanings of existing codes and of the error body's fields

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -81,26 +84,43 @@ func TestReadBody(t *testing.T) {
 
 func TestDecode(t *testing.T) {
 	type doc struct {
-		Name string `json:"name"`
-		N    int    `json:"n,omitempty"`
+		Name string            `json:"name"`
+		N    int               `json:"n,omitempty"`
+		M    map[string]string `json:"m,omitempty"`
 	}
 	var d doc
-	require.Nil(t, httpjson.Decode([]byte(`{"name":"x","n":2}`), 64, &d))
-	assert.Equal(t, doc{Name: "x", N: 2}, d)
-	for name, in := range map[string]string{
-		"unknown member": `{"name":"x","secret-key":1}`,
-		"trailing data":  `{"name":"x"} {}`,
-		"wrong type":     `{"name":"do-not-echo","n":"do-not-echo"}`,
-		"syntax":         `{"name":`,
-		"empty":          ``,
-		"not an object":  `["do-not-echo"]`,
+	require.Nil(t, httpjson.Decode([]byte(` {"name":"x\u00ff\ud83d\ude00","n":2,"m":{"a":"\u0000"}} `), 128, &d))
+	assert.Equal(t, doc{Name: "xÿ😀", N: 2, M: map[string]string{"a": "\x00"}}, d, "valid escapes, a surrogate pair, NUL")
+	for name, c := range map[string]struct{ in, msg string }{
+		"unknown member":         {`{"name":"x","secret-key":1}`, "unknown member /secret-key"},
+		"case-variant member":    {`{"Name":"x"}`, "unknown member /Name"},
+		"duplicate member":       {`{"name":"do-not-echo","name":"do-not-echo"}`, "duplicate member /name"},
+		"duplicate map key":      {`{"m":{"a":"do-not-echo","a":"do-not-echo"}}`, "duplicate member /m/a"},
+		"invalid UTF-8":          {"{\"name\":\"mk-\xff\"}", "malformed JSON at byte"},
+		"invalid UTF-8 in a key": {"{\"m\":{\"k\xfe\":\"v\"}}", "malformed JSON at byte"},
+		"encoded surrogate":      {"{\"name\":\"mk-\xed\xa0\x80\"}", "malformed JSON at byte"},
+		"lone surrogate":         {`{"name":"mk-\ud800"}`, "malformed JSON at byte"},
+		"lone low surrogate":     {`{"name":"mk-\udfff-do-not-echo"}`, "malformed JSON at byte"},
+		"null body":              {`null`, "must be a JSON object"},
+		"null member":            {`{"name":null}`, "member /name is null"},
+		"null in a map":          {`{"m":{"a":null}}`, "member /m/a is null"},
+		"trailing data":          {`{"name":"x"} {}`, "trailing data"},
+		"trailing garbage":       {`{"name":"x"}]`, "trailing data"},
+		"wrong type":             {`{"name":"do-not-echo","n":"do-not-echo"}`, "member /n must be an integer"},
+		"fraction":               {`{"n":1.5}`, "member /n must be an integer"},
+		"syntax":                 {`{"name":`, "truncated"},
+		"empty":                  {``, "empty"},
+		"blank":                  {` `, "empty"},
+		"not an object":          {`["do-not-echo"]`, "must be a JSON object"},
 	} {
 		var d doc
-		e := httpjson.Decode([]byte(in), 64, &d)
+		e := httpjson.Decode([]byte(c.in), 128, &d)
 		require.NotNil(t, e, name)
 		assert.Equal(t, http.StatusBadRequest, e.Status, name)
 		assert.Equal(t, httpjson.CodeBadRequest, e.Code(), name)
+		assert.Contains(t, e.Body.Message, c.msg, name)
 		assert.NotContains(t, e.Body.Message, "do-not-echo", name)
+		assert.NotContains(t, e.Body.Message, "mk-", name)
 	}
 	e := httpjson.Decode([]byte(`{"name":"0123456789"}`), 8, &d)
 	require.NotNil(t, e)
@@ -128,4 +148,39 @@ func TestWriteError(t *testing.T) {
 func TestSanitize(t *testing.T) {
 	assert.Equal(t, "a?b?", httpjson.Sanitize("a\nb\x1b[31m", 4))
 	assert.Equal(t, "??", httpjson.Sanitize("é", 10), "non-ASCII bytes are replaced one by one")
+}
+
+// FuzzDecode: the strict decoder never panics, every refusal is a coded
+// 400/413, and what it accepts is one valid JSON object (UTF-8, no
+// duplicate names) whose strings survive a round trip unchanged.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"name":"x","m":{"a":"b"}}`, `null`, `{"name":"\ud800"}`, "{\"name\":\"\xff\"}",
+		`{"m":{"a":"1","a":"2"}}`, `{"Name":"x"}`, `{"name":"x"} {}`, `{"n":null}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	type doc struct {
+		Name string            `json:"name"`
+		N    int64             `json:"n"`
+		M    map[string]string `json:"m,omitempty"`
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var d doc
+		if e := httpjson.Decode(in, 1<<10, &d); e != nil {
+			if e.Code() == "" || (e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge) {
+				t.Fatalf("uncoded refusal: %+v", e)
+			}
+			return
+		}
+		if !utf8.Valid(in) || !jsontext.Value(in).IsValid() {
+			t.Fatalf("accepted an invalid object: %q", in)
+		}
+		out, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back doc
+		if e := httpjson.Decode(out, 1<<12, &back); e != nil || back.Name != d.Name || len(back.M) != len(d.M) {
+			t.Fatalf("round trip changed %q: %v", in, e)
+		}
+	})
 }

@@ -23,7 +23,7 @@ type GuestRunner interface {
 }
 
 // ErrGuestSelect marks a rate-policy guest failure or a selection the host
-// cannot map. The middleware answers 503: a guest failure is never an allow.
+// cannot map. Front ends answer 503: a guest failure is never an allow.
 var ErrGuestSelect = errors.New("ratelimit: rate-policy guest selection failed")
 
 // GuestSelector asks a rate-policy guest which policies apply to a request.
@@ -39,8 +39,11 @@ var ErrGuestSelect = errors.New("ratelimit: rate-policy guest selection failed")
 //     separates the guest's classes, and dropping a class only ever merges
 //     buckets, which is stricter, never more permissive.
 //
-// Any guest failure (trap, deadline, malformed output) or an unmappable
-// selection is returned as an error wrapping ErrGuestSelect.
+// Any guest failure (trap, deadline, malformed output, an internal or
+// other non-OK status) or an unmappable selection is returned as an error
+// wrapping ErrGuestSelect. A guest's invalid-request answer is not a
+// failure: it wraps ErrSelectionRefused (and abi.CodeInvalidRequest), which
+// front ends answer 400.
 //
 // Selections are memoized per generation: the conformance suite every
 // generation passes before it serves requires select to be deterministic
@@ -162,6 +165,12 @@ func (s *GuestSelector) selectOne(ctx context.Context, i int, module string, a A
 		t.remember(a, out)
 		return nil
 	})
+	if errors.Is(err, abi.CodeInvalidRequest) {
+		// The guest answered deliberately that the request itself is
+		// invalid (an unknown method, say): the caller's error, which no
+		// retry fixes — not a guest failure.
+		return nil, fmt.Errorf("%w: module %s: %w", ErrSelectionRefused, module, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: module %s: %w", ErrGuestSelect, module, err)
 	}

@@ -165,6 +165,7 @@ const (
 	bodyDenied      = "rate limit exceeded\n"
 	bodyUnavailable = "rate limiter unavailable\n"
 	bodyBadRequest  = "request subject could not be determined\n"
+	bodyRefused     = "request refused by the rate-limit policy\n"
 )
 
 // Middleware enforces rate policies on an http.Handler: the extractor gives
@@ -200,7 +201,10 @@ func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts Middlew
 			o, err := l.Decide(ctx, sel, Query{Attributes: attrs, Identity: id})
 			switch {
 			case err == nil:
-			case errors.Is(err, ErrNoSource), errors.Is(err, ErrInvalidQuery), errors.Is(err, ErrSelectionRefused):
+			case errors.Is(err, ErrSelectionRefused):
+				writeStatus(w, http.StatusBadRequest, 0, bodyRefused)
+				return
+			case errors.Is(err, ErrNoSource), errors.Is(err, ErrInvalidQuery):
 				writeStatus(w, http.StatusBadRequest, 0, bodyBadRequest)
 				return
 			default:

@@ -49,6 +49,10 @@ const (
 	// CodeSelectorUnavailable: policy selection failed; nothing was
 	// evaluated and the request must not be allowed.
 	CodeSelectorUnavailable httpjson.Code = "selector-unavailable"
+	// CodeRequestRefused: the policy selector (a rate-policy guest) refused
+	// the request as invalid, for example an unknown method. Nothing was
+	// evaluated; repeating the same request cannot succeed.
+	CodeRequestRefused httpjson.Code = "request-refused"
 )
 
 // EvaluateRequest is the body of POST /v1/ratelimit/evaluate.
@@ -114,10 +118,12 @@ type EvaluateResponse struct {
 	Replayed bool `json:"replayed,omitempty"`
 }
 
-// DecodeEvaluateRequest decodes and validates an evaluate body strictly:
-// unknown fields, trailing data, invalid UTF-8 and out-of-bounds values
-// fail with a *httpjson.Error carrying a stable Code. The caller bounds
-// the size it reads; larger bodies fail too-large.
+// DecodeEvaluateRequest decodes and validates an evaluate body strictly
+// (httpjson.Decode: one object; unknown, duplicate or case-variant
+// members, null, trailing data, invalid UTF-8 and lone surrogates fail)
+// and bounds every field; failures are a *httpjson.Error carrying a stable
+// Code. Distinct subject bytes therefore always stay distinct: nothing is
+// folded to U+FFFD. Bodies over MaxEvaluateBodyBytes fail too-large.
 func DecodeEvaluateRequest(body []byte) (EvaluateRequest, error) {
 	req, e := decodeEvaluate(body)
 	if e != nil {
@@ -324,6 +330,9 @@ func (s *Sidecar) decideError(err error) *httpjson.Error {
 		return e
 	case errors.As(err, &qe):
 		return httpjson.FieldError(qe.Field, qe.Reason)
+	case errors.Is(err, ErrSelectionRefused):
+		// The guest's detail is not repeated: it may echo attributes.
+		return httpjson.NewError(http.StatusBadRequest, CodeRequestRefused, "the rate-policy selector refused the request as invalid; repeating it cannot succeed")
 	case errors.Is(err, ErrUnknownPolicy):
 		return httpjson.NewError(http.StatusBadRequest, CodeUnknownPolicy, "no active policy has that id")
 	case errors.Is(err, ErrNoSelector):

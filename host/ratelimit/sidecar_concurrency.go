@@ -85,9 +85,9 @@ type PermitResponse struct {
 }
 
 // DecodePermitRequest decodes and validates a concurrency body for op
-// strictly: unknown fields, fields the operation does not take, trailing
-// data, invalid UTF-8 and out-of-bounds values fail with a
-// *httpjson.Error carrying a stable Code.
+// strictly, as DecodeEvaluateRequest does (httpjson.Decode), and refuses
+// the fields the operation does not take; failures are a *httpjson.Error
+// carrying a stable Code.
 func DecodePermitRequest(op ConcurrencyOp, body []byte) (PermitRequest, error) {
 	req, e := decodePermit(op, body)
 	if e != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -72,13 +73,15 @@ func FuzzDecodeEvaluateRequest(f *testing.F) {
 	}
 	f.Add([]byte(`{"subject":{"api-key":"\u0000"}}`))
 	f.Add([]byte(`{"attributes":{"route":"\xff"}}`))
+	f.Add([]byte("{\"subject\":{\"api-key\":\"mk-\xff\"}}"))
+	f.Add([]byte("{\"subject\":{\"api-key\":\"mk-\xfe\"}}"))
+	f.Add([]byte(`{"subject":{"api-key":"mk-\ud800"}}`))
+	f.Add([]byte(`{"subject":{"api-key":"a","api-key":"b"}}`))
+	f.Add([]byte(`{"Subject":{"api-key":"a"}}`))
+	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeEvaluateRequest(body)
-		if err != nil {
-			var c *httpjson.Error
-			if !errors.As(err, &c) || c.Code() == "" {
-				t.Fatalf("error without a code: %v", err)
-			}
+		if !decodedStrictly(t, body, err) {
 			return
 		}
 		for _, a := range []string{req.Attributes.Route, req.Attributes.Method, req.Attributes.PrincipalTier,
@@ -100,4 +103,58 @@ func FuzzDecodeEvaluateRequest(f *testing.F) {
 			t.Fatalf("accepted out-of-bounds request: %+v", req)
 		}
 	})
+}
+
+// FuzzDecodePermitRequest: the concurrency decoders never panic, refuse
+// with a code, and accept only bounded, valid UTF-8 requests.
+func FuzzDecodePermitRequest(f *testing.F) {
+	tok := strings.Repeat("ab", 16)
+	for _, s := range []string{
+		`{"policy":"exports","subject":{"tenant":"t","route":"/r"},"ttl-ms":5000}`,
+		`{"policy":"exports","subject":{"tenant":"t"},"owner":"` + tok + `","revision":"r1"}`,
+		"{\"policy\":\"exports\",\"subject\":{\"tenant\":\"t-\xff\"}}",
+		`{"policy":"exports","subject":{"tenant":"t-\ud800"}}`,
+		`{"policy":"a","policy":"b"}`, `{"Policy":"exports"}`, `null`, `{"policy":null}`,
+	} {
+		f.Add(uint8(1), []byte(s))
+		f.Add(uint8(2), []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
+		req, err := DecodePermitRequest(ConcurrencyOp(op%4), body)
+		if !decodedStrictly(t, body, err) {
+			return
+		}
+		if req.Policy == "" || len(req.Policy) > MaxPolicyIDBytes || len(req.Subject) > MaxSubjectEntries ||
+			req.TTLMs < 0 || req.DeadlineMs < 0 || req.DeadlineMs > MaxSidecarDeadline.Milliseconds() {
+			t.Fatalf("accepted out-of-bounds request: %+v", req)
+		}
+		for k, v := range req.Subject {
+			if d := policy.RateDimension(k); !d.Valid() || d == policy.DimGlobal || v == "" || len(v) > MaxSubjectValueBytes || !utf8.ValidString(v) {
+				t.Fatalf("subject entry out of bounds: %q", k)
+			}
+		}
+		if op%4 != uint8(OpAcquire) {
+			if _, err := ParseOwnerToken(req.Owner); err != nil {
+				t.Fatalf("accepted a malformed owner token for %d", op%4)
+			}
+		}
+	})
+}
+
+// decodedStrictly is the fuzz property every sidecar decoder shares: a
+// refusal carries a code; an acceptance is one valid JSON value (UTF-8,
+// unique names). It reports whether body was accepted.
+func decodedStrictly(t *testing.T, body []byte, err error) bool {
+	t.Helper()
+	if err != nil {
+		var c *httpjson.Error
+		if !errors.As(err, &c) || c.Code() == "" {
+			t.Fatalf("error without a code: %v", err)
+		}
+		return false
+	}
+	if !utf8.Valid(body) || !jsontext.Value(body).IsValid() {
+		t.Fatalf("accepted a body that is not one valid JSON value (UTF-8, unique names): %q", body)
+	}
+	return true
 }
