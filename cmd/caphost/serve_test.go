@@ -74,7 +74,8 @@ capabilities:
         revision: r1
         algorithm: fixed-window
         limit: 100
-        window: 1m
+        # 30 days: the counts a test compares never straddle two windows
+        window: 720h
         failure-mode: fail-closed
         subject: [api-key]
 server:
@@ -145,13 +146,24 @@ func TestServeGracefulShutdown(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
 	// An in-flight request: headers and half the body sent before shutdown.
+	// The server's "100 Continue" (sent when the handler first reads the
+	// body) proves the handler is running before the shutdown starts.
 	conn, err := net.Dial("tcp", listen)
 	require.NoError(t, err)
 	defer conn.Close()
+	br := bufio.NewReader(conn)
 	half := len(body) / 2
-	_, err = fmt.Fprintf(conn, "POST /v1/ratelimit/evaluate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:half])
+	_, err = fmt.Fprintf(conn, "POST /v1/ratelimit/evaluate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(body))
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // let the server pick the request up
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	status, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", status)
+	blank, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "\r\n", blank)
+	_, err = io.WriteString(conn, body[:half])
+	require.NoError(t, err)
 
 	cancel()
 	// Shutdown closes the listener first: new connections are refused.
@@ -172,8 +184,8 @@ func TestServeGracefulShutdown(t *testing.T) {
 	// The in-flight request completes, and still reaches Redis.
 	_, err = io.WriteString(conn, body[half:])
 	require.NoError(t, err)
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(br, nil)
 	require.NoError(t, err)
 	out, _ = io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
