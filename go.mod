@@ -3,6 +3,7 @@ module github.com/caphost/caphost
 go 1.26.8
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/extism/go-pdk v1.1.3
 	github.com/extism/go-sdk v1.7.1
 	github.com/fsnotify/fsnotify v1.10.1

@@ -68,7 +68,14 @@ type Config struct {
 	Policies []policy.RatePolicyDecl
 	// Routes feed StaticSelector, in declaration order.
 	Routes []RouteRule
+	// Headers is the RateLimit header mode of the middleware and of the
+	// sidecar's evaluate answers when they do not choose one (key
+	// headers; Decode defaults it to HeadersLegacy).
+	Headers HeaderMode
 }
+
+// RuleHeaders is the rule id of a headers value that is not a mode.
+const RuleHeaders policy.Rule = "rate.headers"
 
 // compileOptions returns the compile options for policies of this config.
 func (c Config) compileOptions(prefix string) policy.RateCompileOptions {
@@ -93,7 +100,7 @@ const capPath = "capabilities.rate-limit"
 // coordination.
 func Decode(provider string, role policy.Role, raw map[string]any) (Config, error) {
 	d := &decoder{}
-	cfg := Config{Provider: provider, RedisRole: role, DegradedProvider: DegradedDisabled}
+	cfg := Config{Provider: provider, RedisRole: role, DegradedProvider: DegradedDisabled, Headers: HeadersLegacy}
 	if cfg.RedisRole == "" {
 		cfg.RedisRole = policy.RoleCoordination
 	}
@@ -105,7 +112,14 @@ func Decode(provider string, role policy.Role, raw map[string]any) (Config, erro
 		// silently grants fresh quota.
 		d.Problems.Add(capPath+".redis-role", policy.RuleCapabilityRole, "rate-limit state needs a non-evicting role (coordination or session)")
 	}
-	d.Known(capPath, raw, "degraded-provider", "local-emergency", "attempt-timeout", "shadow-sample-log", "policies", "routes")
+	d.Known(capPath, raw, "degraded-provider", "local-emergency", "attempt-timeout", "shadow-sample-log", "policies", "routes", "headers")
+	if s, ok := d.Str(capPath+".headers", raw["headers"]); ok {
+		if m := HeaderMode(s); m != "" && m.Valid() {
+			cfg.Headers = m
+		} else {
+			d.Problems.Add(capPath+".headers", RuleHeaders, "want legacy, draft or both")
+		}
+	}
 	if s, ok := d.Str(capPath+".degraded-provider", raw["degraded-provider"]); ok {
 		switch s {
 		case DegradedDisabled, DegradedLocalEmergency:

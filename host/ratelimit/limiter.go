@@ -283,12 +283,26 @@ func (l *Limiter) run(ctx context.Context, steps []step) Outcome {
 	for _, s := range steps {
 		o := l.evaluateCompiled(ctx, s.cp, s.req)
 		l.metrics.recordFor(o, s.cp)
+		outs = append(outs, o)
 		if !o.Allowed() {
+			if _, ok := o.Decision(); ok {
+				o.chain = chainOf(outs)
+			}
 			return o
 		}
-		outs = append(outs, o)
 	}
-	return combine(outs)
+	o := combine(outs)
+	o.chain = chainOf(outs)
+	return o
+}
+
+// chainOf lists the decisions of a hierarchy's evaluated levels.
+func chainOf(outs []Outcome) []Decision {
+	ds := make([]Decision, len(outs))
+	for i, o := range outs {
+		ds[i] = o.decision
+	}
+	return ds
 }
 
 // combine merges allowing outcomes into one.
@@ -470,7 +484,7 @@ func (l *Limiter) interpret(pol policy.RatePolicy, state keys.Key, cost int64, e
 func (l *Limiter) decided(pol policy.RatePolicy, res programs.RateResult) Outcome {
 	d := Decision{
 		Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining, RetryAfter: res.RetryAfter,
-		ResetAt: time.UnixMilli(res.ResetAtMillis), Policy: pol.ID, Revision: pol.Revision,
+		ResetAt: time.UnixMilli(res.ResetAtMillis), Window: quotaWindow(pol), Policy: pol.ID, Revision: pol.Revision,
 		Source: SourceGlobalRedis, Certainty: Certain,
 	}
 	if pol.Algorithm == policy.RateTokenBucket {
@@ -535,7 +549,24 @@ func (l *Limiter) localDecision(pol policy.RatePolicy, state keys.Key, cost int6
 	if !ok {
 		return unavailable(pol, CategoryLocalExhausted)
 	}
+	d.Window = quotaWindow(pol)
 	return degraded(pol, d, cat, reason)
+}
+
+// quotaWindow is pol's quota window (see Decision.Window).
+func quotaWindow(pol policy.RatePolicy) time.Duration {
+	p := pol.Parameters
+	switch pol.Algorithm {
+	case policy.RateTokenBucket:
+		if p.RefillTokens <= 0 {
+			return 0
+		}
+		// Float: capacity × period can exceed int64 nanoseconds.
+		return time.Duration(float64(p.RefillPeriod) * float64(p.Capacity) / float64(p.RefillTokens))
+	case policy.RateConcurrency:
+		return 0
+	}
+	return p.Window
 }
 
 func unavailable(pol policy.RatePolicy, cat FailureCategory) Outcome {

@@ -156,8 +156,12 @@ type MiddlewareOptions struct {
 	Budget time.Duration
 	// Log receives bounded diagnostics (policy ids only). Default slog.Default().
 	Log *slog.Logger
-	// Now is the clock for RateLimit-Reset (default time.Now).
+	// Now is the clock for the reset fields (default time.Now).
 	Now func() time.Time
+	// Headers selects the RateLimit fields (legacy, draft or both; zero:
+	// the limiter's Config.Headers, whose default is legacy). See
+	// WriteHeaders for which policy's numbers are shown.
+	Headers HeaderMode
 }
 
 // Response bodies: fixed, short, never a subject.
@@ -170,8 +174,8 @@ const (
 
 // Middleware enforces rate policies on an http.Handler: the extractor gives
 // attributes and identity, and Limiter.Decide selects the policies and
-// evaluates them as a hierarchy. Allowed → next handler with
-// RateLimit-Limit/Remaining/Reset; denied → 429 with Retry-After (seconds,
+// evaluates them as a hierarchy. Allowed → next handler with the RateLimit
+// fields of MiddlewareOptions.Headers; denied → 429 with Retry-After (seconds,
 // rounded up, at least 1); Unavailable or Indeterminate → 503 with
 // Retry-After; Degraded → per its decision. A request the caller got
 // wrong (the extractor failed, a needed subject value is missing, the
@@ -189,6 +193,7 @@ func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts Middlew
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.Headers = opts.Headers.resolve(l)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			attrs, id, err := extract.Extract(r)
@@ -219,7 +224,7 @@ func Middleware(l *Limiter, sel Selector, extract SubjectExtractor, opts Middlew
 			if o.kind == Unavailable && o.category == CategoryInvalidRequest {
 				opts.Log.Warn("rate policy selection does not fit its policies", "policy", o.policy)
 			}
-			writeOutcome(w, r, next, o, opts.Now())
+			writeOutcome(w, r, next, o, opts.Now(), opts.Headers)
 		})
 	}
 }
@@ -237,22 +242,13 @@ func errorKind(err error) string {
 }
 
 // writeOutcome maps an outcome to the HTTP response.
-func writeOutcome(w http.ResponseWriter, r *http.Request, next http.Handler, o Outcome, now time.Time) {
+func writeOutcome(w http.ResponseWriter, r *http.Request, next http.Handler, o Outcome, now time.Time, mode HeaderMode) {
 	d, ok := o.Decision()
 	if !ok {
 		writeStatus(w, http.StatusServiceUnavailable, o.RetryAfter(), bodyUnavailable)
 		return
 	}
-	if d.Source != SourceShadow {
-		h := w.Header()
-		h.Set("RateLimit-Limit", strconv.FormatInt(max(d.Limit, 0), 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
-		reset := int64(0)
-		if !d.ResetAt.IsZero() {
-			reset = ceilSeconds(d.ResetAt.Sub(now), 0)
-		}
-		h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
-	}
+	WriteHeaders(w.Header(), mode, o, now)
 	if d.Allowed {
 		next.ServeHTTP(w, r)
 		return

@@ -46,7 +46,7 @@ func TestWriteOutcomeEveryKind(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
-			writeOutcome(w, httptest.NewRequest(http.MethodGet, "/x", nil), okHandler, c.o, now)
+			writeOutcome(w, httptest.NewRequest(http.MethodGet, "/x", nil), okHandler, c.o, now, HeadersLegacy)
 			assert.Equal(t, c.status, w.Code)
 			assert.Equal(t, c.retryAfter, w.Header().Get("Retry-After"))
 			if c.headers {
@@ -60,7 +60,7 @@ func TestWriteOutcomeEveryKind(t *testing.T) {
 		})
 	}
 	w := httptest.NewRecorder()
-	writeOutcome(w, httptest.NewRequest(http.MethodGet, "/x", nil), okHandler, cases[1].o, now)
+	writeOutcome(w, httptest.NewRequest(http.MethodGet, "/x", nil), okHandler, cases[1].o, now, HeadersLegacy)
 	assert.Equal(t, "3", w.Header().Get("RateLimit-Remaining"))
 	assert.Equal(t, "3", w.Header().Get("RateLimit-Reset"), "ceil(2.1s)")
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"time"
 )
 
@@ -121,7 +122,11 @@ type Decision struct {
 	// could pass with no other traffic.
 	RetryAfter time.Duration
 	// ResetAt is when the limit resets (server time for GLOBAL_REDIS).
-	ResetAt   time.Time
+	ResetAt time.Time
+	// Window is the policy's quota window: the window of the windowed
+	// algorithms and GCRA, the time a token bucket takes to refill from
+	// empty (capacity / refill rate); 0 when unknown.
+	Window    time.Duration
 	Policy    string
 	Revision  string
 	Source    Source
@@ -140,6 +145,9 @@ type Outcome struct {
 	category     FailureCategory
 	reason       Reason
 	replayed     bool
+	// chain is, for a hierarchy with a decision, every level's decision
+	// in evaluation order (nil for one policy).
+	chain []Decision
 }
 
 // Kind returns the outcome's variant.
@@ -152,6 +160,23 @@ func (o Outcome) Decision() (Decision, bool) {
 		return o.decision, true
 	}
 	return Decision{}, false
+}
+
+// Decisions returns the decision of every policy the outcome evaluated,
+// in evaluation order: for a hierarchy, each level up to and including
+// the one that denied (or all of them when every level allowed); for one
+// policy, its decision alone. It is nil for outcomes without a decision
+// (a hierarchy that ended Unavailable or Indeterminate has none). The
+// slice is the caller's.
+func (o Outcome) Decisions() []Decision {
+	d, ok := o.Decision()
+	switch {
+	case !ok:
+		return nil
+	case o.chain != nil:
+		return slices.Clone(o.chain)
+	}
+	return []Decision{d}
 }
 
 // Allowed reports whether the request may proceed: an Evaluated or

@@ -216,6 +216,10 @@ type SidecarOptions struct {
 	Log *slog.Logger
 	// Budget bounds a call without deadline-ms (default DefaultSidecarBudget).
 	Budget time.Duration
+	// Headers selects the RateLimit fields an evaluate answer with a
+	// decision carries next to its JSON body (zero: the limiter's
+	// Config.Headers, whose default is legacy; see WriteHeaders).
+	Headers HeaderMode
 }
 
 // Sidecar serves the rate-limit capability over HTTP: POST
@@ -230,11 +234,12 @@ type SidecarOptions struct {
 // owner token is returned once, in the acquire's answer. The API has no
 // authentication of its own: serve it on loopback or a private network.
 type Sidecar struct {
-	lim    *Limiter // nil: the capability is disabled
-	sel    Selector
-	conc   *ConcurrencyLimiter
-	log    *slog.Logger
-	budget time.Duration
+	lim     *Limiter // nil: the capability is disabled
+	sel     Selector
+	conc    *ConcurrencyLimiter
+	log     *slog.Logger
+	budget  time.Duration
+	headers HeaderMode
 }
 
 // NewSidecar serves lim with sel (nil: every evaluation must name its
@@ -242,7 +247,7 @@ type Sidecar struct {
 // nil lim is the sidecar of a disabled capability: bodies are still
 // validated, and every valid call answers 503 capability-disabled.
 func NewSidecar(lim *Limiter, sel Selector, conc *ConcurrencyLimiter, opts SidecarOptions) *Sidecar {
-	s := &Sidecar{lim: lim, sel: sel, conc: conc, log: opts.Log, budget: opts.Budget}
+	s := &Sidecar{lim: lim, sel: sel, conc: conc, log: opts.Log, budget: opts.Budget, headers: opts.Headers.resolve(lim)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -314,6 +319,7 @@ func (s *Sidecar) evaluate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	WriteHeaders(w.Header(), s.headers, o, time.Now())
 	httpjson.WriteJSON(w, http.StatusOK, responseOf(o))
 }
 
