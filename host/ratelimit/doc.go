@@ -4,9 +4,14 @@
 // Indeterminate), the failure modes (fail-closed, a bounded local emergency
 // limiter, explicit fail-open, shadow), evaluation-id dedup and its single
 // reconciling retry, hierarchical evaluation, Prometheus metrics, policy
-// selection (Selector, StaticSelector) and the net/http middleware; and the
-// separate concurrency-permit port of §20.8 (ConcurrencyLimiter, Lease):
-// acquire/renew/release with host-minted owner tokens, always fail-closed.
+// selection (Selector, StaticSelector, GuestSelector) and the one entry
+// point every front end calls (Limiter.Decide: one policy-set snapshot per
+// request); the front ends themselves — the net/http Middleware and the
+// sidecar HTTP API (Sidecar, its JSON types and strict decoders) — and the
+// RateLimit response fields (WriteHeaders: legacy and the IETF draft); and
+// the separate concurrency-permit port of §20.8 (ConcurrencyLimiter,
+// Lease): acquire/renew/release with host-minted owner tokens, always
+// fail-closed.
 //
 // Token-bucket decisions run rate-token-bucket-v2 through a
 // programs.Batcher: concurrent decisions that find the script lane busy
@@ -21,5 +26,8 @@
 // What may change here: new algorithms' wiring (once the program exists
 // and policy admits it), HTTP mapping details, metrics (bounded labels
 // only). What must not: the outcome mapping rules of §19/§21 (a timeout is
-// never an allow; program, codec and config errors never fall back).
+// never an allow; program, codec and config errors never fall back), the
+// sidecar's stable error codes and field names, and "HTTP 200 for every
+// evaluated outcome" (a client reads allowed, or ok for permits, from the
+// body, so a deny never looks like a transport failure).
 package ratelimit
