@@ -59,7 +59,8 @@ type Host struct {
 	treg    *trackedRegisterer
 	rt      *runtime.Runtime // nil when no role is selected
 	checker *health.Checker
-	guests  *guests // nil without guest modules
+	ready   readinessOptions // the startup handshake (readiness.go)
+	guests  *guests          // nil without guest modules
 	// caps holds every registered capability in registration order; an
 	// inactive one has a nil mod. Fixed once New returns.
 	caps []*capEntry
@@ -80,8 +81,9 @@ type capEntry struct {
 type Option func(*options)
 
 type options struct {
-	log *slog.Logger
-	reg *prometheus.Registry
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	ready readinessOptions
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -119,7 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error)
 		o.reg = prometheus.NewRegistry()
 		o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	h := &Host{cfg: cfg, log: o.log, reg: o.reg, treg: &trackedRegisterer{Registerer: o.reg}}
+	h := &Host{cfg: cfg, log: o.log, reg: o.reg, treg: &trackedRegisterer{Registerer: o.reg}, ready: o.ready}
 	// Decode first: a block that does not decode must not cost a guest
 	// compilation or a Redis client.
 	if err := h.decodeCapabilities(); err != nil {
@@ -134,6 +136,10 @@ func New(ctx context.Context, cfg *config.Config, opts ...Option) (*Host, error)
 		h.guests = g
 	}
 	if err := h.newRuntime(ctx); err != nil {
+		_ = h.Close(ctx)
+		return nil, err
+	}
+	if err := h.startHandshake(ctx); err != nil {
 		_ = h.Close(ctx)
 		return nil, err
 	}
@@ -292,7 +298,7 @@ func (h *Host) newRuntime(ctx context.Context) error {
 		return err
 	}
 	h.rt = rt
-	h.checker = health.NewChecker(health.RuntimeSource(rt), cfg.Redis, health.Options{})
+	h.checker = h.newChecker(rt)
 	return nil
 }
 
@@ -358,6 +364,7 @@ func (h *Host) Handler() http.Handler {
 //     no module can be loaded or swapped.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() {
+		h.stopHandshake()
 		var errs []error
 		if h.guests != nil {
 			errs = append(errs, h.guests.closeManager(ctx))

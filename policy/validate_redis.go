@@ -379,6 +379,15 @@ func (p ProgramsConfig) problems(ps *Problems) {
 	}
 }
 
+// Validate checks a startup policy on its own (an embedder's override):
+// nil or a *ValidationError, with the rules RedisConfig.Validate applies
+// under redis.startup.
+func (s StartupPolicy) Validate() error {
+	var ps Problems
+	s.problems(&ps)
+	return ps.Err()
+}
+
 func (s StartupPolicy) problems(ps *Problems) {
 	const p = "redis.startup"
 	if s.OnFailure != "" && !slices.Contains(StartupOnFailures(), s.OnFailure) {

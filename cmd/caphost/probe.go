@@ -45,6 +45,9 @@ func probe(ctx context.Context, cfg *config.Config, out io.Writer) error {
 		for _, d := range rep.Deployments {
 			fmt.Fprintf(out, "probe %s (%s; roles %v):\n", d.Deployment, d.Topology, d.Roles)
 			for _, c := range d.Checks {
+				if c.Class != "" { // failed: say whether to fix or to wait
+					c.Detail = string(c.Class) + ": " + c.Detail
+				}
 				fmt.Fprintf(out, "  %-7s %-17s %s\n", c.Status, c.Name, c.Detail)
 			}
 		}

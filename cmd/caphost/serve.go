@@ -85,7 +85,7 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 // runtime and closes Redis). Redis closes last so draining requests can
 // still reach it.
 func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *slog.Logger, drain time.Duration) error {
-	h, err := host.New(ctx, cfg, host.WithLogger(log))
+	h, err := host.New(ctx, cfg, host.WithLogger(log), host.WithStartupHandshake())
 	if err != nil {
 		return err
 	}
@@ -115,16 +115,19 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "admin", !opts.AdminToken.IsZero(), "config", cfg.Source)
 
+	var errs []error
 	select {
 	case err := <-served:
 		// The listener failed on its own; nothing is draining.
 		return errors.Join(fmt.Errorf("serve: %w", err), closeHost())
+	case err := <-h.StartupFailed(): // redis.startup.on-failure ends startup
+		log.Error("redis startup handshake failed", "error", err.Error())
+		errs = append(errs, err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "drain_timeout", drain.String())
 	sctx, cancel := context.WithTimeout(bg, drain)
 	defer cancel()
-	var errs []error
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("drain timeout expired; closing remaining connections")
 		errs = append(errs, errDrainTimeout)

@@ -74,9 +74,11 @@ const (
 		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
 		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore"
-	// The admin lane touches no key: the probe's ROLE, INFO and CONFIG GET
-	// maxmemory-policy, and programs deploy | verify in functions-provisioned mode.
-	adminRules = connRules + " +role +info +config|get +function|load +function|list"
+	// The admin lane touches no key: the probe's ROLE, INFO, CONFIG GET
+	// (maxmemory-policy, appendfsync, save) and ACL GETUSER default (is the
+	// default user enabled), and programs deploy | verify in
+	// functions-provisioned mode.
+	adminRules = connRules + " +role +info +config|get +acl|getuser +function|load +function|list"
 )
 
 // aclLine is one user as an ACL SETUSER argument list (and, after "user",
