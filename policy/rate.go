@@ -215,13 +215,15 @@ const (
 	RuleRateClock       Rule = "rate.clock"
 	RuleRateHierarchy   Rule = "rate.hierarchy"
 	RuleRateCount       Rule = "rate.count"
+	// RuleRateHeaders: capabilities.rate-limit.headers is not a header mode.
+	RuleRateHeaders Rule = "rate.headers"
 )
 
 // RateRules lists the rate policy rules, sorted.
 func RateRules() []Rule {
 	rs := []Rule{RuleRateID, RuleRateRevision, RuleRateDuplicate, RuleRateAlgorithm, RuleRateParameters, RuleRateCost,
 		RuleRateDimensions, RuleRateFailureMode, RuleRateFailOpen, RuleRateLocal, RuleRateDedup, RuleRateClock,
-		RuleRateHierarchy, RuleRateCount}
+		RuleRateHierarchy, RuleRateCount, RuleRateHeaders}
 	sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
 	return rs
 }

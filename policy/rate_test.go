@@ -160,7 +160,7 @@ func TestRateSlugsAreInjectiveInRegion(t *testing.T) {
 	assert.NotEmpty(t, rateSlugProblem("a-", 32))
 	assert.NotEmpty(t, rateSlugProblem("-a", 32))
 	assert.Empty(t, rateSlugProblem("a-b-c", 32))
-	assert.Len(t, RateRules(), 14)
+	assert.Len(t, RateRules(), 15)
 }
 
 func FuzzCompileRatePolicies(f *testing.F) {

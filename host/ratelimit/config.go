@@ -75,7 +75,7 @@ type Config struct {
 }
 
 // RuleHeaders is the rule id of a headers value that is not a mode.
-const RuleHeaders policy.Rule = "rate.headers"
+const RuleHeaders = policy.RuleRateHeaders
 
 // compileOptions returns the compile options for policies of this config.
 func (c Config) compileOptions(prefix string) policy.RateCompileOptions {
