@@ -2,11 +2,13 @@ package host
 
 import (
 	"context"
+	"net/http"
 	"slices"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/host/health"
+	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/plugins/conformance"
 	"github.com/caphost/caphost/policy"
 )
@@ -117,4 +119,33 @@ func (h *Host) GuestKinds() []GuestKind {
 		out = append(out, gk)
 	}
 	return out
+}
+
+// CapabilityRoutes returns the HTTP API of every registered capability,
+// keyed by net/http ServeMux pattern: an active capability's own handlers,
+// and for a disabled one a handler that answers every pattern it registered
+// with 503 capability-disabled — so a sidecar client can tell "this host
+// does not run that capability" from "no such endpoint".
+func (h *Host) CapabilityRoutes() map[string]http.Handler {
+	out := map[string]http.Handler{}
+	for _, e := range h.caps {
+		if e.mod != nil && e.prov {
+			for p, hd := range e.mod.Routes() {
+				out[p] = hd
+			}
+			continue
+		}
+		disabled := disabledHandler(e.info.ID)
+		for _, p := range e.info.Routes {
+			out[p] = disabled
+		}
+	}
+	return out
+}
+
+func disabledHandler(id string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		httpjson.WriteError(w, httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeCapabilityDisabled,
+			"the "+id+" capability is not enabled"))
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/trust"
@@ -31,6 +32,13 @@ type GuestView struct {
 	LastSwapAt    string `json:"last-swap-at,omitempty"`
 	LastSwapOK    bool   `json:"last-swap-ok"`
 	LastSwapError string `json:"last-swap-error,omitempty"`
+}
+
+// CapabilityList is the body of GET /admin/capabilities: the shape
+// `caphost capabilities --json` prints.
+type CapabilityList struct {
+	Capabilities []capability.Status `json:"capabilities"`
+	GuestKinds   []host.GuestKind    `json:"guest-kinds"`
 }
 
 // GuestList is the body of GET /admin/guests.
@@ -83,6 +91,12 @@ func (a *admin) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// capabilities answers GET /admin/capabilities: every capability's actual
+// state (one readiness check, bounded by the request's context).
+func (a *admin) capabilities(w http.ResponseWriter, r *http.Request) {
+	httpjson.WriteJSON(w, http.StatusOK, CapabilityList{Capabilities: a.b.Capabilities(r.Context()), GuestKinds: a.b.GuestKinds()})
 }
 
 func (a *admin) list(w http.ResponseWriter, _ *http.Request) {

@@ -20,7 +20,7 @@ import (
 	"github.com/caphost/caphost/host"
 	"github.com/caphost/caphost/host/httpapi"
 	"github.com/caphost/caphost/host/httpjson"
-	"github.com/caphost/caphost/host/ratelimit"
+	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
 )
@@ -47,12 +47,14 @@ func (f *fakeBackend) Handler() http.Handler {
 	return mux
 }
 
-func (f *fakeBackend) RateLimit() (*ratelimit.Limiter, ratelimit.Selector, error) {
-	return nil, nil, host.ErrCapabilityDisabled
+func (f *fakeBackend) CapabilityRoutes() map[string]http.Handler { return nil }
+
+func (f *fakeBackend) Capabilities(context.Context) []capability.Status {
+	return []capability.Status{{Capability: "rate-limit", State: capability.StateDisabled, Claimed: capability.R2, Readiness: capability.R2}}
 }
 
-func (f *fakeBackend) Concurrency() (*ratelimit.ConcurrencyLimiter, error) {
-	return nil, host.ErrCapabilityDisabled
+func (f *fakeBackend) GuestKinds() []host.GuestKind {
+	return []host.GuestKind{{Kind: "rate-policy", Readiness: capability.R2}}
 }
 
 func (f *fakeBackend) Guests() []host.GuestStatus {
@@ -115,7 +117,7 @@ func errCode(t *testing.T, rec *httptest.ResponseRecorder) string {
 func TestAdminDisabledWithoutToken(t *testing.T) {
 	f := newFake()
 	srv := httpapi.New(f, httpapi.Options{})
-	for _, c := range []struct{ method, path string }{{"GET", "/admin/guests"}, {"PUT", "/admin/guests/rate-tiers"}} {
+	for _, c := range []struct{ method, path string }{{"GET", "/admin/guests"}, {"PUT", "/admin/guests/rate-tiers"}, {"GET", "/admin/capabilities"}} {
 		rec := do(srv, c.method, c.path, adminToken, []byte("x"), nil)
 		assert.Equal(t, http.StatusNotFound, rec.Code)
 		assert.Equal(t, "not-found", errCode(t, rec))
@@ -160,6 +162,18 @@ func TestAdminAuth(t *testing.T) {
 	rec = do(srv, "POST", "/admin/guests", adminToken, nil, nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 	assert.Equal(t, "method-not-allowed", errCode(t, rec))
+
+	// GET /admin/capabilities: the host's capability report, behind the token.
+	rec = do(srv, "GET", "/admin/capabilities", "wrong", nil, nil)
+	assert.Equal(t, http.StatusUnauthorized, rec.Code)
+	rec = do(srv, "GET", "/admin/capabilities", adminToken, nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	var caps httpapi.CapabilityList
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &caps))
+	require.Len(t, caps.Capabilities, 1)
+	assert.Equal(t, capability.StateDisabled, caps.Capabilities[0].State)
+	assert.Contains(t, rec.Body.String(), `"claimed-readiness":"R2"`)
+	assert.Equal(t, "rate-policy", caps.GuestKinds[0].Kind)
 }
 
 func TestAdminSwap(t *testing.T) {

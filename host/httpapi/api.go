@@ -5,11 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/host/httpjson"
-	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/policy"
 )
 
@@ -30,12 +29,14 @@ const (
 type Backend interface {
 	// Handler serves /livez, /readyz and /metrics.
 	Handler() http.Handler
-	// RateLimit returns the limiter and selector, or an error matching
-	// host.ErrCapabilityDisabled when the capability is off.
-	RateLimit() (*ratelimit.Limiter, ratelimit.Selector, error)
-	// Concurrency returns the concurrency-permit limiter of the rate-limit
-	// capability, or an error matching host.ErrCapabilityDisabled.
-	Concurrency() (*ratelimit.ConcurrencyLimiter, error)
+	// CapabilityRoutes returns every registered capability's HTTP API by
+	// ServeMux pattern (a disabled capability's patterns answer 503
+	// capability-disabled).
+	CapabilityRoutes() map[string]http.Handler
+	// Capabilities reports every capability's actual state; GuestKinds
+	// every guest kind's card readiness and consumers.
+	Capabilities(ctx context.Context) []capability.Status
+	GuestKinds() []host.GuestKind
 	// Guests lists the loaded guest slots.
 	Guests() []host.GuestStatus
 	// SwapGuest replaces the named guest's module; on failure the previous
@@ -54,9 +55,6 @@ type Options struct {
 	// Log receives bounded diagnostics (never a subject or a token).
 	// Default slog.Default().
 	Log *slog.Logger
-	// Budget bounds a sidecar call without deadline-ms (default
-	// ratelimit.DefaultSidecarBudget).
-	Budget time.Duration
 }
 
 // Validate reports configuration mistakes New would otherwise paper over.
@@ -67,12 +65,11 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// New returns the daemon's handler: the host's operations endpoints, the
-// rate-limit capability's sidecar routes (ratelimit.Sidecar, built once
-// from the limiter, selector and concurrency limiter b returns now), and
-// the admin endpoints. An admin token shorter than MinAdminTokenBytes
-// disables the admin endpoints (callers should run Options.Validate first
-// and refuse to start).
+// New returns the daemon's handler: the host's operations endpoints,
+// every capability's HTTP API (each capability serves its own routes; see
+// host.Host.CapabilityRoutes), and the admin endpoints. An admin token
+// shorter than MinAdminTokenBytes disables the admin endpoints (callers
+// should run Options.Validate first and refuse to start).
 func New(b Backend, opts Options) http.Handler {
 	log := opts.Log
 	if log == nil {
@@ -83,44 +80,17 @@ func New(b Backend, opts Options) http.Handler {
 	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
 		mux.Handle(p, ops)
 	}
-	httpjson.Mount(mux, rateRoutes(b, opts.Budget, log))
+	httpjson.Mount(mux, b.CapabilityRoutes())
 	if !opts.AdminToken.IsZero() && opts.Validate() == nil {
 		a := newAdmin(b, opts.AdminToken, log)
 		mux.Handle("/admin/guests", a.auth(only(http.MethodGet, http.HandlerFunc(a.list))))
 		mux.Handle("/admin/guests/{name}", a.auth(only(http.MethodPut, http.HandlerFunc(a.swap))))
+		mux.Handle("/admin/capabilities", a.auth(only(http.MethodGet, http.HandlerFunc(a.capabilities))))
 	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, httpjson.CodeNotFound, "no such endpoint"))
 	}))
 	return mux
-}
-
-// rateRoutes are the rate-limit sidecar's routes. A disabled capability
-// still validates bodies and answers 503 capability-disabled (the sidecar
-// of a nil limiter); a capability that failed otherwise answers 503
-// unavailable on every route.
-func rateRoutes(b Backend, budget time.Duration, log *slog.Logger) map[string]http.Handler {
-	opts := ratelimit.SidecarOptions{Log: log, Budget: budget}
-	lim, sel, err := b.RateLimit()
-	switch {
-	case errors.Is(err, host.ErrCapabilityDisabled):
-		return ratelimit.NewSidecar(nil, nil, nil, opts).Routes()
-	case err != nil:
-		log.Warn("rate-limit capability unavailable", "error", err)
-		routes := ratelimit.NewSidecar(nil, nil, nil, opts).Routes()
-		for p := range routes {
-			routes[p] = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				httpjson.WriteError(w, httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the rate-limit capability is unavailable"))
-			})
-		}
-		return routes
-	}
-	conc, err := b.Concurrency()
-	if err != nil {
-		log.Warn("concurrency limiter unavailable", "error", err)
-		conc = nil
-	}
-	return ratelimit.NewSidecar(lim, sel, conc, opts).Routes()
 }
 
 // only answers a JSON 405 for other methods (the mux's own 405 is text).

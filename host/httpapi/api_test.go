@@ -134,18 +134,31 @@ func TestOperationsEndpoints(t *testing.T) {
 }
 
 func TestSidecarCapabilityDisabled(t *testing.T) {
-	srv := httpapi.New(&fakeBackend{}, httpapi.Options{})
-	code, m, _ := post(t, srv, `{"policy":"per-key","subject":{"api-key":"a"}}`)
-	assert.Equal(t, http.StatusServiceUnavailable, code)
-	assert.Equal(t, "capability-disabled", m["code"])
-	// Bad input is still reported as such.
-	code, m, _ = post(t, srv, `{"bogus":1}`)
-	assert.Equal(t, http.StatusBadRequest, code)
-	assert.Equal(t, "bad-request", m["code"])
-
-	req := httptest.NewRequest(http.MethodPost, "/v1/concurrency/acquire", strings.NewReader(`{"policy":"exports","subject":{"tenant":"t"}}`))
+	// A real host whose configuration enables no capability: every pattern
+	// the rate-limit capability registers answers 503 capability-disabled,
+	// whatever the body (the host does not run it, so it reads nothing).
+	path := filepath.Join(t.TempDir(), "caphost.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("capabilities:\n  rate-limit: {provider: disabled}\n"), 0o600))
+	cfg, err := config.Load(context.Background(), path, config.WithEnv(func(string) (string, bool) { return "", false }))
+	require.NoError(t, err)
+	h, err := host.New(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	srv := httpapi.New(h, httpapi.Options{})
+	for _, body := range []string{`{"policy":"per-key","subject":{"api-key":"a"}}`, `{"bogus":1}`} {
+		code, m, _ := post(t, srv, body)
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		assert.Equal(t, "capability-disabled", m["code"])
+	}
+	for _, op := range []string{"acquire", "renew", "release"} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/concurrency/"+op, strings.NewReader(`{"policy":"exports","subject":{"tenant":"t"}}`))
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Contains(t, rec.Body.String(), `"capability-disabled"`)
+	}
+	// Other methods on a registered pattern are still the JSON 405.
 	rec := httptest.NewRecorder()
-	srv.ServeHTTP(rec, req)
-	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
-	assert.Contains(t, rec.Body.String(), `"capability-disabled"`)
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/ratelimit/evaluate", nil))
+	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }

@@ -65,12 +65,7 @@ func CapabilityInfo() module.Info {
 
 // SidecarPatterns lists the sidecar API's ServeMux patterns.
 func SidecarPatterns() []string {
-	return []string{
-		"POST /v1/ratelimit/evaluate",
-		"POST /v1/concurrency/acquire",
-		"POST /v1/concurrency/renew",
-		"POST /v1/concurrency/release",
-	}
+	return []string{PatternEvaluate, PatternAcquire, PatternRenew, PatternRelease}
 }
 
 // capabilityModule is the rate-limit capability's module lifecycle. The
@@ -85,6 +80,7 @@ type capabilityModule struct {
 	lim     *Limiter
 	conc    *ConcurrencyLimiter
 	sel     Selector
+	side    *Sidecar
 	guests  module.Guests
 	mods    []string
 	reloads *hostmetrics.RatePolicyReloads
@@ -183,13 +179,14 @@ func (m *capabilityModule) Provision(ctx context.Context, env module.Env) error 
 	}
 	if len(m.mods) == 0 {
 		m.sel = NewStaticSelector(m.cfg.Routes)
-		return nil
+	} else {
+		if len(m.cfg.Routes) > 0 {
+			env.Log.Warn("rate-limit routes are ignored: a rate-policy guest selects policies", "guests", m.mods)
+		}
+		m.sel = NewGuestSelector(m.guests.Manager(), m.mods...)
+		m.guests.Hook(abi.KindRatePolicy, module.GuestHook{Check: m.checkCandidate, Swapped: m.reload})
 	}
-	if len(m.cfg.Routes) > 0 {
-		env.Log.Warn("rate-limit routes are ignored: a rate-policy guest selects policies", "guests", m.mods)
-	}
-	m.sel = NewGuestSelector(m.guests.Manager(), m.mods...)
-	m.guests.Hook(abi.KindRatePolicy, module.GuestHook{Check: m.checkCandidate, Swapped: m.reload})
+	m.side = NewSidecar(m.lim, m.sel, m.conc, SidecarOptions{Log: env.Log, Headers: m.cfg.Headers})
 	return nil
 }
 
@@ -202,8 +199,8 @@ func (m *capabilityModule) Validate(context.Context) error {
 	return nil
 }
 
-// Routes implements module.Module.
-func (m *capabilityModule) Routes() map[string]http.Handler { return nil }
+// Routes implements module.Module: the sidecar API.
+func (m *capabilityModule) Routes() map[string]http.Handler { return m.side.Routes() }
 
 // Guests implements module.Module.
 func (m *capabilityModule) Guests() []string { return slices.Clone(m.mods) }
