@@ -87,13 +87,20 @@ func stateOf(d capability.Descriptor, rep *health.Report) (capability.State, str
 		return capability.StateActive, ""
 	}
 	r := rep.Roles[i]
+	reason := "role-" + r.Reason
+	if r.Class != "" {
+		reason += ":" + string(r.Class) // misconfiguration or outage
+	}
 	switch {
 	case r.Status == health.Up:
 		return capability.StateActive, ""
+	case r.Reason == health.ReasonHandshakePending:
+		// Not yet proven either way: the startup handshake is running.
+		return capability.StateStarting, reason
 	case d.Impact == capability.ImpactRequired:
-		return capability.StateDown, "role-" + r.Reason
+		return capability.StateDown, reason
 	default:
-		return capability.StateDegraded, "role-" + r.Reason
+		return capability.StateDegraded, reason
 	}
 }
 

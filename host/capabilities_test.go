@@ -382,6 +382,24 @@ func TestPluggedGuestNeverRaisesReadiness(t *testing.T) {
 	assert.LessOrEqual(t, st.Readiness, st.Claimed)
 }
 
+// TestCapabilityDownWhenItsRoleIsMisconfigured: with the startup
+// handshake, a coordination deployment whose eviction policy is wrong keeps
+// the capability down, and the reason names the misconfiguration (not an
+// outage).
+func TestCapabilityDownWhenItsRoleIsMisconfigured(t *testing.T) {
+	info, _ := builtin.Lookup("rate-limit")
+	srv := redistest.StartStandalone(t, redistest.WithConfig("maxmemory-policy", "allkeys-lru"))
+	cfg, err := capConfig(t, srv.Addr(), true, block(info.ID, info.Example))
+	require.NoError(t, err)
+	h, err := host.New(context.Background(), cfg, host.WithLogger(nil), host.WithStartupHandshake())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	require.Eventually(t, func() bool {
+		st := statusOf(t, h, info.ID)
+		return st.State == capability.StateDown && strings.HasSuffix(st.Reason, ":misconfiguration")
+	}, 15*time.Second, 50*time.Millisecond, "%+v", statusOf(t, h, info.ID))
+}
+
 // withColocatedCache is a capConfig marker: the cache role shares the
 // coordination deployment, by explicit choice.
 func withColocatedCache() config.Option { return config.WithRoles(policy.RoleCache) }
