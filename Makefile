@@ -58,7 +58,7 @@ test: ensure-redis
 ## test-short: the quick loop while editing, never a substitute for `make test`: the tests of
 ## every package whose test binary links neither the Redis harness (internal/redistest, which
 ## starts redis-server) nor the Wasm engine (wazero: those tests build and run guests), without
-## the race detector: policy, host/config, abi, runtime/certainty, the rate reference model
+## the race detector: policy, abi, runtime/certainty, the rate reference model
 ## (runtime/programs/internal/rateref), plugins/trust and the like.
 ## It leaves out, besides the race detector, gofmt and vet: every real-Redis test (runtime and
 ## its keys, guard and programs packages, host, host/ratelimit, host/httpapi, cmd/caphost,
