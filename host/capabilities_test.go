@@ -142,17 +142,24 @@ func TestUnimplementedCapabilityRefused(t *testing.T) {
 	assert.Equal(t, policy.RuleCapabilityUnimplemented, problemsOf(t, err)[0].Rule)
 }
 
-// settledGoroutines waits for the goroutine count to stop changing.
-func settledGoroutines() int {
-	n := goruntime.NumGoroutine()
-	for range 50 {
+// settledGoroutines waits until the goroutine count has held still for 20
+// consecutive samples (200 ms) and returns it; it fails the test if the
+// count never settles within 10 s, rather than compare a moving number.
+func settledGoroutines(t *testing.T) int {
+	t.Helper()
+	n, stable := goruntime.NumGoroutine(), 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		m := goruntime.NumGoroutine()
-		if m == n {
+		if m != n {
+			n, stable = m, 0
+			continue
+		}
+		if stable++; stable >= 20 {
 			return n
 		}
-		n = m
 	}
+	t.Fatalf("the goroutine count never settled (last %d)", n)
 	return n
 }
 
@@ -173,7 +180,7 @@ func TestDisabledCapabilityIsInert(t *testing.T) {
 				return srv.CommandCalls(t, "evalsha") + srv.CommandCalls(t, "script|load") + srv.CommandCalls(t, "fcall") +
 					srv.CommandCalls(t, "function|load") + srv.CommandCalls(t, "hello") + srv.CommandCalls(t, "auth")
 			}
-			before, calls := settledGoroutines(), scripts()
+			before, calls := settledGoroutines(t), scripts()
 			h, err := host.New(context.Background(), cfg, host.WithLogger(nil))
 			require.NoError(t, err)
 			rep := h.Readiness(context.Background())
@@ -186,7 +193,7 @@ func TestDisabledCapabilityIsInert(t *testing.T) {
 			require.GreaterOrEqual(t, i, 0)
 			assert.Equal(t, capability.StateDisabled, st[i].State)
 			assert.Nil(t, st[i].Descriptor)
-			assert.LessOrEqual(t, settledGoroutines(), before, "no goroutine")
+			assert.LessOrEqual(t, settledGoroutines(t), before, "no goroutine")
 			assert.Zero(t, srv.ConnectedClients(t), "no connection")
 			assert.Equal(t, calls, scripts(), "no program load, no handshake")
 			require.NoError(t, h.Close(context.Background()))
@@ -426,7 +433,7 @@ func TestFailedProvisionCleansUp(t *testing.T) {
 	// policy set cannot be compiled, so provisioning fails.
 	e := newGuestEnv(t)
 	bad := e.config(t, guestOpts{redisAddr: srv.Addr(), rateExtra: "    policies:\n      free-read:\n        revision: c1\n        algorithm: fixed-window\n        limit: 1\n        window: 1m\n        failure-mode: fail-closed\n        subject: [client-ip]\n"})
-	before := settledGoroutines()
+	before := settledGoroutines(t)
 	_, err := host.New(context.Background(), bad, host.WithLogger(nil), host.WithRegistry(reg))
 	require.Error(t, err)
 	mfs, err := reg.Gather()
@@ -434,7 +441,7 @@ func TestFailedProvisionCleansUp(t *testing.T) {
 	for _, mf := range mfs {
 		assert.False(t, strings.HasPrefix(mf.GetName(), "caphost_"), "left registered: %s", mf.GetName())
 	}
-	assert.LessOrEqual(t, settledGoroutines(), before, "no goroutine left behind")
+	assert.LessOrEqual(t, settledGoroutines(t), before, "no goroutine left behind")
 	assert.Zero(t, srv.ConnectedClients(t), "no connection left open")
 
 	good := e.config(t, guestOpts{redisAddr: srv.Addr()})

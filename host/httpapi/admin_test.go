@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/host/httpapi"
 	"github.com/caphost/caphost/host/httpjson"
-	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
 )
