@@ -46,7 +46,7 @@ capabilities:
     provider: redis
     redis-role: coordination
     policies:
-      per-key: {revision: r1, algorithm: fixed-window, limit: 3, window: 1m, subject: [api-key]}
+      per-key: {revision: r1, algorithm: fixed-window, limit: 3, window: 720h, subject: [api-key]}
     routes:
       - {route: /orders, policies: [{policy: per-key}]}
 `

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -21,7 +20,7 @@ func TestClusterExactAdmissionAndHierarchy(t *testing.T) {
 	rt := newRuntimeTopo(t, &policy.Cluster{Seeds: cl.Seeds()})
 	cfg := Config{Provider: ProviderRedis}
 	route := policy.RatePolicyDecl{ID: "route", Revision: "r1", Algorithm: policy.RateFixedWindow,
-		Parameters: policy.RateParameters{Limit: 1, Window: time.Minute}, Dimensions: []policy.RateDimension{policy.DimRoute}}
+		Parameters: policy.RateParameters{Limit: 1, Window: policy.RateMaxWindow}, Dimensions: []policy.RateDimension{policy.DimRoute}}
 	set := compile(t, cfg, dedupWindow("fw", 100), route)
 	l, err := New(rt, cfg, set, WithRegisterer(prometheus.NewRegistry()))
 	require.NoError(t, err)

@@ -46,13 +46,15 @@ func TestConcurrencyCluster(t *testing.T) {
 	var wg sync.WaitGroup
 	peaks := make([]atomic.Int64, len(subjects))
 	holders := make([]atomic.Int64, len(subjects))
-	stop := time.Now().Add(time.Second)
+	// A bounded number of tries, not a wall-clock window: the stress only
+	// proves "never more than the limit"; that the limit is reachable on
+	// every subject is proven with held permits below.
 	for si, sub := range subjects {
 		for range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for time.Now().Before(stop) {
+				for range 20 {
 					lease, err := c.AcquireLease(ctx, acq("jobs", sub))
 					if errors.Is(err, ErrPermitContended) {
 						time.Sleep(time.Millisecond)
@@ -73,7 +75,8 @@ func TestConcurrencyCluster(t *testing.T) {
 	}
 	wg.Wait()
 	for si, sub := range subjects {
-		assert.Equal(t, int64(limit), peaks[si].Load(), "%s: never more than the limit, and the limit is reached", sub)
+		assert.LessOrEqual(t, peaks[si].Load(), int64(limit), "%s: never more holders than permits", sub)
+		assert.Positive(t, peaks[si].Load(), "%s: some try was admitted", sub)
 	}
 
 	owners := func(sub string) []string {
@@ -85,6 +88,22 @@ func TestConcurrencyCluster(t *testing.T) {
 		return got
 	}
 	for _, sub := range subjects {
+		assert.Empty(t, owners(sub), sub)
+	}
+	// The limit is reachable on every subject, whichever slot it hashes to:
+	// limit held permits, then the next acquire is contended.
+	for _, sub := range subjects {
+		var hold []*Lease
+		for range limit {
+			o := c.Acquire(ctx, acq("jobs", sub))
+			require.True(t, o.Acquired(), "%s: %v %s", sub, o.Kind(), o.Category())
+			hold = append(hold, o.Lease())
+		}
+		st, _ := c.Acquire(ctx, acq("jobs", sub)).Status()
+		assert.Equal(t, PermitContended, st, sub)
+		for _, l := range hold {
+			l.Release(ctx)
+		}
 		assert.Empty(t, owners(sub), sub)
 	}
 
@@ -103,8 +122,10 @@ func TestConcurrencyCluster(t *testing.T) {
 	assert.Equal(t, PermitReleased, st)
 	assert.True(t, c.Acquire(ctx, acq("jobs", "acme")).Acquired(), "the released slot is free")
 
+	// A short permit: long enough (1 s) that the next acquires surely run
+	// while it is live, then waited out until the expiry Redis reported.
 	r := acq("jobs", "globex")
-	r.TTL = 50 * time.Millisecond
+	r.TTL = time.Second
 	short := c.Acquire(ctx, r)
 	require.True(t, short.Acquired())
 	for range limit - 1 {
@@ -112,7 +133,7 @@ func TestConcurrencyCluster(t *testing.T) {
 	}
 	st, _ = c.Acquire(ctx, acq("jobs", "globex")).Status()
 	require.Equal(t, PermitContended, st)
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(time.Until(short.ExpiresAt()) + 50*time.Millisecond)
 	assert.True(t, c.Acquire(ctx, acq("jobs", "globex")).Acquired(), "the expired permit was reclaimed")
 	assert.Equal(t, LeaseLost, short.Lease().State())
 	assert.ErrorIs(t, short.Lease().Renew(ctx).Err(), ErrPermitInvalid, "a lost lease does not renew")

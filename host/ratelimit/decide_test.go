@@ -16,7 +16,7 @@ import (
 
 func routeWindow(id, rev string, limit int64) policy.RatePolicyDecl {
 	return policy.RatePolicyDecl{ID: id, Revision: rev, Algorithm: policy.RateFixedWindow,
-		Parameters: policy.RateParameters{Limit: limit, Window: time.Minute}, Dimensions: []policy.RateDimension{policy.DimRoute}}
+		Parameters: policy.RateParameters{Limit: limit, Window: policy.RateMaxWindow}, Dimensions: []policy.RateDimension{policy.DimRoute}}
 }
 
 func withRevision(d policy.RatePolicyDecl, rev string, limit int64) policy.RatePolicyDecl {

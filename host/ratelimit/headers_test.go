@@ -167,13 +167,13 @@ func TestMiddlewareHeaderModes(t *testing.T) {
 	assert.Equal(t, []string{"2", "1"}, legacy(w.Header())[:2], "legacy: the most restrictive level (route)")
 	pols, lims := parseField(t, w.Header(), "RateLimit-Policy"), parseField(t, w.Header(), "RateLimit")
 	require.Len(t, pols, 2, "the shadow policy is never shown")
-	assert.Equal(t, sfMember{"tenant", map[string]int64{"q": 5, "w": 60}}, pols[0])
-	assert.Equal(t, sfMember{"route", map[string]int64{"q": 2, "w": 60}}, pols[1])
+	assert.Equal(t, sfMember{"tenant", map[string]int64{"q": 5, "w": 720 * 3600}}, pols[0])
+	assert.Equal(t, sfMember{"route", map[string]int64{"q": 2, "w": 720 * 3600}}, pols[1])
 	require.Len(t, lims, 2)
 	assert.Equal(t, []string{"tenant", "route"}, []string{lims[0].name, lims[1].name})
 	assert.Equal(t, []int64{4, 1}, []int64{lims[0].params["r"], lims[1].params["r"]})
 	for _, l := range lims {
-		assert.True(t, l.params["t"] >= 0 && l.params["t"] <= 60, "t is seconds until the window resets: %d", l.params["t"])
+		assert.True(t, l.params["t"] >= 0 && l.params["t"] <= 720*3600, "t is seconds until the window resets: %d", l.params["t"])
 	}
 
 	w = do(HeadersLegacy, "acme")
@@ -224,7 +224,7 @@ func TestSidecarHeaders(t *testing.T) {
 	assert.Equal(t, true, m["allowed"])
 	assert.Equal(t, []string{"3", "2"}, legacy(rec.Header())[:2], "legacy: the most restrictive level (per-key)")
 	pols := parseField(t, rec.Header(), "RateLimit-Policy")
-	assert.Equal(t, []sfMember{{"edge", map[string]int64{"q": 1000, "w": 1}}, {"per-key", map[string]int64{"q": 3, "w": 60}}}, pols)
+	assert.Equal(t, []sfMember{{"edge", map[string]int64{"q": 1000, "w": 1}}, {"per-key", map[string]int64{"q": 3, "w": 720 * 3600}}}, pols)
 	lims := parseField(t, rec.Header(), "RateLimit")
 	require.Len(t, lims, 2)
 	assert.Equal(t, int64(2), lims[1].params["r"])

@@ -80,7 +80,7 @@ func newFixture(t testing.TB, addr string, srv *redistest.Server, cfg Config, op
 
 func fixedWindow(id string, limit int64) policy.RatePolicyDecl {
 	return policy.RatePolicyDecl{ID: id, Revision: "r1", Algorithm: policy.RateFixedWindow,
-		Parameters: policy.RateParameters{Limit: limit, Window: time.Minute}, Dimensions: []policy.RateDimension{policy.DimTenant}}
+		Parameters: policy.RateParameters{Limit: limit, Window: policy.RateMaxWindow}, Dimensions: []policy.RateDimension{policy.DimTenant}}
 }
 
 func tenant(v string) Subject { return Subject{policy.DimTenant: []byte(v)} }

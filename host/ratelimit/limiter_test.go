@@ -364,7 +364,7 @@ func TestHierarchicalConservativeConsumption(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	tenantP := fixedWindow("tenant", 3)
 	route := policy.RatePolicyDecl{ID: "route", Revision: "r1", Algorithm: policy.RateFixedWindow,
-		Parameters: policy.RateParameters{Limit: 1, Window: time.Minute},
+		Parameters: policy.RateParameters{Limit: 1, Window: policy.RateMaxWindow},
 		Dimensions: []policy.RateDimension{policy.DimTenant, policy.DimRoute}, Hierarchy: "edge"}
 	tenantP.Hierarchy = "edge"
 	f := newFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, tenantP, route)

@@ -31,7 +31,7 @@ policies:
     revision: r1
     algorithm: fixed-window
     limit: 3
-    window: 1m
+    window: 720h # counted: no window boundary between calls
     subject: [api-key]
 `
 

@@ -20,7 +20,7 @@ import (
 func TestSidecarDistinctSubjectsNeverShareABucket(t *testing.T) {
 	h := newSidecarHost(t, `
 policies:
-  per-key: {revision: r1, algorithm: fixed-window, limit: 100, window: 1m, subject: [api-key]}
+  per-key: {revision: r1, algorithm: fixed-window, limit: 100, window: 720h, subject: [api-key]}
   exports: {revision: r1, algorithm: concurrency, limit: 2, permit-ttl: 30s, subject: [tenant]}
 `, nil)
 	dbsize := func() int64 {

@@ -32,7 +32,7 @@ policies:
     revision: r1
     algorithm: fixed-window
     limit: 3
-    window: 1m
+    window: 720h # counted in the test: a window boundary must not fall between calls
     max-cost: 2
     failure-mode: fail-closed
     subject: [api-key]
@@ -154,7 +154,12 @@ func TestSidecarEvaluateExplicitPolicy(t *testing.T) {
 	assert.Greater(t, m["retry-after-ms"], 0.0)
 	reset, err := time.Parse(time.RFC3339Nano, m["reset"].(string))
 	require.NoError(t, err)
-	assert.WithinDuration(t, time.Now().Add(30*time.Second), reset, 31*time.Second)
+	// The window is 720h aligned to the epoch: the reset is the window's end,
+	// after now and at most one window away.
+	now := time.Now()
+	assert.True(t, reset.After(now), "reset %s is after now", reset)
+	assert.False(t, reset.After(now.Add(720*time.Hour)), "reset %s is within one window", reset)
+	assert.Zero(t, reset.UnixMilli()%(720*time.Hour).Milliseconds(), "a fixed window ends on its boundary")
 
 	// Same evaluation id again: a dedup replay of the allowed decision.
 	code, m, raw = h.evaluate(t, fmt.Sprintf(body, 0))
