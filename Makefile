@@ -45,8 +45,9 @@ demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests
 demo-env:
 	@$(GO) run ./examples/quickstart -check-env
 
-## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector
-test: ensure-redis
+## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector;
+## the reference guests are built first (tests that load them as shipped need build/guests)
+test: ensure-redis guests
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./... && $(GO) build ./...
