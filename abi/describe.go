@@ -89,10 +89,18 @@ type TemplateDecl struct {
 	Params   []string `json:"params,omitempty"`
 }
 
-// ParseDescription decodes and validates describe output: bounded size,
-// strict JSON (unknown fields and trailing data rejected), a supported ABI
-// major, v1 kinds and algorithms, well-formed unique ids, and declarations
-// consistent with the declared kinds. All problems are reported together.
+// ParseDescription decodes and validates describe output with the standard
+// library: bounded size, unknown fields and trailing data rejected, then
+// Validate. It is for a guest checking its own output (the SDK's tests) and
+// for tools; it is not the host's decoder. encoding/json — the only JSON
+// decoder package abi may use, since it imports the standard library only
+// and builds for wasip1 — matches member names case-insensitively, keeps
+// the last of duplicate members, reads null as the zero value and turns
+// invalid UTF-8 and lone surrogates into U+FFFD, so a hostile module could
+// make two readers disagree. The host reads guest output with
+// plugins.ParseDescription, which refuses all of that (ABI.md §6) and then
+// calls Validate; whatever it accepts, this function accepts with the same
+// result.
 func ParseDescription(b []byte) (*Description, error) {
 	if len(b) > MaxDescribeBytes {
 		return nil, fmt.Errorf("%w: %d bytes exceed %d", ErrInvalidDescription, len(b), MaxDescribeBytes)
@@ -112,7 +120,11 @@ func ParseDescription(b []byte) (*Description, error) {
 	return &d, nil
 }
 
-// Validate checks d as ParseDescription does (without the JSON rules).
+// Validate checks what the ABI fixes about a decoded description: a
+// supported major, v1 kinds and algorithms, well-formed unique ids, and
+// declarations consistent with the declared kinds. All problems are
+// reported together. Both ParseDescription and plugins.ParseDescription end
+// with it.
 func (d *Description) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {

@@ -151,7 +151,7 @@ func (m *Module) start(ctx context.Context) error {
 		}
 		return fail(ClassMalformedOutput, "describe", perr)
 	}
-	desc, err := abi.ParseDescription(raw)
+	desc, err := ParseDescription(raw)
 	if err != nil {
 		if errors.Is(err, abi.ErrUnsupportedMajor) {
 			return fail(ClassABIMismatch, "describe", err)

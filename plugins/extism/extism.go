@@ -394,7 +394,7 @@ func (m *Module) start(ctx context.Context) error {
 		}
 		return fail(plugins.ClassMalformedOutput, "describe", err)
 	}
-	desc, err := abi.ParseDescription(raw)
+	desc, err := plugins.ParseDescription(raw)
 	if err != nil {
 		if errors.Is(err, abi.ErrUnsupportedMajor) {
 			return fail(plugins.ClassABIMismatch, "describe", err)
