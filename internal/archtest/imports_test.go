@@ -221,7 +221,7 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 				}
 			case under(fromRel, "cmd/caphost"):
 				// policy is the shared vocabulary (roles, lanes, validation
-				// problems) the CLI prints, and plugins/trust is stdlib-only
+				// problems) the CLI prints, and plugins/trust is engine-free
 				// signing of files (`caphost guest sign|verify`); what cmd must
 				// never do is reach past host into the runtime or the engine.
 				if !std && !cobra.has(to) && !(toOurs && (under(toRel, "host") || toRel == "policy" || toRel == "plugins/trust" || under(toRel, "cmd/caphost"))) {

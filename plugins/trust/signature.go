@@ -1,15 +1,14 @@
 package trust
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+
+	"github.com/caphost/caphost/plugins/internal/strictjson"
 )
 
 // Format is the format field of a v1 signature file and the domain
@@ -96,81 +95,39 @@ func (s Signature) Marshal() []byte {
 }
 
 // ParseSignature strictly decodes a v1 signature file: exactly one JSON
-// object with exactly the fields format, key, sha256 and signature, all
-// strings, none duplicated, nothing after it. Errors wrap
-// ErrMalformedSignature (ErrTooLarge as well when over the size bound).
+// object with exactly the members format, key, sha256 and signature, all
+// non-empty strings, by the rules of plugins/internal/strictjson (exact
+// names, no unknown or duplicate member, valid UTF-8, no null, nothing after
+// the object). Errors wrap ErrMalformedSignature (ErrTooLarge as well when
+// over the size bound).
 func ParseSignature(data []byte) (*Signature, error) {
 	if len(data) > MaxSignatureFileBytes {
 		return nil, &Error{Kind: ErrMalformedSignature, Detail: fmt.Sprintf("larger than %d bytes", MaxSignatureFileBytes), Err: ErrTooLarge}
 	}
-	fields, err := flatStringObject(data)
-	if err != nil {
+	var doc sigDoc
+	if err := strictjson.Unmarshal(data, &doc); err != nil {
 		return nil, newErr(ErrMalformedSignature, err.Error())
 	}
-	for _, f := range []string{"format", "key", "sha256", "signature"} {
-		if _, ok := fields[f]; !ok {
-			return nil, newErr(ErrMalformedSignature, fmt.Sprintf("field %q is missing", f))
+	for _, f := range []struct{ name, v string }{{"format", doc.Format}, {"key", doc.Key}, {"sha256", doc.SHA256}, {"signature", doc.Signature}} {
+		if f.v == "" {
+			return nil, newErr(ErrMalformedSignature, fmt.Sprintf("field %q is missing or empty", f.name))
 		}
 	}
-	if fields["format"] != Format {
+	if doc.Format != Format {
 		return nil, newErr(ErrMalformedSignature, fmt.Sprintf("format is not %q", Format))
 	}
-	key := fields["key"]
-	if len(key) != KeyIDLen || !isLowerHex(key) {
+	if len(doc.Key) != KeyIDLen || !isLowerHex(doc.Key) {
 		return nil, newErr(ErrMalformedSignature, fmt.Sprintf("key must be %d lower-case hex digits", KeyIDLen))
 	}
-	digest, err := ParsePin(fields["sha256"])
+	digest, err := ParsePin(doc.SHA256)
 	if err != nil {
 		return nil, newErr(ErrMalformedSignature, "sha256 must be 64 lower-case hex digits")
 	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(fields["signature"])
+	sig, err := base64.StdEncoding.Strict().DecodeString(doc.Signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return nil, newErr(ErrMalformedSignature, fmt.Sprintf("signature must be standard base64 of %d bytes", ed25519.SignatureSize))
 	}
-	return &Signature{KeyID: key, Digest: digest, Sig: sig}, nil
-}
-
-// flatStringObject decodes one JSON object whose values are all strings,
-// refusing unknown and duplicate keys (encoding/json would silently keep the
-// last duplicate, letting two tools read one file differently).
-func flatStringObject(data []byte) (map[string]string, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil || tok != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	out := map[string]string{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, errors.New("invalid JSON")
-		}
-		name, _ := tok.(string) // object keys are always strings
-		switch name {
-		case "format", "key", "sha256", "signature":
-		default:
-			return nil, errors.New("unknown field")
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("field %q is duplicated", name)
-		}
-		tok, err = dec.Token()
-		if err != nil {
-			return nil, errors.New("invalid JSON")
-		}
-		v, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("field %q must be a string", name)
-		}
-		out[name] = v
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, errors.New("invalid JSON")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON object")
-	}
-	return out, nil
+	return &Signature{KeyID: doc.Key, Digest: digest, Sig: sig}, nil
 }
 
 func isLowerHex(s string) bool {

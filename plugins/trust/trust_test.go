@@ -278,24 +278,42 @@ func TestParseSignatureStrict(t *testing.T) {
 		return `{"format":"` + format + `","key":"` + key + `","sha256":"` + sha + `","signature":"` + s + `"}`
 	}
 	bad := map[string]string{
-		"empty":           "",
-		"array":           "[]",
-		"unknown field":   strings.Replace(good, `"format"`, `"extra":"x","format"`, 1),
-		"duplicate field": strings.Replace(good, `"format"`, `"key":"`+sig.KeyID+`","format"`, 1),
-		"missing field":   `{"format":"` + Format + `","key":"` + sig.KeyID + `","sha256":"` + hexd + `"}`,
-		"wrong format":    obj("caphost-guest-signature-v2", sig.KeyID, hexd, b64),
-		"upper hex":       obj(Format, sig.KeyID, strings.ToUpper(hexd), b64),
-		"short key":       obj(Format, sig.KeyID[:15], hexd, b64),
-		"short sig":       obj(Format, sig.KeyID, hexd, b64[:40]),
-		"url base64":      obj(Format, sig.KeyID, hexd, strings.NewReplacer("+", "-", "/", "_").Replace(b64)+"-_"),
-		"number value":    `{"format":1}`,
-		"trailing":        good + "{}",
-		"truncated":       good[:len(good)-3],
-		"too large":       good + strings.Repeat(" ", MaxSignatureFileBytes),
+		"empty":            "",
+		"array":            "[]",
+		"unknown field":    strings.Replace(good, `"format"`, `"extra":"x","format"`, 1),
+		"duplicate field":  strings.Replace(good, `"format"`, `"key":"`+sig.KeyID+`","format"`, 1),
+		"missing field":    `{"format":"` + Format + `","key":"` + sig.KeyID + `","sha256":"` + hexd + `"}`,
+		"wrong format":     obj("caphost-guest-signature-v2", sig.KeyID, hexd, b64),
+		"upper hex":        obj(Format, sig.KeyID, strings.ToUpper(hexd), b64),
+		"short key":        obj(Format, sig.KeyID[:15], hexd, b64),
+		"short sig":        obj(Format, sig.KeyID, hexd, b64[:40]),
+		"url base64":       obj(Format, sig.KeyID, hexd, strings.NewReplacer("+", "-", "/", "_").Replace(b64)+"-_"),
+		"number value":     `{"format":1}`,
+		"trailing":         good + "{}",
+		"truncated":        good[:len(good)-3],
+		"too large":        good + strings.Repeat(" ", MaxSignatureFileBytes),
+		"upper-case field": strings.Replace(good, `"format"`, `"FORMAT"`, 1),
+		"mixed-case field": strings.Replace(good, `"signature"`, `"Signature"`, 1),
+		"lone surrogate":   strings.Replace(good, `"format":"`, `"format":"\ud800`, 1),
+		"invalid utf-8":    strings.Replace(good, `"format":"`, "\"format\":\"\xff", 1),
+		"null value":       `{"format":null,"key":"` + sig.KeyID + `","sha256":"` + hexd + `","signature":"` + b64 + `"}`,
+		"null document":    "null",
 	}
 	for name, in := range bad {
 		_, err := ParseSignature([]byte(in))
 		assert.ErrorIs(t, err, ErrMalformedSignature, name)
+	}
+	// The refusal names the member, never a value.
+	for name, want := range map[string]string{
+		"duplicate field":  "duplicate member /key",
+		"upper-case field": "unknown member /FORMAT",
+		"null value":       "null (omit the member instead) at /format",
+		"missing field":    `field "signature" is missing`,
+	} {
+		_, err := ParseSignature([]byte(bad[name]))
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), want, name)
+		assert.NotContains(t, err.Error(), sig.KeyID, name)
 	}
 	_, err = ParseSignature([]byte(good + strings.Repeat(" ", MaxSignatureFileBytes)))
 	assert.ErrorIs(t, err, ErrTooLarge)
