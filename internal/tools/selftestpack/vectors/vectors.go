@@ -21,6 +21,9 @@ import (
 	"os"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/caphost/caphost/abi"
 )
 
@@ -97,9 +100,10 @@ func parseCode(name string) (abi.Code, bool) {
 	return 0, false
 }
 
-// Parse decodes a vectors file strictly: unknown fields, trailing data, an
+// Parse decodes a vectors file strictly (see strict: exact member names, no
+// unknown or duplicate member, valid UTF-8, no null, no trailing data): an
 // unknown export or status, a body on a non-OK response and duplicate or
-// empty names are errors. A vector without a response is accepted (see
+// empty vector names are errors too. A vector without a response is accepted (see
 // Vector.Recorded).
 func Parse(data []byte) (*File, error) {
 	if len(data) > MaxFileBytes {
@@ -369,18 +373,32 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// strict decodes exactly one JSON value into v, refusing unknown fields and
-// trailing data.
+// strict decodes exactly one JSON value into v with
+// github.com/go-json-experiment/json (the design of encoding/json/v2), which
+// is strict where encoding/json is lenient: member names match exactly
+// (case-sensitively) and an unknown one fails, a duplicate name fails,
+// invalid UTF-8 and lone surrogate escapes fail, and nothing may follow the
+// value. It also refuses null anywhere (v2 reads it as the zero value): a
+// vector omits an optional member instead. A vectors file is read at build
+// time from the guest's author, so messages may quote it.
 func strict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
+	opts := jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(false),
+		jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false))
+	dec := jsontext.NewDecoder(bytes.NewReader(data), opts)
+	for done := false; ; {
+		tok, err := dec.ReadToken()
+		switch {
+		case errors.Is(err, io.EOF) && done:
+			return jsonv2.Unmarshal(data, v, opts)
+		case done:
+			return errors.New("trailing data after the JSON value")
+		case err != nil:
+			return err
+		case tok.Kind() == 'n':
+			return fmt.Errorf("null at %q: omit the member instead", dec.StackPointer())
+		}
+		done = dec.StackDepth() == 0
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }
 
 // marshal is json.Marshal without HTML escaping.
@@ -414,7 +432,7 @@ func (b *Bytes) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 && data[0] == '"' {
 		var s string
-		if err := json.Unmarshal(data, &s); err != nil {
+		if err := jsonv2.Unmarshal(data, &s); err != nil {
 			return err
 		}
 		*b = Bytes(s)
