@@ -15,24 +15,39 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/caphost
 
+# AssemblyScript guests' npm packages, exactly as their lockfiles pin them.
+AS_DEPS := $(patsubst %/package.json,%/node_modules/.package-lock.json,$(wildcard guests/*/package.json))
+
 ## guests: every reference guest under guests/ as build/guests/<name>.wasm, with the
 ## self-test vectors of guests/<name>/selftest.json bundled in (and checked) by
-## internal/tools/selftestpack; sign a module only after this step. Both flavours build
-## with the standard toolchain; an Extism twin (<name>-extism, Extism Go PDK) without a
-## vectors file of its own bundles its native twin's, since the two must answer alike
-guests:
+## internal/tools/selftestpack; sign a module only after this step. Go guests (main.go)
+## of both flavours build with the standard toolchain; AssemblyScript guests
+## (package.json, Extism AS PDK) with the asc compiler their lockfile pins, installed
+## into guests/<name>/node_modules by `npm ci` when missing or older than the lockfile
+## (needs Node.js 20+ and npm). A twin (<name>-extism, <name>-as) without a vectors
+## file of its own bundles its native twin's, since they must answer alike
+guests: $(AS_DEPS)
 	@mkdir -p $(BUILD)/guests
 	@$(GO) build -o $(BUILD)/selftestpack ./internal/tools/selftestpack
 	@for g in $(GUESTS); do \
-		[ -f guests/$$g/main.go ] || continue; \
-		echo "guest $$g"; \
-		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BUILD)/guests/$$g.wasm ./guests/$$g || exit 1; \
+		if [ -f guests/$$g/main.go ]; then \
+			echo "guest $$g"; \
+			GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BUILD)/guests/$$g.wasm ./guests/$$g || exit 1; \
+		elif [ -f guests/$$g/package.json ]; then \
+			echo "guest $$g (AssemblyScript)"; \
+			(cd guests/$$g && npx --no-install asc assembly/index.ts --config asconfig.json --target release \
+				-o $(CURDIR)/$(BUILD)/guests/$$g.wasm) || exit 1; \
+		else continue; fi; \
 		vec=guests/$$g/selftest.json; \
-		case $$g in *-extism) [ -f $$vec ] || vec=guests/$${g%-extism}/selftest.json;; esac; \
+		case $$g in *-extism|*-as) [ -f $$vec ] || vec=guests/$${g%-*}/selftest.json;; esac; \
 		if [ -f $$vec ]; then \
 			$(BUILD)/selftestpack -cache-dir $(BUILD)/wazero-cache -vectors $$vec $(BUILD)/guests/$$g.wasm || exit 1; \
 		fi; \
 	done
+
+guests/%/node_modules/.package-lock.json: guests/%/package.json guests/%/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "guests/$*: needs Node.js 20+ and npm (Debian: apt-get install nodejs npm), then: cd guests/$* && npm ci"; exit 1; }
+	cd guests/$* && npm ci --no-audit --no-fund
 
 ## demo: the main job, against a private redis-server it starts (or your Redis at
 ## $CAPHOST_REDIS_ADDR, with the passwords $CAPHOST_DEMO_APP_PASS and $CAPHOST_DEMO_ADMIN_PASS
