@@ -85,7 +85,8 @@ func warm(b *testing.B, m caller, in []byte) {
 }
 
 // BenchmarkRateSelect is the typed rate-policy call through each flavour of
-// the reference guest.
+// the reference guest: native (Go SDK), extism (Go PDK) and as
+// (AssemblyScript PDK, the module `make guests` built).
 func BenchmarkRateSelect(b *testing.B) {
 	ctx := context.Background()
 	req := &abi.RateSelectRequest{Route: "/search/items", Method: "GET", APIKeyPlan: "pro", ClientIPClass: "public",
@@ -97,6 +98,7 @@ func BenchmarkRateSelect(b *testing.B) {
 	for name, load := range map[string]func() caller{
 		"native": func() caller { return loadNative(b, newNative(b, plugins.Config{}), "rate-policy", lim) },
 		"extism": func() caller { return loadExt(b, newExtism(b, plugins.Config{}), "rate-policy-extism", lim) },
+		"as":     func() caller { return loadAS(b, newExtism(b, plugins.Config{}), lim) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			m := load()

@@ -56,17 +56,29 @@ func outcomes(rep plugins.ConformanceReport) []string {
 	return out
 }
 
-// TestReferenceGuestPassesTheNativeSuite: the Extism reference guest, with
-// the native guest's vectors bundled (as `make guests` does), passes every
-// self-test vector and the rate-policy conformance suite, and the report
-// lists exactly the checks the native guest's report lists.
+// TestReferenceGuestPassesTheNativeSuite: the Extism reference guests (Go
+// PDK, and AssemblyScript as `make guests` built it), with the native
+// guest's vectors bundled (as `make guests` does), pass every self-test
+// vector and the rate-policy conformance suite, and each report lists
+// exactly the checks the native guest's report lists.
 func TestReferenceGuestPassesTheNativeSuite(t *testing.T) {
 	ctx := context.Background()
 	f := rateVectors(t)
 	require.Equal(t, "rate-policy", f.Module)
+	gs := flavours(t, "rate-policy", "rate-policy-extism")
+	gs["as"] = loadAS(t, newExtism(t, plugins.Config{}), generous)
+	asBuilt := asWasm(t)
+	sec, err := f.Section()
+	require.NoError(t, err)
+	bundled, err := abi.ReadSelfTestSection(asBuilt)
+	require.NoError(t, err)
+	require.Equal(t, sec, bundled, "make guests bundles the native twin's vectors into the AssemblyScript guest")
 	reports := map[string]plugins.ConformanceReport{}
-	for name, g := range flavours(t, "rate-policy", "rate-policy-extism") {
-		wasm := bundle(t, th.wasm[map[string]string{"native": "rate-policy", "extism": "rate-policy-extism"}[name]], f)
+	for name, g := range gs {
+		wasm := asBuilt
+		if name != "as" {
+			wasm = bundle(t, th.wasm[map[string]string{"native": "rate-policy", "extism": "rate-policy-extism"}[name]], f)
+		}
 		rep := conformance.RunWithSelfTest(ctx, g, wasm)
 		require.True(t, rep.OK(), "%s: %s", name, rep.Summary())
 		vectorsRun := 0
@@ -88,6 +100,7 @@ func TestReferenceGuestPassesTheNativeSuite(t *testing.T) {
 		reports[name] = rep
 	}
 	assert.Equal(t, outcomes(reports["native"]), outcomes(reports["extism"]))
+	assert.Equal(t, outcomes(reports["native"]), outcomes(reports["as"]))
 }
 
 // TestWrongVectorFailsAlike: a vectors file with one wrong answer fails that
@@ -97,9 +110,19 @@ func TestWrongVectorFailsAlike(t *testing.T) {
 	f := rateVectors(t)
 	// Vector 2 is "free API key, write: free.write at cost 1".
 	f.Vectors[2].Response.(*abi.RateSelectResponse).Selections[0].PolicyID = "free.read"
+	gs := flavours(t, "rate-policy", "rate-policy-extism")
+	gs["as"] = loadAS(t, newExtism(t, plugins.Config{}), generous)
 	reports := map[string]plugins.ConformanceReport{}
-	for name, g := range flavours(t, "rate-policy", "rate-policy-extism") {
-		wasm := bundle(t, th.wasm[map[string]string{"native": "rate-policy", "extism": "rate-policy-extism"}[name]], f)
+	for name, g := range gs {
+		var wasm []byte
+		if name == "as" {
+			// SelfTest reads the vectors from the bytes it is given: the
+			// built AS module already carries the right ones, so the
+			// wrong ones travel in an empty module.
+			wasm = bundle(t, []byte("\x00asm\x01\x00\x00\x00"), f)
+		} else {
+			wasm = bundle(t, th.wasm[map[string]string{"native": "rate-policy", "extism": "rate-policy-extism"}[name]], f)
+		}
 		rep := plugins.SelfTest(ctx, g, wasm)
 		require.False(t, rep.OK(), name)
 		require.Len(t, rep.Checks, len(f.Vectors), name)
@@ -116,6 +139,7 @@ func TestWrongVectorFailsAlike(t *testing.T) {
 		reports[name] = rep
 	}
 	assert.Equal(t, reports["native"].Checks, reports["extism"].Checks)
+	assert.Equal(t, reports["native"].Checks, reports["as"].Checks)
 	assert.Contains(t, reports["extism"].Summary(), "self-test vector 2 (caphost_rate_select): response frame differs at byte ")
 }
 

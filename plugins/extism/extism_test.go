@@ -39,9 +39,9 @@ func loadNative(t testing.TB, e *plugins.Engine, name string, lim plugins.Limits
 	return m
 }
 
-// TestFlavoursAgree proves both flavours of the rate-policy guest declare
-// the same policies and give identical answers (or identical refusals) over
-// a matrix of request attributes.
+// TestFlavoursAgree proves both flavours of the rate-policy guest, and its
+// AssemblyScript twin, declare the same policies and give identical answers
+// (or identical refusals) over a matrix of request attributes.
 func TestFlavoursAgree(t *testing.T) {
 	ctx := context.Background()
 	// This test compares answers, not deadlines (TestHostileGuest covers those):
@@ -50,9 +50,11 @@ func TestFlavoursAgree(t *testing.T) {
 	lim := plugins.Limits{CallTimeout: 5 * time.Second, InitTimeout: 30 * time.Second}
 	nat := loadNative(t, newNative(t, plugins.Config{}), "rate-policy", lim)
 	ext := loadExt(t, newExtism(t, plugins.Config{}), "rate-policy-extism", lim)
+	as := loadAS(t, newExtism(t, plugins.Config{}), lim)
 	assert.Equal(t, nat.Description(), ext.Description())
+	assert.Equal(t, nat.Description(), as.Description())
 
-	methods := []string{"GET", "get", "HEAD", "OPTIONS", "POST", "put", "PATCH", "DELETE", "BREW", ""}
+	methods := []string{"GET", "get", "HEAD", "OPTIONS", "POST", "put", "PATCH", "DELETE", "BREW", "", "poſt", "GETS"}
 	routes := []string{"/x", "/search", "/search/items", "/searchx"}
 	plans := []string{"", "free", "pro", "enterprise", "platinum"}
 	tiers := []string{"", "pro", "enterprise"}
@@ -68,17 +70,19 @@ func TestFlavoursAgree(t *testing.T) {
 					req := &abi.RateSelectRequest{Route: route, Method: method, APIKeyPlan: plan, PrincipalTier: tier,
 						ClientIPClass: "public", Attrs: []abi.Attr{{Name: "region", Value: "eu"}}}
 					want, werr := nat.RateSelect(ctx, req)
-					got, gerr := ext.RateSelect(ctx, req)
-					var wse, gse *abi.StatusError
-					if werr != nil {
-						require.ErrorAs(t, werr, &wse, "%+v", req)
-						require.ErrorAs(t, gerr, &gse, "%+v", req)
-						assert.Equal(t, wse.Code, gse.Code, "%+v", req)
-						continue
+					for _, g := range []*Module{ext, as} {
+						got, gerr := g.RateSelect(ctx, req)
+						var wse, gse *abi.StatusError
+						if werr != nil {
+							require.ErrorAs(t, werr, &wse, "%s %+v", g.Name(), req)
+							require.ErrorAs(t, gerr, &gse, "%s %+v", g.Name(), req)
+							assert.Equal(t, wse.Code, gse.Code, "%s %+v", g.Name(), req)
+							continue
+						}
+						require.NoError(t, gerr, "%s %+v", g.Name(), req)
+						require.Equal(t, want, got, "%s %+v", g.Name(), req)
+						n++
 					}
-					require.NoError(t, gerr, "%+v", req)
-					require.Equal(t, want, got, "%+v", req)
-					n++
 				}
 			}
 		}
@@ -88,17 +92,10 @@ func TestFlavoursAgree(t *testing.T) {
 
 func TestHostFunctionsAndRefusals(t *testing.T) {
 	ctx := context.Background()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	obs := &events{}
-	e := newExtism(t, plugins.Config{
-		CountEvents: []string{"rate-policy.invalid-request", "test.allowed"}, Observer: obs,
-		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	o := newObserved(t, "rate-policy.invalid-request", "test.allowed")
+	e, obs := o.e, o.obs
 	m := loadExt(t, e, "rate-policy-extism", plugins.Limits{})
-	mu.Lock()
-	assert.Contains(t, logs.String(), "guest_msg=\"rate-policy-extism described\"")
-	mu.Unlock()
+	assert.Contains(t, o.log(), "guest_msg=\"rate-policy-extism described\"")
 
 	// A refused request is a status, not a guest failure, and the guest
 	// counted it through the host function.
@@ -226,6 +223,29 @@ func (o *events) got() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]string(nil), o.ev...)
+}
+
+// observed is an Extism engine whose debug log and allowlisted guest
+// events a test reads.
+type observed struct {
+	e    *Engine
+	obs  *events
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+func newObserved(t *testing.T, countEvents ...string) *observed {
+	t.Helper()
+	o := &observed{obs: &events{}}
+	o.e = newExtism(t, plugins.Config{CountEvents: countEvents, Observer: o.obs,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&o.mu, &o.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	return o
+}
+
+func (o *observed) log() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.logs.String()
 }
 
 type lockedWriter struct {
