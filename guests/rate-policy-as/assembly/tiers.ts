@@ -9,8 +9,14 @@
 import { Buf, Decoder, Field, TAG_RATE_SELECT_RESPONSE, CODE_OK } from "./wire";
 
 // Every policy is declared at this revision, limits and bursts multiplied by
-// it (tiers.Policies(1), what the Go twins build by default).
-const REVISION: u64 = 1;
+// it: tiers.Policies(REVISION). It is 1 (what the Go twins build by default)
+// unless the build sets it, as `asc ... --use POLICY_REVISION=2` does for
+// the hot-swap demo; like the native twin's -X=main.policyRevision=vN, a
+// value outside 1..255 falls back to 1 so a bad flag never produces an
+// invalid describe.
+// @ts-ignore: POLICY_REVISION exists only when the build defines it.
+const REVISION_FLAG: i64 = isDefined(POLICY_REVISION) ? <i64>POLICY_REVISION : 1;
+const REVISION: u64 = REVISION_FLAG >= 1 && REVISION_FLAG <= 255 ? <u64>REVISION_FLAG : 1;
 
 // plans and their per-minute limits per route class. Search is charged on
 // the read bucket at a higher cost rather than getting a bucket of its own.
