@@ -75,7 +75,7 @@ func requireClass(t *testing.T, err error, c Class) *GuestError {
 func TestRatePolicyGuest(t *testing.T) {
 	ctx := context.Background()
 	obs := newRec()
-	m := load(t, newEngine(t, Config{Observer: obs}), "rate-policy", Limits{})
+	m := load(t, newEngine(t, Config{Observer: obs}), "rate-policy", Limits{CallTimeout: 5 * time.Second}) // answers, not deadlines, are on trial
 	d := m.Description()
 	assert.Equal(t, []abi.Kind{abi.KindRatePolicy}, d.Kinds)
 	assert.Len(t, d.RatePolicies, 7)
@@ -104,7 +104,7 @@ func TestRatePolicyGuest(t *testing.T) {
 
 func TestCodecGuest(t *testing.T) {
 	ctx := context.Background()
-	m := load(t, newEngine(t, Config{}), "codec", Limits{})
+	m := load(t, newEngine(t, Config{}), "codec", Limits{CallTimeout: 5 * time.Second}) // answers, not deadlines, are on trial
 	enc, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "user-profile", Value: []byte(`{"id":"1","name":"Ada","email":"a@x","locale":"fr"}`)})
 	require.NoError(t, err)
 	assert.Equal(t, uint32(2), enc.Version)
@@ -384,7 +384,7 @@ func TestThousandHostileCallsStayBounded(t *testing.T) {
 }
 
 func TestRendererGuest(t *testing.T) {
-	m := load(t, newEngine(t, Config{}), "renderer", Limits{})
+	m := load(t, newEngine(t, Config{}), "renderer", Limits{CallTimeout: 5 * time.Second}) // answers, not deadlines, are on trial
 	resp, err := m.Render(context.Background(), &abi.RenderRequest{Template: "welcome", Version: 1, Locale: "de", Channel: "email",
 		Params: []abi.Attr{{Name: "name", Value: "<Ada>"}, {Name: "account", Value: "A-1"}}, NowUnixMilli: 0})
 	require.NoError(t, err)

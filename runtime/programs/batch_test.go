@@ -265,7 +265,9 @@ func TestBatcherQueuedCallCanceledIsNeverSent(t *testing.T) {
 	assert.Equal(t, 1, count(names, "evalsha"), "only the first call reached Redis")
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
-	assert.Regexp(t, `^1:8000000:\d+:r1$`, v, "the canceled call consumed nothing")
+	// Whole tokens (the state is micro-tokens): the bucket refills a
+	// micro-token every 22.5 ms, which a loaded machine sees between calls.
+	assert.Regexp(t, `^1:8\d{6}:\d+:r1$`, v, "the canceled call consumed nothing")
 }
 
 // A call whose batch was already taken stops waiting when its context
@@ -302,7 +304,7 @@ func TestBatcherAbandonedMemberIsIndeterminate(t *testing.T) {
 	assert.Equal(t, RateAllowed, leader.r.Status)
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
-	assert.Regexp(t, `^1:6000000:\d+:r1$`, v, "the abandoned call was still sent and applied")
+	assert.Regexp(t, `^1:6\d{6}:\d+:r1$`, v, "the abandoned call was still sent and applied")
 	_, pipes := g.take()
 	assert.Equal(t, []int{2}, pipes)
 	assert.Zero(t, b.flights)
@@ -329,7 +331,7 @@ func TestBatcherNoScriptInPipeline(t *testing.T) {
 	}
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
-	assert.Regexp(t, `^1:94000000:\d+:r1$`, v, "six calls, six tokens")
+	assert.Regexp(t, `^1:94\d{6}:\d+:r1$`, v, "six calls, six tokens")
 	names, pipes := g.take()
 	assert.Equal(t, []int{5}, pipes)
 	assert.Equal(t, 5, count(names, "pipeline:evalsha"))
@@ -506,7 +508,7 @@ func TestBatcherFullQueueSendsAlone(t *testing.T) {
 	}
 	v, err := s.Admin().Get(ctx, st.Redis()).Result()
 	require.NoError(t, err)
-	assert.Regexp(t, `^1:6000000:\d+:r1$`, v, "four calls, four tokens")
+	assert.Regexp(t, `^1:6\d{6}:\d+:r1$`, v, "four calls, four tokens")
 	_, pipes := g.take()
 	assert.Equal(t, []int{1}, pipes, "the queued call left as a batch of one")
 }
