@@ -78,12 +78,36 @@ func (m *Module) Description() *abi.Description { return m.desc }
 // Limits are the module's effective limits.
 func (m *Module) Limits() Limits { return m.lim }
 
-// Close stops the module: idle instances are closed, calls in flight are
-// interrupted with ClassClosed, and later calls fail with ClassClosed.
+// Close stops the module: calls in flight are interrupted with ClassClosed
+// and waited for, idle instances are closed, and later calls fail with
+// ClassClosed. It returns once no call runs in the module; an interrupted
+// call leaves the guest at its next termination check, and an instance
+// being started finishes within its InitTimeout.
 func (m *Module) Close(ctx context.Context) error {
 	var err error
 	m.closeOnce.Do(func() {
 		close(m.done)
+		// Closing the runtime under a running call races inside wazero:
+		// it releases the module's resources (its WASI context) while a
+		// host function of the call still reads them. The calls are
+		// stopped the way a deadline stops them instead — through their
+		// own call context, which lets wazero close the instance on the
+		// calling goroutine — and waited for: every call and every
+		// instance being started holds a token, so owning all of them
+		// means none is left. A call that registers with the watchdog
+		// after this scan sees done closed and never enters the guest.
+		m.live.Range(func(_, v any) bool {
+			inst := v.(*instance)
+			inst.wmu.Lock()
+			if inst.deadline != 0 {
+				inst.cctx.kill(reasonCanceled)
+			}
+			inst.wmu.Unlock()
+			return true
+		})
+		for range cap(m.tokens) {
+			m.tokens <- struct{}{}
+		}
 		err = m.rt.Close(ctx)
 		m.eng.mu.Lock()
 		delete(m.eng.modules, m)
@@ -381,10 +405,20 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export,
 	}
 	// 0 means idle to the watchdog; a deadline at or before its start has passed.
 	m.eng.wd.begin(inst, ctx, max(deadline, 1))
+	if m.closed() {
+		// Close may have scanned the instances before begin: the call
+		// must not enter a module that is closing (see Close).
+		m.eng.wd.end(inst)
+		return nil, guestErr(m.name, e, ClassClosed, "", nil)
+	}
 	frame, err := m.run(inst, e, in)
 	if m.eng.wd.end(inst) {
-		// The watchdog fired, possibly just after the guest returned: the
-		// instance's context is spent, so it goes whatever the result.
+		// The watchdog (or Close) fired, possibly just after the guest
+		// returned: the instance's context is spent, so it goes whatever
+		// the result.
+		if m.closed() {
+			return nil, guestErr(m.name, e, ClassClosed, "", nil)
+		}
 		return nil, m.ctxErr(e, inst.cctx.Err())
 	}
 	return frame, err
