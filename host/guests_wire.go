@@ -19,6 +19,7 @@ import (
 	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/metrics"
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/extism"
 	"github.com/caphost/caphost/plugins/trust"
 	"github.com/caphost/caphost/policy"
 )
@@ -48,19 +49,22 @@ type GuestStatus struct {
 	Name       string
 	Generation uint64
 	SHA256     string
-	Kinds      []string
+	// Flavour is "native" or "extism" (plugins.Flavour).
+	Flavour string
+	Kinds   []string
 	// Declared lists "kind:id" for every declaration, sorted.
-	Declared      []string
-	LastSwapAt    time.Time
-	LastSwapOK    bool
-	LastSwapError string
+	Declared []string
+	// PreviousGeneration is the generation RollbackGuest restores (0:
+	// none), PreviousSHA256 its module's digest.
+	PreviousGeneration uint64
+	PreviousSHA256     string
+	LastSwapAt         time.Time
+	LastSwapOK         bool
+	LastSwapError      string
 }
 
-// maxSwapInit bounds the policy pre-check of a swap candidate (compiling
-// and instantiating it once); the verifier has no caller context.
-const maxSwapInit = 30 * time.Second
-
-// guests wires the plugins engine and manager to configuration.
+// guests wires the plugins engines (native and Extism: one Manager serves
+// both flavours through the same stages) and the manager to configuration.
 //
 // Trust rule. The initial load of a module is authorised by its sha256 pin
 // from configuration (plus its signature when one is configured, or
@@ -76,6 +80,7 @@ type guests struct {
 	sec  policy.SecurityConfig
 	keys trust.TrustedKeys
 	eng  *plugins.Engine
+	ext  *extism.Engine
 	mgr  *plugins.Manager
 	obs  *metrics.Guests
 
@@ -103,15 +108,23 @@ func newGuests(ctx context.Context, log *slog.Logger, cfg policy.GuestsConfig, s
 	if err != nil {
 		return nil, fmt.Errorf("caphost: guest metrics: %w", err)
 	}
-	eng, err := plugins.NewEngine(plugins.Config{CacheDir: cfg.CompileCacheDir, Observer: obs, Logger: log, MaxModuleBytes: maxModuleBytes})
+	// Both flavours' engines share the compilation cache directory, the
+	// metrics and the logger: an Extism guest is observed like a native one.
+	ecfg := plugins.Config{CacheDir: cfg.CompileCacheDir, Observer: obs, Logger: log, MaxModuleBytes: maxModuleBytes}
+	eng, err := plugins.NewEngine(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("caphost: guest engine: %w", err)
 	}
-	g := &guests{log: log, cfg: cfg, sec: sec, keys: keys, eng: eng, obs: obs,
+	ext, err := extism.NewEngine(ecfg)
+	if err != nil {
+		_ = eng.Close(ctx)
+		return nil, fmt.Errorf("caphost: extism guest engine: %w", err)
+	}
+	g := &guests{log: log, cfg: cfg, sec: sec, keys: keys, eng: eng, ext: ext, obs: obs,
 		loaded: map[string]bool{}, pending: map[pendingKey]*trust.Signature{},
 		kinds: map[string][]abi.Kind{}, hooks: map[abi.Kind]module.GuestHook{}}
 	g.mgr = plugins.NewManager(eng, plugins.ManagerOptions{
-		Verify: g.verify, Logger: log, SelfTest: true,
+		Verify: g.verify, Extism: ext, Check: g.check, Logger: log,
 		Observer: swapObserver{Guests: obs, onSwap: func(module string, ok bool) {
 			if g.isLoaded(module) {
 				onSwap(module, ok)
@@ -129,7 +142,7 @@ func newGuests(ctx context.Context, log *slog.Logger, cfg policy.GuestsConfig, s
 			errs = append(errs, fmt.Errorf("guest %s: %w", n, err))
 			continue
 		}
-		_ = g.mgr.Use(ctx, n, func(mod *plugins.Module) error {
+		_ = g.mgr.Use(ctx, n, func(mod plugins.Guest) error {
 			if d := mod.Description(); d != nil {
 				g.mu.Lock()
 				g.kinds[n] = slices.Clone(d.Kinds)
@@ -298,32 +311,29 @@ func (g *guests) verify(name string, wasm []byte) error {
 	case !g.sec.AllowUnsignedSwaps:
 		return fmt.Errorf("%w: no trusted key is configured and security.allow-unsigned-swaps is false", ErrSwapUnauthorized)
 	}
-	return g.precheck(name, wasm)
+	return nil
 }
 
-// precheck instantiates the candidate once to read its description, refuses
-// a change of any kind a capability consumes, and runs those capabilities'
+// check is the manager's capability stage, run on a verified, tested
+// candidate (and on the generation a rollback restores): it refuses a
+// change of any kind a capability consumes, and runs those capabilities'
 // checks (the rate capability refuses policies its limiter would not
 // accept), so the capability's own swap after the guest swap cannot fail.
-// The compiled code lands in the engine's compilation cache, so the
-// manager's own load of the same bytes right after does not compile again.
-func (g *guests) precheck(name string, wasm []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), maxSwapInit)
-	defer cancel()
-	mod, err := g.eng.Load(ctx, name, wasm, limitsOf(g.cfg.Modules[name].Limits))
-	if err != nil {
-		return err
-	}
-	defer mod.Close(context.WithoutCancel(ctx))
-	d := mod.Description()
+// It reads the loaded candidate's description: nothing is instantiated
+// again.
+func (g *guests) check(ctx context.Context, name string, candidate plugins.Guest) error {
+	d := candidate.Description()
 	g.mu.Lock()
-	was := g.kinds[name]
+	was, loaded := g.kinds[name], g.loaded[name]
 	hooked := make([]abi.Kind, 0, len(g.hooks))
 	for k := range g.hooks {
 		hooked = append(hooked, k)
 	}
 	hooks := maps.Clone(g.hooks)
 	g.mu.Unlock()
+	if !loaded {
+		return nil // the initial load: capabilities are wired after it
+	}
 	slices.Sort(hooked)
 	for _, k := range hooked {
 		is := d != nil && slices.Contains(d.Kinds, k)
@@ -363,11 +373,23 @@ func (g *guests) swap(ctx context.Context, name string, wasm, signature []byte) 
 	return err
 }
 
+// rollback restores the module's previous verified generation (see
+// plugins.Manager.Rollback); no signature is asked for: the module was
+// authorised when it was first swapped in.
+func (g *guests) rollback(ctx context.Context, name string) error {
+	if _, ok := g.cfg.Modules[name]; !ok {
+		return fmt.Errorf("%w: %s", plugins.ErrUnknownModule, name)
+	}
+	_, err := g.mgr.Rollback(ctx, name)
+	return err
+}
+
 func (g *guests) status() []GuestStatus {
 	st := g.mgr.Status()
 	out := make([]GuestStatus, 0, len(st))
 	for _, s := range st {
-		gs := GuestStatus{Name: s.Name, Generation: s.Generation, SHA256: s.SHA256, Declared: s.Declared,
+		gs := GuestStatus{Name: s.Name, Generation: s.Generation, SHA256: s.SHA256, Flavour: string(s.Flavour), Declared: s.Declared,
+			PreviousGeneration: s.Previous, PreviousSHA256: s.PreviousSHA256,
 			LastSwapAt: s.LastSwap.At, LastSwapOK: s.LastSwap.OK, LastSwapError: s.LastSwap.Error}
 		for _, k := range s.Kinds {
 			gs.Kinds = append(gs.Kinds, string(k))
@@ -381,8 +403,10 @@ func (g *guests) status() []GuestStatus {
 // guest calls finish, no swap can start.
 func (g *guests) closeManager(ctx context.Context) error { return g.mgr.Close(ctx) }
 
-// closeEngine closes the engine and its compilation cache.
-func (g *guests) closeEngine(ctx context.Context) error { return g.eng.Close(ctx) }
+// closeEngine closes both engines and their compilation caches.
+func (g *guests) closeEngine(ctx context.Context) error {
+	return errors.Join(g.eng.Close(ctx), g.ext.Close(ctx))
+}
 
 func (g *guests) close(ctx context.Context) {
 	_ = g.closeManager(ctx)
@@ -400,4 +424,25 @@ type swapObserver struct {
 func (o swapObserver) Swapped(module string, generation uint64, ok bool, class string) {
 	o.Guests.Swapped(module, generation, ok, class)
 	o.onSwap(module, ok)
+}
+
+// RollbackGuest makes the named guest's previous verified generation serve
+// again (DESIGN §7), without an upload: the module kept from before the
+// last swap is checked by the capabilities again (the policy set may have
+// moved on) and installed as a new generation. On any failure the serving
+// generation keeps serving and the error is a *plugins.SwapError
+// (errors.Is: ErrGuestPolicies, plugins.ErrDuplicateID, ...);
+// plugins.ErrNoPrevious when nothing was kept, plugins.ErrUnknownModule for
+// an unknown name, ErrNoGuests without guests.
+func (h *Host) RollbackGuest(ctx context.Context, name string) (GuestStatus, error) {
+	if h.guests == nil {
+		return GuestStatus{}, ErrNoGuests
+	}
+	err := h.guests.rollback(ctx, name)
+	for _, s := range h.guests.status() {
+		if s.Name == name {
+			return s, err
+		}
+	}
+	return GuestStatus{}, err
 }

@@ -81,7 +81,7 @@ func deriveHostileDescribes(wasm map[string][]byte) error {
 func TestSwapRefusesHostileDescribe(t *testing.T) {
 	ctx := context.Background()
 	mgr := NewManager(newEngine(t, Config{Logger: slog.New(slog.DiscardHandler)}), ManagerOptions{
-		SelfTest: true, Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler),
 		Verify: func(string, []byte) error { return nil },
 	})
 	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
@@ -104,8 +104,8 @@ func TestSwapRefusesHostileDescribe(t *testing.T) {
 		})
 	}
 	// Still serving the valid generation.
-	err := mgr.Use(ctx, "hostile", func(m *Module) error {
-		_, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/", Method: "GET"})
+	err := mgr.Use(ctx, "hostile", func(m Guest) error {
+		_, err := RateSelect(ctx, m, &abi.RateSelectRequest{Route: "/", Method: "GET"})
 		return err
 	})
 	require.NoError(t, err)

@@ -67,7 +67,7 @@ func BenchmarkManagerStartup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		mgr := NewManager(e, ManagerOptions{Verify: verify, SelfTest: selfTest, Logger: quiet})
+		mgr := NewManager(e, ManagerOptions{Verify: verify, SkipSelfTest: !selfTest, Logger: quiet})
 		for _, n := range names {
 			// A generous call deadline: on a shared machine a starved
 			// conformance call must not fail the measurement.
@@ -135,7 +135,7 @@ func BenchmarkManagerSwapLatency(b *testing.B) {
 func benchSwapLatency(b *testing.B, callers int, pause time.Duration) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr := NewManager(newEngine(b, Config{Logger: quiet}), ManagerOptions{SelfTest: true, Logger: quiet})
+	mgr := NewManager(newEngine(b, Config{Logger: quiet}), ManagerOptions{Verify: AcceptAnyModule, Logger: quiet})
 	b.Cleanup(func() { _ = mgr.Close(ctx) })
 	v1, v2 := referenceBundles(b)["rate-policy"], wasmOf(b, "ratev2")
 	lim := Limits{CallTimeout: time.Second}
@@ -171,8 +171,8 @@ func benchSwapLatency(b *testing.B, callers int, pause time.Duration) {
 				}
 				p0 := phase.Load()
 				t0 := time.Now()
-				err := mgr.Use(ctx, "rate", func(m *Module) error {
-					_, err := m.RateSelect(ctx, req)
+				err := mgr.Use(ctx, "rate", func(m Guest) error {
+					_, err := RateSelect(ctx, m, req)
 					return err
 				})
 				d := time.Since(t0)

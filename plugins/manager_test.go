@@ -185,7 +185,7 @@ func TestManagerSwapUnderLoad(t *testing.T) {
 	// The full pipeline (self-test, conformance) is covered by the other
 	// tests; here it would only multiply the runtime of 100 swaps on a
 	// loaded machine. Generous call timeouts for the same reason.
-	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec})
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, Verify: AcceptAnyModule, SkipSelfTest: true})
 	v1, v2 := wasmOf(t, "rate-policy"), wasmOf(t, "ratev2")
 	require.NoError(t, mgr.Load(ctx, "rate", v1, Limits{CallTimeout: 5 * time.Second}))
 
@@ -212,8 +212,8 @@ func TestManagerSwapUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				err := mgr.Use(ctx, "rate", func(m *Module) error {
-					resp, err := m.RateSelect(ctx, proRead)
+				err := mgr.Use(ctx, "rate", func(m Guest) error {
+					resp, err := RateSelect(ctx, m, proRead)
 					if err != nil {
 						return err
 					}
@@ -277,7 +277,7 @@ func TestManagerRejectsCandidates(t *testing.T) {
 	rec := newSwapRec()
 	var verifyFail atomic.Bool
 	errDigest := errors.New("sha256 does not match the pin")
-	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, SelfTest: true,
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec,
 		Verify: func(name string, wasm []byte) error {
 			if verifyFail.Load() {
 				return errDigest
@@ -290,8 +290,8 @@ func TestManagerRejectsCandidates(t *testing.T) {
 
 	serving := func() {
 		t.Helper()
-		require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
-			_, err := m.RateSelect(ctx, proRead)
+		require.NoError(t, mgr.Use(ctx, "rate", func(m Guest) error {
+			_, err := RateSelect(ctx, m, proRead)
 			return err
 		}))
 		st := mgr.Status()
@@ -350,15 +350,15 @@ func TestManagerRejectsCandidates(t *testing.T) {
 
 func TestManagerSelfTestVectors(t *testing.T) {
 	ctx := context.Background()
-	mgr := NewManager(newEngine(t, Config{}), DefaultManagerOptions())
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Verify: AcceptAnyModule})
 	t.Cleanup(func() { _ = mgr.Close(ctx) })
 	base := wasmOf(t, "rate-policy")
 	require.NoError(t, mgr.Load(ctx, "rate", base, Limits{}))
 	req := proRead.AppendTo(nil)
 	var frame []byte
 	var mod *Module
-	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) (err error) {
-		mod = m
+	require.NoError(t, mgr.Use(ctx, "rate", func(m Guest) (err error) {
+		mod = m.(*Module)
 		frame, err = m.Call(ctx, abi.ExportRateSelect, req, nil)
 		return err
 	}))
@@ -415,9 +415,9 @@ func TestManagerSelfTestVectors(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Generation)
 	assert.False(t, st.LastSwap.OK)
 	assert.Contains(t, st.LastSwap.Error, "rejected at self-test")
-	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
+	require.NoError(t, mgr.Use(ctx, "rate", func(m Guest) error {
 		assert.Same(t, mod, m, "the old generation serves")
-		resp, err := m.RateSelect(ctx, proRead)
+		resp, err := RateSelect(ctx, m, proRead)
 		if err == nil {
 			assert.Equal(t, "pro.read", resp.Selections[0].PolicyID)
 		}
@@ -432,7 +432,7 @@ func TestManagerWatchRename(t *testing.T) {
 	path := filepath.Join(dir, "rate.wasm")
 	require.NoError(t, os.WriteFile(path, wasmOf(t, "rate-policy"), 0o644))
 	rec := newSwapRec()
-	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, SelfTest: true})
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Observer: rec, Verify: AcceptAnyModule})
 	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 	require.NoError(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
 	require.NoError(t, mgr.Watch(ctx, "rate", path))
@@ -442,8 +442,8 @@ func TestManagerWatchRename(t *testing.T) {
 	require.NoError(t, os.WriteFile(tmp, wasmOf(t, "ratev2"), 0o644))
 	require.NoError(t, os.Rename(tmp, path))
 	require.Eventually(t, func() bool { return mgr.Status()[0].Generation == 2 }, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, mgr.Use(ctx, "rate", func(m *Module) error {
-		resp, err := m.RateSelect(ctx, proRead)
+	require.NoError(t, mgr.Use(ctx, "rate", func(m Guest) error {
+		resp, err := RateSelect(ctx, m, proRead)
 		if err == nil {
 			assert.Equal(t, "swap.v2", resp.Selections[0].PolicyID)
 		}
@@ -461,16 +461,16 @@ func TestManagerWatchRename(t *testing.T) {
 
 func TestManagerCloseDrains(t *testing.T) {
 	ctx := context.Background()
-	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{})
+	mgr := NewManager(newEngine(t, Config{}), ManagerOptions{Verify: AcceptAnyModule, SkipSelfTest: true})
 	require.NoError(t, mgr.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
 	entered, release := make(chan struct{}), make(chan struct{})
 	callErr := make(chan error, 1)
 	go func() {
-		callErr <- mgr.Use(ctx, "rate", func(m *Module) error {
+		callErr <- mgr.Use(ctx, "rate", func(m Guest) error {
 			close(entered)
 			<-release
 			// The pinned module still serves although Close has begun.
-			_, err := m.RateSelect(ctx, proRead)
+			_, err := RateSelect(ctx, m, proRead)
 			return err
 		})
 	}()
@@ -479,7 +479,7 @@ func TestManagerCloseDrains(t *testing.T) {
 	go func() { closed <- mgr.Close(ctx) }()
 	// Close has begun once new calls are refused (until then one just runs).
 	require.Eventually(t, func() bool {
-		return errors.Is(mgr.Use(ctx, "rate", func(*Module) error { return nil }), ErrManagerClosed)
+		return errors.Is(mgr.Use(ctx, "rate", func(Guest) error { return nil }), ErrManagerClosed)
 	}, 10*time.Second, time.Millisecond, "Close never refused new calls")
 	select {
 	case <-closed:
@@ -491,12 +491,12 @@ func TestManagerCloseDrains(t *testing.T) {
 	require.NoError(t, <-closed)
 
 	// A Close whose context ends interrupts pinned calls instead of waiting.
-	mgr2 := NewManager(newEngine(t, Config{}), ManagerOptions{})
+	mgr2 := NewManager(newEngine(t, Config{}), ManagerOptions{Verify: AcceptAnyModule, SkipSelfTest: true})
 	require.NoError(t, mgr2.Load(ctx, "rate", wasmOf(t, "rate-policy"), Limits{}))
 	entered2, hold := make(chan struct{}), make(chan struct{})
 	var pinned *Module
 	go func() {
-		_ = mgr2.Use(ctx, "rate", func(m *Module) error { pinned = m; close(entered2); <-hold; return nil })
+		_ = mgr2.Use(ctx, "rate", func(m Guest) error { pinned = m.(*Module); close(entered2); <-hold; return nil })
 	}()
 	<-entered2
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/caphost/caphost/plugins/internal/guestio"
 )
 
 // watchDebounce coalesces the burst of events one deploy produces (create,
@@ -91,20 +89,11 @@ func (m *Manager) swapFromFile(ctx context.Context, s *slot, path string) {
 	if err != nil {
 		// A rename away without a replacement, or a half-written file: keep
 		// serving and report; the next event retries.
-		from := uint64(0)
-		if g := s.cur.Load(); g != nil {
-			from = g.n
-		}
-		se := &SwapError{Module: s.name, Stage: StageWatch, Err: err}
-		s.last.Store(&SwapStatus{At: time.Now(), Error: guestio.Sanitize([]byte(se.Error()), maxStatusError), Generation: from})
-		if m.opts.Observer != nil {
-			m.opts.Observer.Swapped(s.name, from, false, string(StageWatch))
-		}
-		m.log.Warn("guest file unreadable", "module", s.name, "error", guestio.Sanitize([]byte(err.Error()), maxStatusError))
+		_, _ = m.reject(s, "", StageWatch, err)
 		return
 	}
 	sum := sha256.Sum256(wasm)
-	if g := s.cur.Load(); g != nil && g.sha == hex.EncodeToString(sum[:]) {
+	if g := s.cur.Load(); g != nil && g.h.sha == hex.EncodeToString(sum[:]) {
 		return
 	}
 	// Swap records and reports its own failures.

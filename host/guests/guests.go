@@ -34,12 +34,13 @@ type Options struct {
 	CacheDir string
 }
 
-// Flavours of guest module (see Inspection.Flavour).
+// Flavours of guest module (see Inspection.Flavour): plugins.Flavour's
+// values, so what inspect prints is what the host's Manager decides.
 const (
 	// FlavourNative: ABI v1 on the native engine (package plugins).
-	FlavourNative = "native"
+	FlavourNative = string(plugins.FlavourNative)
 	// FlavourExtism: ABI v1 over Extism's calling convention (plugins/extism).
-	FlavourExtism = "extism"
+	FlavourExtism = string(plugins.FlavourExtism)
 )
 
 // Inspection describes a module file.
@@ -91,13 +92,9 @@ func digest(wasm []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// flavour picks the engine for wasm from its imports.
-func flavour(s plugins.ModuleShape) string {
-	if extism.IsModule(s) {
-		return FlavourExtism
-	}
-	return FlavourNative
-}
+// flavour picks the engine for wasm from its imports, by the rule the
+// host's Manager applies (plugins.DetectFlavour).
+func flavour(wasm []byte) string { return string(plugins.DetectFlavour(wasm)) }
 
 // load starts wasm in a throwaway engine of its flavour; the caller calls
 // closeEngine when done with the module. Such an engine only verifies
@@ -145,7 +142,7 @@ func Inspect(ctx context.Context, wasm []byte, opts Options) (Inspection, error)
 		return in, err
 	}
 	in.Imports, in.Exports = shape.Imports, shape.Exports
-	in.Flavour = flavour(shape)
+	in.Flavour = flavour(wasm)
 	vs, err := abi.ReadSelfTestSection(wasm)
 	if err != nil {
 		return in, err
@@ -193,11 +190,10 @@ func declarations(d *abi.Description) []string {
 // fails to load is an error; failed checks are reported in the TestReport.
 func Test(ctx context.Context, wasm []byte, opts Options) (TestReport, error) {
 	rep := TestReport{SHA256: digest(wasm)}
-	shape, err := plugins.Shape(ctx, wasm)
-	if err != nil {
+	if _, err := plugins.Shape(ctx, wasm); err != nil {
 		return rep, err
 	}
-	rep.Flavour = flavour(shape)
+	rep.Flavour = flavour(wasm)
 	m, closeEngine, err := load(ctx, wasm, rep.Flavour, opts)
 	if err != nil {
 		return rep, err

@@ -228,7 +228,7 @@ func (m *capabilityModule) guestDecls(ctx context.Context, candidate string, dec
 			out[n] = decls
 			continue
 		}
-		err := m.guests.Manager().Use(ctx, n, func(mod *plugins.Module) error {
+		err := m.guests.Manager().Use(ctx, n, func(mod plugins.Guest) error {
 			out[n] = GuestPolicyDecls(mod.Description())
 			return nil
 		})

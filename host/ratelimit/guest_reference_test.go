@@ -26,7 +26,7 @@ import (
 // moduleRunner serves one loaded module as every guest name.
 type moduleRunner struct{ m *plugins.Module }
 
-func (r moduleRunner) Use(_ context.Context, _ string, fn func(*plugins.Module) error) error {
+func (r moduleRunner) Use(_ context.Context, _ string, fn func(plugins.Guest) error) error {
 	return fn(r.m)
 }
 

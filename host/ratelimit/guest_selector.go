@@ -15,11 +15,11 @@ import (
 	"github.com/caphost/caphost/policy"
 )
 
-// GuestRunner runs fn against the current generation of a guest module,
-// pinning that generation for the duration of fn. *plugins.Manager
-// implements it.
+// GuestRunner runs fn against the current generation of a guest module
+// (of either flavour), pinning that generation for the duration of fn.
+// *plugins.Manager implements it.
 type GuestRunner interface {
-	Use(ctx context.Context, name string, fn func(*plugins.Module) error) error
+	Use(ctx context.Context, name string, fn func(plugins.Guest) error) error
 }
 
 // ErrGuestSelect marks a rate-policy guest failure or a selection the host
@@ -136,7 +136,7 @@ func (s *GuestSelector) Select(ctx context.Context, a Attributes) ([]Selection, 
 
 func (s *GuestSelector) selectOne(ctx context.Context, i int, module string, a Attributes) ([]Selection, error) {
 	var out []Selection
-	err := s.run.Use(ctx, module, func(m *plugins.Module) error {
+	err := s.run.Use(ctx, module, func(m plugins.Guest) error {
 		// The table of the generation serving this call: its declarations
 		// are the ones plugins checked the selection against.
 		t := s.tables[i].Load()
@@ -155,7 +155,7 @@ func (s *GuestSelector) selectOne(ctx context.Context, i int, module string, a A
 		if a.ResourceClass != "" {
 			req.Attrs = []abi.Attr{{Name: "resource-class", Value: a.ResourceClass}}
 		}
-		resp, err := m.RateSelect(ctx, req)
+		resp, err := plugins.RateSelect(ctx, m, req)
 		if err != nil {
 			return err
 		}

@@ -114,7 +114,7 @@ func TestMapSelections(t *testing.T) {
 // closed): it never reaches fn.
 type failingRunner struct{ err error }
 
-func (f failingRunner) Use(context.Context, string, func(*plugins.Module) error) error { return f.err }
+func (f failingRunner) Use(context.Context, string, func(plugins.Guest) error) error { return f.err }
 
 // TestGuestFailureNeverAllows: a rate-policy guest failure is a selector
 // error, and the middleware answers 503, never the next handler.

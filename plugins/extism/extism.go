@@ -14,11 +14,13 @@
 // calls per invocation, pool size and recycling here), and every failure is
 // a *plugins.GuestError with the native flavour's classes.
 //
-// A *Module is a plugins.Guest: the typed calls (plugins.RateSelect,
+// A *Module is a plugins.LoadedGuest: the typed calls (plugins.RateSelect,
 // plugins.CodecEncode, ...) and their host-side re-checks
 // (plugins.DecodeResponse), plugins.SelfTest and the conformance suite are
-// the native flavour's code, not copies. The hot-swap plugins.Manager is
-// native only.
+// the native flavour's code, not copies, and an *Engine is the
+// plugins.Loader the hot-swap plugins.Manager loads Extism modules with
+// (ManagerOptions.Extism), so they are verified, swapped, rolled back and
+// observed exactly like native ones.
 //
 // This flavour is for portability (PDKs in many languages), not speed: an
 // Extism call costs tens of microseconds against about one for the native
@@ -195,11 +197,11 @@ const i32 = api.ValueTypeI32
 // IsModule reports whether a module's imports (from plugins.Shape) mark it
 // as built for this flavour: every Extism PDK module imports Extism's kernel
 // (extism:host/env), and the native engine refuses any extism:host import.
-// Tools use it to pick the engine for a file; the engines themselves still
-// vet every import.
+// It is plugins.DetectFlavour's rule on an already decoded shape; the
+// engines themselves still vet every import.
 func IsModule(s plugins.ModuleShape) bool {
 	for _, imp := range s.Imports {
-		if strings.HasPrefix(imp, "extism:host/") {
+		if strings.HasPrefix(imp, plugins.ExtismImportPrefix) {
 			return true
 		}
 	}
@@ -246,6 +248,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 		idle:   make(chan *instance, lim.PoolSize),
 		done:   make(chan struct{}),
 	}
+	m.life, m.endLife = context.WithCancel(context.Background())
 	i64 := sdk.ValueTypeI64
 	logFn := sdk.NewHostFunctionWithStack(HostLog, m.hostLog, []sdk.ValueType{i64, i64}, nil)
 	countFn := sdk.NewHostFunctionWithStack(HostCount, m.hostCount, []sdk.ValueType{i64}, nil)
@@ -268,13 +271,14 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 	}
 	m.compiled = compiled
 	if err := m.start(ctx); err != nil {
+		m.endLife()
 		_ = compiled.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		_ = compiled.Close(context.WithoutCancel(ctx))
+		_ = m.Close(context.WithoutCancel(ctx))
 		return nil, ErrEngineClosed
 	}
 	e.modules[m] = struct{}{}
@@ -300,6 +304,15 @@ type Module struct {
 	logWindow atomic.Int64
 	logCount  atomic.Int64
 
+	// verifying raises the call timeout to at least
+	// plugins.VerifyCallTimeout while the module is checked before it
+	// serves, as in the native flavour.
+	verifying atomic.Bool
+
+	// life ends when Close begins: every call's context is cancelled with
+	// it, which stops the guest (see Close).
+	life      context.Context
+	endLife   context.CancelFunc
 	closeOnce sync.Once
 	done      chan struct{}
 }
@@ -322,26 +335,67 @@ func (m *Module) Description() *abi.Description { return m.desc }
 // Limits are the module's effective limits.
 func (m *Module) Limits() plugins.Limits { return m.lim }
 
-// Close stops the module: instances are closed and later calls fail with
+// Close stops the module: calls in flight are interrupted with ClassClosed
+// and waited for, instances are closed, and later calls fail with
 // ClassClosed.
 func (m *Module) Close(ctx context.Context) error {
 	var err error
 	m.closeOnce.Do(func() {
 		close(m.done)
+		// As in the native flavour, closing the runtime under a running
+		// call races inside wazero: the calls are stopped through their
+		// context (wazero closes the instance on the calling goroutine)
+		// and waited for — each holds a token, so owning every token
+		// means no call is left.
+		m.endLife()
+		for range cap(m.tokens) {
+			m.tokens <- struct{}{}
+		}
 		m.eng.mu.Lock()
 		delete(m.eng.modules, m)
 		m.eng.mu.Unlock()
-		for len(m.idle) > 0 {
-			select {
-			case inst := <-m.idle:
-				m.discard(inst)
-			default:
-			}
-		}
-		// Closing the runtime also stops calls in flight.
+		m.Trim()
 		err = m.compiled.Close(ctx)
 	})
 	return err
+}
+
+// Flavour implements plugins.LoadedGuest.
+func (m *Module) Flavour() plugins.Flavour { return plugins.FlavourExtism }
+
+// Verifying implements plugins.LoadedGuest.
+func (m *Module) Verifying(on bool) { m.verifying.Store(on) }
+
+// Trim implements plugins.LoadedGuest: idle instances are closed.
+func (m *Module) Trim() {
+	for {
+		select {
+		case inst := <-m.idle:
+			m.discard(inst)
+		default:
+			m.eng.obs.PoolChanged(m.name, int(m.inUse.Load()), len(m.idle))
+			return
+		}
+	}
+}
+
+// callTimeout is the deadline of one call (see verifying).
+func (m *Module) callTimeout() time.Duration {
+	if m.verifying.Load() {
+		return max(m.lim.CallTimeout, plugins.VerifyCallTimeout)
+	}
+	return m.lim.CallTimeout
+}
+
+// callContext is ctx, also cancelled when Close begins, carrying inst to
+// the host functions. stop must be called when the call returns.
+func (m *Module) callContext(ctx context.Context, inst *instance) (cctx context.Context, stop func()) {
+	cctx, cancel := context.WithCancel(context.WithValue(ctx, instKey{}, inst))
+	unhook := context.AfterFunc(m.life, cancel)
+	return cctx, func() {
+		unhook()
+		cancel()
+	}
 }
 
 func (m *Module) closed() bool {
@@ -373,6 +427,10 @@ func (m *Module) start(ctx context.Context) error {
 		m.discard(inst)
 		return m.gerr(0, c, detail, cause)
 	}
+	// describe is checked like the Manager's checks: under the
+	// verification deadline.
+	m.verifying.Store(true)
+	defer m.verifying.Store(false)
 	rc := inst.version
 	major, minor := abi.UnpackVersion(rc)
 	if verr := abi.CheckVersion(major, minor); verr != nil {
@@ -453,9 +511,15 @@ func (m *Module) newInstance(ctx context.Context) (*instance, *plugins.GuestErro
 	// call, under that call's timeout: make the first call caphost_abi_version
 	// under the init timeout, then give the instance the call timeout.
 	p.Timeout = m.lim.InitTimeout
-	rc, _, err := p.CallWithContext(context.WithValue(ctx, instKey{}, inst), abi.ExportVersion, nil)
+	cctx, stop := m.callContext(ctx, inst)
+	rc, _, err := p.CallWithContext(cctx, abi.ExportVersion, nil)
+	stop()
 	p.Timeout = m.lim.CallTimeout
 	if err != nil {
+		if m.closed() {
+			m.discard(inst)
+			return nil, m.gerr(0, plugins.ClassClosed, "", nil)
+		}
 		ge := m.classify(inst, 0, err)
 		ge.Detail = "initialize and caphost_abi_version: " + ge.Detail
 		m.discard(inst)
@@ -519,8 +583,15 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export,
 	inst.calls++
 	inst.hostCalls = 0
 	inst.logs = 0
-	rc, out, err := inst.p.CallWithContext(context.WithValue(ctx, instKey{}, inst), e.Name(), in)
+	inst.p.Timeout = m.callTimeout()
+	cctx, stop := m.callContext(ctx, inst)
+	rc, out, err := inst.p.CallWithContext(cctx, e.Name(), in)
+	stop()
 	if err != nil {
+		if m.closed() {
+			// Close stopped the call (or it ended as Close began).
+			return nil, m.gerr(e, plugins.ClassClosed, "", nil)
+		}
 		return nil, m.classify(inst, e, err)
 	}
 	if rc != 0 {
@@ -609,9 +680,19 @@ func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(
 	return err
 }
 
-// The Extism flavour is a plugins.Guest: the conformance suite, the
-// self-test and the typed calls run on it unchanged.
-var _ plugins.Guest = (*Module)(nil)
+// The Extism flavour is a plugins.LoadedGuest: the Manager, the
+// conformance suite, the self-test and the typed calls run on it
+// unchanged.
+var _ plugins.LoadedGuest = (*Module)(nil)
+
+// LoadGuest implements plugins.Loader: Load, as a plugins.LoadedGuest.
+func (e *Engine) LoadGuest(ctx context.Context, name string, wasm []byte, lim plugins.Limits) (plugins.LoadedGuest, error) {
+	m, err := e.Load(ctx, name, wasm, lim)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
 
 // Call sends a pre-encoded request to export e and appends the raw response
 // frame to out, like (*plugins.Module).Call.
