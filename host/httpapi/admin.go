@@ -1,15 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -23,11 +24,17 @@ import (
 
 // GuestView is the JSON form of a guest slot's status.
 type GuestView struct {
-	Name       string   `json:"name"`
-	Generation uint64   `json:"generation"`
-	SHA256     string   `json:"sha256"`
-	Kinds      []string `json:"kinds"`
-	Declared   []string `json:"declared"`
+	Name       string `json:"name"`
+	Generation uint64 `json:"generation"`
+	SHA256     string `json:"sha256"`
+	// Flavour is "native" or "extism".
+	Flavour  string   `json:"flavour,omitempty"`
+	Kinds    []string `json:"kinds"`
+	Declared []string `json:"declared"`
+	// PreviousGeneration is what POST .../rollback restores (absent: none),
+	// PreviousSHA256 its module's digest.
+	PreviousGeneration uint64 `json:"previous-generation,omitempty"`
+	PreviousSHA256     string `json:"previous-sha256,omitempty"`
 	// LastSwapAt is RFC 3339 (UTC); absent before the first swap.
 	LastSwapAt    string `json:"last-swap-at,omitempty"`
 	LastSwapOK    bool   `json:"last-swap-ok"`
@@ -48,8 +55,9 @@ type GuestList struct {
 
 func viewOf(s host.GuestStatus) GuestView {
 	v := GuestView{
-		Name: s.Name, Generation: s.Generation, SHA256: s.SHA256,
+		Name: s.Name, Generation: s.Generation, SHA256: s.SHA256, Flavour: s.Flavour,
 		Kinds: nonNil(s.Kinds), Declared: nonNil(s.Declared),
+		PreviousGeneration: s.PreviousGeneration, PreviousSHA256: s.PreviousSHA256,
 		LastSwapOK: s.LastSwapOK, LastSwapError: httpjson.Sanitize(s.LastSwapError, 512),
 	}
 	if !s.LastSwapAt.IsZero() {
@@ -65,19 +73,47 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// Upload bounds of PUT /admin/guests/{name}.
+const (
+	// DefaultUploadTimeout bounds reading one module body (Options.UploadTimeout):
+	// 64 MiB at about 0.5 MiB/s.
+	DefaultUploadTimeout = 2 * time.Minute
+	// MaxConcurrentUploads bounds the bodies being read at once (each up to
+	// MaxGuestBytes of memory); a further upload is answered 409 swap-busy.
+	MaxConcurrentUploads = 4
+)
+
+// CodeUploadTimeout: the module body was not received within the upload
+// timeout (408); CodeNoPrevious: a rollback with no previous generation
+// kept (409).
+const (
+	CodeUploadTimeout httpjson.Code = "upload-timeout"
+	CodeNoPrevious    httpjson.Code = "no-previous-generation"
+)
+
 type admin struct {
 	b     Backend
 	log   *slog.Logger
 	token [sha256.Size]byte
-	// swapping admits one swap at a time: a module body is up to 64 MiB
-	// and compiling it is expensive, so concurrent swaps are refused, not queued.
+	// uploads bounds the bodies being read; reading never holds swapping,
+	// so a slow upload delays only itself.
+	uploads       chan struct{}
+	uploadTimeout time.Duration
+	// swapping admits one swap or rollback at a time, once its body is
+	// read: compiling and checking a module is expensive, so concurrent
+	// swaps are refused, not queued.
 	swapping chan struct{}
 }
 
-func newAdmin(b Backend, token policy.Secret, log *slog.Logger) *admin {
+func newAdmin(b Backend, opts Options, log *slog.Logger) *admin {
+	timeout := opts.UploadTimeout
+	if timeout <= 0 {
+		timeout = DefaultUploadTimeout
+	}
 	// Only the digest is kept: comparing fixed-size digests in constant
 	// time hides the token's length as well as its content.
-	return &admin{b: b, log: log, token: sha256.Sum256(token.Reveal()), swapping: make(chan struct{}, 1)}
+	return &admin{b: b, log: log, token: sha256.Sum256(opts.AdminToken.Reveal()),
+		uploads: make(chan struct{}, MaxConcurrentUploads), uploadTimeout: timeout, swapping: make(chan struct{}, 1)}
 }
 
 // auth requires `Authorization: Bearer <token>`.
@@ -108,18 +144,83 @@ func (a *admin) list(w http.ResponseWriter, _ *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, out)
 }
 
-func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
+// guestName validates the {name} of a guest path and that it is
+// configured.
+func (a *admin) guestName(r *http.Request) (string, *httpjson.Error) {
 	name := r.PathValue("name")
 	if !policy.ValidSlug(name) {
-		httpjson.WriteError(w, httpjson.FieldError("name", "a guest name is a slug"))
-		return
+		return "", httpjson.FieldError("name", "a guest name is a slug")
 	}
-	known := false
 	for _, g := range a.b.Guests() {
-		known = known || g.Name == name
+		if g.Name == name {
+			return name, nil
+		}
 	}
-	if !known {
-		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name"))
+	return "", httpjson.NewError(http.StatusNotFound, CodeUnknownGuest, "no configured guest has that name")
+}
+
+// takeSlot admits one swap or rollback at a time; release must be called.
+func (a *admin) takeSlot() (release func(), e *httpjson.Error) {
+	select {
+	case a.swapping <- struct{}{}:
+		return func() { <-a.swapping }, nil
+	default:
+		e := httpjson.NewError(http.StatusConflict, CodeSwapBusy, "another swap is in progress")
+		e.RetryAfter = time.Second
+		return nil, e
+	}
+}
+
+// readModule reads and bounds a module body under its own deadline
+// (uploadTimeout from now, set on the connection: the server's read
+// timeout, if any, is sized for every request, and an embedder's server
+// may have none). On a ResponseWriter that is no connection (tests) the
+// deadline cannot be set and the server's own bounds apply.
+func (a *admin) readModule(w http.ResponseWriter, r *http.Request) ([]byte, *httpjson.Error) {
+	tooLarge := httpjson.NewError(http.StatusRequestEntityTooLarge, httpjson.CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20))
+	if r.ContentLength > MaxGuestBytes {
+		return nil, tooLarge
+	}
+	select {
+	case a.uploads <- struct{}{}:
+		defer func() { <-a.uploads }()
+	default:
+		e := httpjson.NewError(http.StatusConflict, CodeSwapBusy, fmt.Sprintf("%d uploads are in progress", MaxConcurrentUploads))
+		e.RetryAfter = time.Second
+		return nil, e
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(a.uploadTimeout)) == nil {
+		// The body is consumed below; later requests on the connection get
+		// the server's own deadlines again.
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(min(r.ContentLength, MaxGuestBytes), 0)))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxGuestBytes))
+	if err != nil {
+		var mb *http.MaxBytesError
+		switch {
+		case errors.As(err, &mb):
+			return nil, tooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, httpjson.NewError(http.StatusRequestTimeout, CodeUploadTimeout,
+				fmt.Sprintf("the module was not received within %s", a.uploadTimeout))
+		}
+		return nil, httpjson.NewError(http.StatusBadRequest, httpjson.CodeBadRequest, "the body could not be read")
+	}
+	if buf.Len() == 0 {
+		return nil, httpjson.FieldError("body", "the body must be a wasm module")
+	}
+	return buf.Bytes(), nil
+}
+
+// swap answers PUT /admin/guests/{name}: the body is read and bounded
+// first, and only then is the swap slot taken, so a slow upload holds no
+// slot while it trickles in.
+func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
+	name, e := a.guestName(r)
+	if e != nil {
+		httpjson.WriteError(w, e)
 		return
 	}
 	sig, e := signatureOf(r.Header.Values(SignatureHeader))
@@ -127,33 +228,17 @@ func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, e)
 		return
 	}
-	select {
-	case a.swapping <- struct{}{}:
-		defer func() { <-a.swapping }()
-	default:
-		e := httpjson.NewError(http.StatusConflict, CodeSwapBusy, "another swap is in progress")
-		e.RetryAfter = time.Second
+	wasm, e := a.readModule(w, r)
+	if e != nil {
 		httpjson.WriteError(w, e)
 		return
 	}
-	if r.ContentLength > MaxGuestBytes {
-		httpjson.WriteError(w, httpjson.NewError(http.StatusRequestEntityTooLarge, httpjson.CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
+	release, e := a.takeSlot()
+	if e != nil {
+		httpjson.WriteError(w, e)
 		return
 	}
-	wasm, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxGuestBytes))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			httpjson.WriteError(w, httpjson.NewError(http.StatusRequestEntityTooLarge, httpjson.CodeTooLarge, fmt.Sprintf("module exceeds %d MiB", MaxGuestBytes>>20)))
-			return
-		}
-		httpjson.WriteError(w, httpjson.NewError(http.StatusBadRequest, httpjson.CodeBadRequest, "the body could not be read"))
-		return
-	}
-	if len(wasm) == 0 {
-		httpjson.WriteError(w, httpjson.FieldError("body", "the body must be a wasm module"))
-		return
-	}
+	defer release()
 	st, err := a.b.SwapGuest(r.Context(), name, wasm, sig)
 	if err != nil {
 		e := swapError(err)
@@ -161,7 +246,35 @@ func (a *admin) swap(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, e)
 		return
 	}
-	a.log.Info("guest swapped", "guest", name, "generation", st.Generation, "sha256", st.SHA256)
+	a.log.Info("guest swapped", "guest", name, "generation", st.Generation, "sha256", st.SHA256, "flavour", st.Flavour)
+	httpjson.WriteJSON(w, http.StatusOK, viewOf(st))
+}
+
+// rollback answers POST /admin/guests/{name}/rollback: the previous
+// verified generation serves again (no body).
+func (a *admin) rollback(w http.ResponseWriter, r *http.Request) {
+	name, e := a.guestName(r)
+	if e != nil {
+		httpjson.WriteError(w, e)
+		return
+	}
+	release, e := a.takeSlot()
+	if e != nil {
+		httpjson.WriteError(w, e)
+		return
+	}
+	defer release()
+	st, err := a.b.RollbackGuest(r.Context(), name)
+	if err != nil {
+		e := swapError(err)
+		if errors.Is(err, plugins.ErrNoPrevious) {
+			e = httpjson.NewError(http.StatusConflict, CodeNoPrevious, "no previous generation is kept for this guest")
+		}
+		a.log.Warn("guest rollback refused", "guest", name, "code", string(e.Body.Code), "detail", e.Body.Detail)
+		httpjson.WriteError(w, e)
+		return
+	}
+	a.log.Info("guest rolled back", "guest", name, "generation", st.Generation, "sha256", st.SHA256, "flavour", st.Flavour)
 	httpjson.WriteJSON(w, http.StatusOK, viewOf(st))
 }
 

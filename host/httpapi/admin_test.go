@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,6 +35,9 @@ type fakeBackend struct {
 	swaps   []swapCall
 	block   chan struct{} // when set, SwapGuest waits on it
 	entered chan struct{}
+
+	rollbacks   []string
+	rollbackErr error
 }
 
 type swapCall struct {
@@ -81,6 +85,22 @@ func (f *fakeBackend) SwapGuest(_ context.Context, name string, wasm, sig []byte
 	g.Generation++
 	g.SHA256 = fmt.Sprintf("%064x", len(wasm))
 	g.LastSwapAt, g.LastSwapOK = time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC), true
+	f.guests[0] = g
+	return g, nil
+}
+
+// RollbackGuest restores the generation before the last successful swap
+// (rollbackErr, when set, refuses it).
+func (f *fakeBackend) RollbackGuest(_ context.Context, name string) (host.GuestStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rollbacks = append(f.rollbacks, name)
+	g := f.guests[0]
+	if f.rollbackErr != nil {
+		return g, f.rollbackErr
+	}
+	g.Generation, g.PreviousGeneration = g.Generation+1, g.Generation
+	g.SHA256, g.PreviousSHA256 = g.PreviousSHA256, g.SHA256
 	f.guests[0] = g
 	return g, nil
 }
@@ -280,4 +300,160 @@ func TestAdminOneSwapAtATime(t *testing.T) {
 	assert.Equal(t, http.StatusOK, <-done)
 	// Listing is never blocked by a swap.
 	assert.Equal(t, http.StatusOK, do(srv, "GET", "/admin/guests", adminToken, nil, nil).Code)
+}
+
+// slowBody is an upload that sends a few bytes and then stalls until
+// released: reading is what an authenticated client on a slow link makes
+// the handler do for minutes.
+type slowBody struct {
+	reading chan struct{} // closed once the handler has read the first bytes
+	release chan struct{}
+	sent    bool
+}
+
+func newSlowBody() *slowBody {
+	return &slowBody{reading: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		close(b.reading)
+		return copy(p, "\x00asm-slow"), nil
+	}
+	<-b.release
+	return 0, io.EOF
+}
+
+func putBody(srv http.Handler, body io.Reader) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("PUT", "/admin/guests/rate-tiers", body)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestAdminSlowUploadTakesNoSlot: the swap slot is taken once the body is
+// read, not before, so one slow upload does not make every other swap
+// answer 409 swap-busy while it trickles in.
+func TestAdminSlowUploadTakesNoSlot(t *testing.T) {
+	f := newFake()
+	srv := httpapi.New(f, httpapi.Options{AdminToken: policy.NewSecret([]byte(adminToken))})
+	slow := newSlowBody()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- putBody(srv, slow) }()
+	<-slow.reading // the handler is inside the slow body
+
+	rec := do(srv, "PUT", "/admin/guests/rate-tiers", adminToken, []byte("\x00asm-fast"), nil)
+	require.Equal(t, http.StatusOK, rec.Code, "a swap while another upload is being read: %s", rec.Body.String())
+
+	close(slow.release)
+	rec = <-done
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.swaps, 2)
+	assert.Equal(t, []byte("\x00asm-fast"), f.swaps[0].wasm, "the fast upload swapped first")
+	assert.Equal(t, []byte("\x00asm-slow"), f.swaps[1].wasm)
+}
+
+// TestAdminUploadDeadline: a body that stalls is answered 408
+// upload-timeout once the upload's own deadline passes (here shorter than
+// any server timeout: the test server has none), and nothing reaches the
+// host.
+func TestAdminUploadDeadline(t *testing.T) {
+	f := newFake()
+	ts := httptest.NewServer(httpapi.New(f, httpapi.Options{AdminToken: policy.NewSecret([]byte(adminToken)), UploadTimeout: 100 * time.Millisecond}))
+	defer ts.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("\x00asm")) }() // and then nothing
+	req, err := http.NewRequest("PUT", ts.URL+"/admin/guests/rate-tiers", pr)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := ts.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(body))
+	assert.Contains(t, string(body), `"code":"upload-timeout"`)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Empty(t, f.swaps)
+}
+
+// TestAdminUploadsAreBounded: at most MaxConcurrentUploads bodies are read
+// at once (each may hold MaxGuestBytes); a further upload is refused at once.
+func TestAdminUploadsAreBounded(t *testing.T) {
+	f := newFake()
+	srv := httpapi.New(f, httpapi.Options{AdminToken: policy.NewSecret([]byte(adminToken))})
+	var slow []*slowBody
+	done := make(chan int, httpapi.MaxConcurrentUploads)
+	for range httpapi.MaxConcurrentUploads {
+		b := newSlowBody()
+		slow = append(slow, b)
+		go func() { done <- putBody(srv, b).Code }()
+		<-b.reading
+	}
+	rec := do(srv, "PUT", "/admin/guests/rate-tiers", adminToken, []byte("\x00asm-more"), nil)
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Equal(t, "swap-busy", errCode(t, rec))
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	for _, b := range slow {
+		close(b.release)
+		assert.Equal(t, http.StatusOK, <-done)
+	}
+	assert.Equal(t, http.StatusOK, do(srv, "PUT", "/admin/guests/rate-tiers", adminToken, []byte("\x00asm-after"), nil).Code)
+}
+
+func TestAdminRollback(t *testing.T) {
+	f := newFake()
+	srv := httpapi.New(f, httpapi.Options{AdminToken: policy.NewSecret([]byte(adminToken))})
+	rec := do(srv, "POST", "/admin/guests/rate-tiers/rollback", "wrong", nil, nil)
+	assert.Equal(t, http.StatusUnauthorized, rec.Code)
+	rec = do(srv, "GET", "/admin/guests/rate-tiers/rollback", adminToken, nil, nil)
+	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+	rec = do(srv, "POST", "/admin/guests/other/rollback", adminToken, nil, nil)
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+	assert.Equal(t, "unknown-guest", errCode(t, rec))
+	assert.Empty(t, f.rollbacks, "refused requests never reach the host")
+
+	f.guests[0].PreviousGeneration, f.guests[0].PreviousSHA256 = 0, strings.Repeat("cd", 32)
+	rec = do(srv, "POST", "/admin/guests/rate-tiers/rollback", adminToken, nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var v httpapi.GuestView
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &v))
+	assert.Equal(t, uint64(2), v.Generation)
+	assert.Equal(t, strings.Repeat("cd", 32), v.SHA256)
+	assert.Equal(t, uint64(1), v.PreviousGeneration)
+	assert.Equal(t, strings.Repeat("ab", 32), v.PreviousSHA256)
+
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("%w: rate-tiers", plugins.ErrNoPrevious), 409, "no-previous-generation"},
+		{&plugins.SwapError{Module: "rate-tiers", Stage: plugins.StageCapability, Err: host.ErrGuestPolicies}, 422, "guest-invalid"},
+		{plugins.ErrManagerClosed, 503, "unavailable"},
+	} {
+		f.rollbackErr = c.err
+		rec := do(srv, "POST", "/admin/guests/rate-tiers/rollback", adminToken, nil, nil)
+		assert.Equal(t, c.status, rec.Code, rec.Body.String())
+		assert.Equal(t, c.code, errCode(t, rec))
+	}
+	assert.Len(t, f.rollbacks, 4)
+
+	// A rollback waits for no upload, but shares the swap slot.
+	f.rollbackErr = nil
+	f.block, f.entered = make(chan struct{}), make(chan struct{}, 1)
+	done := make(chan int)
+	go func() { done <- do(srv, "PUT", "/admin/guests/rate-tiers", adminToken, []byte("\x00asm"), nil).Code }()
+	<-f.entered
+	rec = do(srv, "POST", "/admin/guests/rate-tiers/rollback", adminToken, nil, nil)
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Equal(t, "swap-busy", errCode(t, rec))
+	close(f.block)
+	assert.Equal(t, http.StatusOK, <-done)
 }

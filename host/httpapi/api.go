@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/caphost/caphost/host"
 	"github.com/caphost/caphost/host/capability"
@@ -42,6 +43,9 @@ type Backend interface {
 	// SwapGuest replaces the named guest's module; on failure the previous
 	// generation keeps serving.
 	SwapGuest(ctx context.Context, name string, wasm, signature []byte) (host.GuestStatus, error)
+	// RollbackGuest makes the named guest's previous verified generation
+	// serve again; on failure the current one keeps serving.
+	RollbackGuest(ctx context.Context, name string) (host.GuestStatus, error)
 }
 
 // ErrAdminTokenTooShort is returned by Options.Validate.
@@ -55,6 +59,9 @@ type Options struct {
 	// Log receives bounded diagnostics (never a subject or a token).
 	// Default slog.Default().
 	Log *slog.Logger
+	// UploadTimeout bounds reading one PUT /admin/guests/{name} body;
+	// zero means DefaultUploadTimeout.
+	UploadTimeout time.Duration
 }
 
 // Validate reports configuration mistakes New would otherwise paper over.
@@ -82,9 +89,10 @@ func New(b Backend, opts Options) http.Handler {
 	}
 	httpjson.Mount(mux, b.CapabilityRoutes())
 	if !opts.AdminToken.IsZero() && opts.Validate() == nil {
-		a := newAdmin(b, opts.AdminToken, log)
+		a := newAdmin(b, opts, log)
 		mux.Handle("/admin/guests", a.auth(only(http.MethodGet, http.HandlerFunc(a.list))))
 		mux.Handle("/admin/guests/{name}", a.auth(only(http.MethodPut, http.HandlerFunc(a.swap))))
+		mux.Handle("/admin/guests/{name}/rollback", a.auth(only(http.MethodPost, http.HandlerFunc(a.rollback))))
 		mux.Handle("/admin/capabilities", a.auth(only(http.MethodGet, http.HandlerFunc(a.capabilities))))
 	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -3,7 +3,7 @@
 // routes (today the rate-limit sidecar, ratelimit.Sidecar: POST
 // /v1/ratelimit/evaluate and POST /v1/concurrency/acquire, /renew and
 // /release) and serves the guest admin endpoints (GET /admin/guests, PUT
-// /admin/guests/{name}).
+// /admin/guests/{name}, POST /admin/guests/{name}/rollback).
 //
 // Everything that enters here is untrusted: bodies are read and errors
 // written through host/httpjson (size-bounded, strict, stable codes, no
