@@ -358,5 +358,5 @@ func (l *Limiter) CheckSwap(set *policy.RatePolicySet) error {
 	if set == nil {
 		return fmt.Errorf("%w: nil policy set", ErrConfig)
 	}
-	return l.check(l.gen.Load().set, set)
+	return l.check(set)
 }

@@ -132,8 +132,11 @@ type Limiter struct {
 	// program arguments, metric handles). It is the only copy of the set:
 	// an evaluation loads it once and uses that snapshot for every lookup,
 	// so a swap can never split one request across two sets.
-	gen     atomic.Pointer[generation]
-	swapMu  sync.Mutex    // serialises Swap (check, compile, store)
+	gen    atomic.Pointer[generation]
+	swapMu sync.Mutex // serialises Swap (check, compile, store)
+	// served remembers the digest of every (policy id, revision) this
+	// limiter has served (revisions.go).
+	served  revisionMemory
 	local   *localLimiter // nil unless degraded-provider is local-emergency
 	metrics *metrics
 	shadow  *sampler
@@ -177,10 +180,11 @@ func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Opt
 		return nil, err
 	}
 	l.shadow = newSampler(cfg.ShadowSampleLog.PerMinute, o.now)
-	if err := l.check(nil, set); err != nil {
+	if err := l.check(set); err != nil {
 		return nil, err
 	}
 	l.gen.Store(l.compile(set))
+	l.served.record(set)
 	return l, nil
 }
 
@@ -192,8 +196,9 @@ func (l *Limiter) Config() Config { return l.cfg }
 
 // Swap atomically replaces the policy set. Evaluations in flight finish on
 // the set they started with. A set that changes a policy without a new
-// revision, or needs a local emergency limiter this limiter does not have,
-// is refused and the old set keeps serving.
+// revision — compared with every set this limiter has served, not only the
+// one it replaces (revisions.go) — or needs a local emergency limiter this
+// limiter does not have, is refused and the old set keeps serving.
 func (l *Limiter) Swap(set *policy.RatePolicySet) error {
 	if set == nil {
 		return fmt.Errorf("%w: nil policy set", ErrConfig)
@@ -201,26 +206,25 @@ func (l *Limiter) Swap(set *policy.RatePolicySet) error {
 	// Swaps are rare: serialising them makes check-then-store atomic.
 	l.swapMu.Lock()
 	defer l.swapMu.Unlock()
-	if err := l.check(l.gen.Load().set, set); err != nil {
+	if err := l.check(set); err != nil {
 		return err
 	}
 	// Only an accepted set is compiled: compiling creates its metric series.
 	l.gen.Store(l.compile(set))
+	l.served.record(set)
 	l.log.Info("rate policy set swapped", "policies", set.Len(), "digest", set.Digest())
 	return nil
 }
 
-func (l *Limiter) check(old, set *policy.RatePolicySet) error {
+func (l *Limiter) check(set *policy.RatePolicySet) error {
 	var errs []error
 	for _, id := range set.IDs() {
 		p, _ := set.Policy(id)
 		if p.FailureMode == policy.FailLocal && l.local == nil {
 			errs = append(errs, fmt.Errorf("%w: policy %s is local-emergency but degraded-provider is disabled", ErrConfig, id))
 		}
-		if q, ok := old.Policy(id); ok && q.Revision == p.Revision && q.Digest != p.Digest {
-			errs = append(errs, fmt.Errorf("%w: policy %s revision %s", ErrRevisionReuse, id, p.Revision))
-		}
 	}
+	errs = append(errs, l.served.check(set))
 	return errors.Join(errs...)
 }
 
