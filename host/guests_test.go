@@ -47,6 +47,7 @@ type guestOpts struct {
 	rateExtra    string
 	moduleSource string // test guest name for the initial module (default rate-v1)
 	callTimeout  string // guests.modules.rate-policy.limits.call-timeout
+	grants       string // guests.modules.rate-policy.grants, a YAML list ("[log, count]")
 }
 
 func newGuestEnv(t *testing.T) *guestEnv {
@@ -109,6 +110,9 @@ capabilities:
 		th.cacheDir, o.watch, e.module, trust.Digest(wasm).String())
 	if o.callTimeout != "" {
 		fmt.Fprintf(&b, "      limits: {call-timeout: %s}\n", o.callTimeout)
+	}
+	if o.grants != "" {
+		fmt.Fprintf(&b, "      grants: %s\n", o.grants)
 	}
 	if o.signature {
 		sigPath := e.module + ".sig"

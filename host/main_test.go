@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/plugins/extism"
 )
 
 // Guest binaries are built once per test binary and compiled once into a
@@ -23,6 +24,9 @@ var testGuests = []struct {
 	{"rate-v2", "guests/rate-policy", "-X=main.policyRevision=v2", false},
 	{"ratebomb", "host/testdata/guests/ratebomb", "", true},
 	{"ratereuse", "host/testdata/guests/ratereuse", "", false},
+	{"ratedrop", "host/testdata/guests/ratedrop", "", false},
+	// The Extism twin of rate-v1: same policies, same answers.
+	{"rate-extism", "guests/rate-policy-extism", "", false},
 }
 
 type harness struct {
@@ -77,21 +81,31 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// compileAll loads every built guest through a real engine on cacheDir, so
-// the cache holds exactly what the host's engine will look up.
+// compileAll loads every built guest through a real engine of its flavour
+// on cacheDir, so the cache holds exactly what the host's engines will
+// look up.
 func compileAll(guestDir, cacheDir string) error {
 	ctx := context.Background()
-	e, err := plugins.NewEngine(plugins.Config{CacheDir: cacheDir})
+	nat, err := plugins.NewEngine(plugins.Config{CacheDir: cacheDir})
 	if err != nil {
 		return err
 	}
-	defer e.Close(ctx)
+	defer nat.Close(ctx)
+	ext, err := extism.NewEngine(plugins.Config{CacheDir: cacheDir})
+	if err != nil {
+		return err
+	}
+	defer ext.Close(ctx)
 	for _, g := range testGuests {
 		b, err := os.ReadFile(filepath.Join(guestDir, g.name+".wasm"))
 		if err != nil {
 			return err
 		}
-		m, err := e.Load(ctx, g.name, b, plugins.Limits{})
+		var e plugins.Loader = nat
+		if plugins.DetectFlavour(b) == plugins.FlavourExtism {
+			e = ext
+		}
+		m, err := e.LoadGuest(ctx, g.name, b, plugins.Limits{})
 		if g.hostile {
 			if err == nil {
 				_ = m.Close(ctx)
