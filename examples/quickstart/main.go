@@ -1,14 +1,18 @@
 // Command quickstart is caphost's demo (run it with `make demo`).
 //
-// It builds the rate-policy guest twice (revision v1, and v2 in which every
-// limit is doubled), bundles its self-test vectors into both, starts a
-// private redis-server with ACL users (unless CAPHOST_REDIS_ADDR names one
-// you run, configured with the same users: README "The demo against your
-// own Redis"), creates a demo signing key and signs both modules, runs the
+// It builds the rate-policy guest twice: revision v1 in Go
+// (guests/rate-policy, native flavour) and v2, in which every limit is
+// doubled, in AssemblyScript (guests/rate-policy-as, Extism flavour, with
+// the asc its lockfile pins: `make demo` runs `make guests`, which installs
+// it), bundles the self-test vectors into both, starts a private
+// redis-server with ACL users (unless CAPHOST_REDIS_ADDR names one you run,
+// configured with the same users: README "The demo against your own
+// Redis"), creates a demo signing key and signs both modules, runs the
 // operator checks briefly, starts `caphost serve`, drives traffic from six
 // simulated clients (two per plan) through POST /v1/ratelimit/evaluate,
 // hot-swaps the guest to v2 mid-run through PUT /admin/guests/rate-tiers
-// while traffic continues, prints a per-plan allow/deny table per policy
+// while traffic continues, prints both generations as GET /admin/guests
+// reports them (flavour included), a per-plan allow/deny table per policy
 // revision and the number of failed requests, and finally stops serve
 // (SIGTERM, graceful) and Redis. Nothing it started is left running,
 // whatever happens.
@@ -204,12 +208,13 @@ func (d *demo) run(ctx context.Context) error {
 		"CAPHOST_DEMO_ADMIN_TOKEN="+d.token,
 	)
 
-	d.say("building the rate-policy guest: revision v1, and v2 (every limit doubled), self-test vectors bundled")
+	d.say("building the rate-policy guest: v1 in Go (native), v2 in AssemblyScript (Extism, every limit doubled)")
 	v1, v2 := filepath.Join(d.work, guestName+".wasm"), filepath.Join(d.work, guestName+"-v2.wasm")
-	if err := buildGuest(ctx, here, v1, ""); err != nil {
+	root := filepath.Join(here, "..", "..")
+	if err := buildGoGuest(ctx, root, v1); err != nil {
 		return err
 	}
-	if err := buildGuest(ctx, here, v2, "-X=main.policyRevision=v2"); err != nil {
+	if err := buildASGuest(ctx, root, v2, 2); err != nil {
 		return err
 	}
 	if _, err := d.caphost(ctx, "guest", "keygen", "--out", d.work, "--name", "demo"); err != nil {
@@ -274,7 +279,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.startServe(ctx, cfg); err != nil {
 		return err
 	}
-	if err := d.showGuests(ctx); err != nil {
+	if _, err := d.showGuests(ctx); err != nil {
 		return err
 	}
 
@@ -284,6 +289,9 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.line("swap: %s", swapped)
+	if _, err := d.showGuests(ctx); err != nil {
+		return err
+	}
 	stats.print(d.out)
 	if stats.failed > 0 {
 		return fmt.Errorf("%d of %d requests failed", stats.failed, stats.total)
@@ -316,26 +324,50 @@ func (d *demo) caphost(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func buildGuest(ctx context.Context, repo, out, ldflags string) error {
-	goBin := os.Getenv("GO")
-	if goBin == "" {
-		goBin = "go"
+func goCommand() string {
+	if goBin := os.Getenv("GO"); goBin != "" {
+		return goBin
 	}
-	args := []string{"build", "-buildmode=c-shared", "-o", out}
-	if ldflags != "" {
-		args = append(args, "-ldflags="+ldflags)
-	}
-	root := filepath.Join(repo, "..", "..")
-	cmd := exec.CommandContext(ctx, goBin, append(args, "./guests/rate-policy")...)
+	return "go"
+}
+
+// buildGoGuest builds guests/rate-policy (Go, native flavour) at revision 1.
+func buildGoGuest(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-buildmode=c-shared", "-o", out, "./guests/rate-policy")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the guest: %w\n%s", err, b)
+		return fmt.Errorf("building the Go guest: %w\n%s", err, b)
 	}
-	// Bundle the guest's self-test vectors (as `make guests` does) before
-	// anything signs the module: the host runs them before every swap, and
-	// the section is covered by the sha256 pin and the signature.
-	cmd = exec.CommandContext(ctx, goBin, "run", "./internal/tools/selftestpack",
+	return bundleVectors(ctx, root, out)
+}
+
+// asGuest is the AssemblyScript twin of guests/rate-policy.
+const asGuest = "guests/rate-policy-as"
+
+// buildASGuest builds guests/rate-policy-as (AssemblyScript, Extism
+// flavour) at the given revision with the asc of its node_modules, which
+// `make guests` installs from the lockfile.
+func buildASGuest(ctx context.Context, root, out string, revision int) error {
+	dir := filepath.Join(root, asGuest)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".bin", "asc")); err != nil {
+		return fmt.Errorf("%s/node_modules has no asc: run `make guests` (it runs npm ci there; needs Node.js 20+ and npm)", asGuest)
+	}
+	cmd := exec.CommandContext(ctx, "npx", "--no-install", "asc", "assembly/index.ts", "--config", "asconfig.json",
+		"--target", "release", "--use", fmt.Sprintf("POLICY_REVISION=%d", revision), "-o", out)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the AssemblyScript guest: %w\n%s", err, b)
+	}
+	return bundleVectors(ctx, root, out)
+}
+
+// bundleVectors bundles the native guest's self-test vectors into out (as
+// `make guests` does, for both twins) before anything signs the module: the
+// host runs them before every swap, and the section is covered by the
+// sha256 pin and the signature.
+func bundleVectors(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, goCommand(), "run", "./internal/tools/selftestpack",
 		"-cache-dir", filepath.Join(root, "build", "wazero-cache"), "-vectors", "guests/rate-policy/selftest.json", out)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -513,28 +545,31 @@ type guestView struct {
 	Name       string   `json:"name"`
 	Generation uint64   `json:"generation"`
 	SHA256     string   `json:"sha256"`
+	Flavour    string   `json:"flavour"`
 	Kinds      []string `json:"kinds"`
 	Declared   []string `json:"declared"`
 }
 
-func (d *demo) showGuests(ctx context.Context) error {
+// showGuests prints what GET /admin/guests reports, one line per guest.
+func (d *demo) showGuests(ctx context.Context) ([]guestView, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/admin/guests", nil)
 	req.Header.Set("Authorization", "Bearer "+d.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var list struct {
 		Guests []guestView `json:"guests"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /admin/guests: status %d: %v", resp.StatusCode, err)
+		return nil, fmt.Errorf("GET /admin/guests: status %d: %v", resp.StatusCode, err)
 	}
 	for _, g := range list.Guests {
-		d.line("GET /admin/guests: %s generation %d sha256 %s kinds %s, %d policies", g.Name, g.Generation, short(g.SHA256), strings.Join(g.Kinds, ","), len(g.Declared))
+		d.line("GET /admin/guests: %s generation %d flavour %s sha256 %s kinds %s, %d policies",
+			g.Name, g.Generation, g.Flavour, short(g.SHA256), strings.Join(g.Kinds, ","), len(g.Declared))
 	}
-	return nil
+	return list.Guests, nil
 }
 
 // client is one simulated API client.
@@ -657,8 +692,8 @@ func (d *demo) swap(ctx context.Context, v2 string) (string, error) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("PUT /admin/guests/%s (signed v2) -> 200 in %s: generation %d, sha256 %s",
-		guestName, time.Since(start).Round(time.Millisecond), g.Generation, short(g.SHA256)), nil
+	return fmt.Sprintf("PUT /admin/guests/%s (signed v2) -> 200 in %s: generation %d, flavour %s, sha256 %s",
+		guestName, time.Since(start).Round(time.Millisecond), g.Generation, g.Flavour, short(g.SHA256)), nil
 }
 
 // table counts outcomes per plan and policy revision.

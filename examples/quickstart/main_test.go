@@ -213,7 +213,11 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	require.NotNil(t, m, "no summary line")
 	assert.NotEqual(t, "0", m[1], "no traffic")
 	assert.Equal(t, "0", m[2], "failed requests")
-	assert.Regexp(t, `swap: PUT /admin/guests/rate-tiers \(signed v2\) -> 200 in `, text)
+	assert.Regexp(t, `swap: PUT /admin/guests/rate-tiers \(signed v2\) -> 200 in \S+: generation 2, flavour extism, `, text)
+	// Both generations as the host reports them: the Go guest, then its
+	// AssemblyScript twin.
+	assert.Regexp(t, `GET /admin/guests: rate-tiers generation 1 flavour native `, text)
+	assert.Regexp(t, `GET /admin/guests: rate-tiers generation 2 flavour extism `, text)
 	assert.Regexp(t, `(?m)^\s+r2\s+free\s`, text, "no request was answered by v2's policies (revision r2)")
 
 	// The traffic reached this server, through the README's users only.
