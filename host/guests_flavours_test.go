@@ -106,8 +106,12 @@ func TestGuestSwapsBetweenFlavoursUnderTraffic(t *testing.T) {
 		flavour plugins.Flavour
 		sha     []byte
 	}{
-		{"to extism", func() (host.GuestStatus, error) { return h.SwapGuest(ctx, "rate-policy", ext, env.sign(t, env.priv, ext)) }, plugins.FlavourExtism, ext},
-		{"to native", func() (host.GuestStatus, error) { return h.SwapGuest(ctx, "rate-policy", v1, env.sign(t, env.priv, v1)) }, plugins.FlavourNative, v1},
+		{"to extism", func() (host.GuestStatus, error) {
+			return h.SwapGuest(ctx, "rate-policy", ext, env.sign(t, env.priv, ext))
+		}, plugins.FlavourExtism, ext},
+		{"to native", func() (host.GuestStatus, error) {
+			return h.SwapGuest(ctx, "rate-policy", v1, env.sign(t, env.priv, v1))
+		}, plugins.FlavourNative, v1},
 		{"rollback", func() (host.GuestStatus, error) { return h.RollbackGuest(ctx, "rate-policy") }, plugins.FlavourExtism, ext},
 		{"rollback again", func() (host.GuestStatus, error) { return h.RollbackGuest(ctx, "rate-policy") }, plugins.FlavourNative, v1},
 	}
