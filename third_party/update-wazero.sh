@@ -2,9 +2,10 @@
 # update-wazero.sh VERSION [--test]
 #
 # Recreates third_party/wazero from wazero VERSION (for example v1.12.0) in the Go module cache and
-# applies third_party/wazero-termination.patch (see third_party/wazero/CAPHOST.md). The patch is a
-# diff against the full upstream tree, tests included, so it is applied before pruning; with --test,
-# upstream's version, wasm and wazevo tests run on the patched full tree before it is pruned.
+# applies the patches in third_party/wazero-patches in the order of their names (see
+# third_party/wazero/CAPHOST.md). The patches are diffs against the full upstream tree, tests
+# included, so they are applied before pruning; with --test, upstream's tests of the patched
+# packages run on the patched full tree before it is pruned.
 #
 # Pruning keeps LICENSE, NOTICE, go.mod, go.sum, CAPHOST.md and, of the Go packages, only those in
 # "all" of caphost and bench (extism go-sdk included) on linux, darwin and windows for amd64 and arm64,
@@ -12,7 +13,8 @@
 # go mod tidy would change nothing.
 #
 # After a new upstream VERSION: also bump the wazero require in go.mod and bench/go.mod, and the
-# patch number in internal/version (PatchSuffix) whenever generated code changes.
+# patch number in internal/version (PatchSuffix, 0006-caphost-version.patch) whenever generated
+# code changes.
 set -euo pipefail
 
 version=${1:?usage: update-wazero.sh VERSION [--test]}
@@ -21,7 +23,7 @@ mod=github.com/tetratelabs/wazero
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 dst=$here/wazero
-patchfile=$here/wazero-termination.patch
+patches=$here/wazero-patches
 
 src=$(go env GOMODCACHE)/$mod@$version
 if [ ! -d "$src" ]; then
@@ -33,10 +35,16 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -R "$src" "$work/wazero"
 chmod -R u+w "$work/wazero"
 
-patch -d "$work/wazero" -p1 --forward --batch --no-backup-if-mismatch <"$patchfile"
+for p in "$patches"/*.patch; do
+	patch -d "$work/wazero" -p1 --forward --batch --no-backup-if-mismatch --quiet <"$p"
+done
+# The fork's version is a constant (0006-caphost-version.patch): the release it was made from.
+sed -i.orig "s|^const Upstream = \".*\"\$|const Upstream = \"$version\"|" "$work/wazero/internal/version/version.go"
+rm "$work/wazero/internal/version/version.go.orig"
+grep -qxF "const Upstream = \"$version\"" "$work/wazero/internal/version/version.go"
 
 if [ "$runtests" = "--test" ]; then
-	(cd "$work/wazero" && go test ./internal/version/ ./internal/wasm/ ./internal/engine/wazevo/...)
+	(cd "$work/wazero" && go test . ./internal/version/ ./internal/wasm/ ./internal/engine/wazevo/...)
 fi
 
 if [ -f "$dst/CAPHOST.md" ]; then
@@ -77,4 +85,4 @@ go build ./...
 GOARCH=arm64 go build ./...
 go mod tidy -diff
 (cd bench && go build ./... && GOARCH=arm64 go build ./... && go mod tidy -diff)
-echo "third_party/wazero: $mod $version with $(basename "$patchfile")"
+echo "third_party/wazero: $mod $version with $(cd "$patches" && ls *.patch | tr '\n' ' ')"

@@ -168,6 +168,16 @@ type RuntimeConfig interface {
 	// When the invocations of api.Function are closed due to this, sys.ExitError is raised to the callers and
 	// the api.Module from which the functions are derived is made closed.
 	WithCloseOnContextDone(bool) RuntimeConfig
+
+	// WithCallStackLimitBytes bounds the call stack of every function call into modules instantiated by
+	// this runtime, in bytes. The compiler runs Wasm on a stack of its own that starts at about 10 KiB and
+	// doubles whenever a function's frame does not fit; by default it may grow to about 84 MB, and while
+	// it is copied to its final size the old and the new stack coexist, so one runaway recursion costs
+	// the host some 125 MB. With a limit, the stack never grows beyond it (a call that needs more fails
+	// with a stack overflow), so one call holds at most the limit, plus half of it while the last growth
+	// copies. The stack is kept for the next call of the same api.Function. Zero, the default, keeps the
+	// engine's own ceiling; the interpreter, whose depth is bounded in frames, ignores the limit.
+	WithCallStackLimitBytes(limit uint32) RuntimeConfig
 }
 
 // NewRuntimeConfig returns a RuntimeConfig using the compiler if it is supported in this environment,
@@ -190,6 +200,7 @@ type runtimeConfig struct {
 	cache                 CompilationCache
 	storeCustomSections   bool
 	ensureTermination     bool
+	callStackLimitBytes   uint32
 }
 
 // engineLessConfig helps avoid copy/pasting the wrong defaults.
@@ -262,6 +273,13 @@ func (c *runtimeConfig) WithCoreFeatures(features api.CoreFeatures) RuntimeConfi
 func (c *runtimeConfig) WithCloseOnContextDone(ensure bool) RuntimeConfig {
 	ret := c.clone()
 	ret.ensureTermination = ensure
+	return ret
+}
+
+// WithCallStackLimitBytes implements RuntimeConfig.WithCallStackLimitBytes
+func (c *runtimeConfig) WithCallStackLimitBytes(limit uint32) RuntimeConfig {
+	ret := c.clone()
+	ret.callStackLimitBytes = limit
 	return ret
 }
 

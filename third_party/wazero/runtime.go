@@ -178,6 +178,7 @@ func NewRuntimeWithConfig(ctx context.Context, rConfig RuntimeConfig) Runtime {
 		engine = configEngine(ctx, config.enabledFeatures, nil)
 	}
 	store := wasm.NewStore(config.enabledFeatures, engine)
+	store.CallStackLimitBytes = config.callStackLimitBytes
 	return &runtime{
 		cache:                 cacheImpl,
 		store:                 store,

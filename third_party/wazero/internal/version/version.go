@@ -1,58 +1,20 @@
 package version
 
-import (
-	"runtime/debug"
-	"strings"
-)
+// Upstream is the wazero release this tree was made from (caphost's third_party/update-wazero.sh
+// sets it when it recreates the tree).
+const Upstream = "v1.12.0"
 
-// PatchSuffix marks this build as caphost's patched wazero (see CAPHOST.md at the module root). The
-// version names the compilation cache directory and is checked in every cached entry's header, so
-// the suffix keeps code compiled by upstream and by the patched compiler apart. Bump it whenever
-// the patch changes generated code.
-const PatchSuffix = "-caphost.1"
+// PatchSuffix marks this build as caphost's patched wazero (see CAPHOST.md at the root of the tree).
+// The version names the compilation cache directory and is checked in every cached entry's header,
+// so the suffix keeps code compiled by upstream and by the patched compiler apart. Bump it whenever
+// the patches change generated code.
+const PatchSuffix = "-caphost.2"
 
-// Default is the default version value used when none was found.
-const Default = "dev" + PatchSuffix
+// Default is the version of this tree: Upstream with PatchSuffix.
+const Default = Upstream + PatchSuffix
 
-// version holds the current version from the go.mod of downstream users or set by ldflag for wazero CLI.
-var version string
-
-// GetWazeroVersion returns the current version of wazero either in the go.mod or set by ldflag for wazero CLI.
-//
-// If this is not CLI, this assumes that downstream users of wazero imports wazero as "github.com/tetratelabs/wazero".
-// To be precise, the returned string matches the require statement there.
-// For example, if the go.mod has "require github.com/tetratelabs/wazero 0.1.2-12314124-abcd",
-// then this returns "0.1.2-12314124-abcd".
-//
-// Note: this is tested in ./testdata/main_test.go with a separate go.mod to pretend as the wazero user.
-func GetWazeroVersion() (ret string) {
-	if len(version) != 0 {
-		return version + PatchSuffix
-	}
-
-	info, ok := debug.ReadBuildInfo()
-	if ok {
-		for _, dep := range info.Deps {
-			// Note: here's the assumption that wazero is imported as github.com/tetratelabs/wazero.
-			if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
-				ret = dep.Version
-			}
-		}
-
-		// In wazero CLI, wazero is a main module, so we have to get the version info from info.Main.
-		if versionMissing(ret) {
-			ret = info.Main.Version
-		}
-	}
-	if versionMissing(ret) {
-		return Default // don't return parens
-	}
-
-	// Cache for the subsequent calls.
-	version = ret
-	return ret + PatchSuffix
-}
-
-func versionMissing(ret string) bool {
-	return ret == "" || ret == "(devel)" // pkg.go defaults to (devel)
-}
+// GetWazeroVersion returns Default. Upstream reads the version from the build info (the require of
+// github.com/tetratelabs/wazero, or the ldflags of the wazero CLI). caphost builds this tree as
+// packages of its own module, under its own import path, so the build info never names it, and the
+// version must not depend on how the embedding program was built: it is a constant.
+func GetWazeroVersion() string { return Default }

@@ -195,6 +195,14 @@ func (m *ModuleInstance) ensureResourcesClosed(ctx context.Context) (err error) 
 	return err
 }
 
+// CallStackLimitBytes is the call stack limit of the store m was instantiated in (0: none).
+func (m *ModuleInstance) CallStackLimitBytes() uint32 {
+	if m.s == nil {
+		return 0
+	}
+	return m.s.CallStackLimitBytes
+}
+
 // Memory implements the same method as documented on api.Module.
 func (m *ModuleInstance) Memory() api.Memory {
 	return m.MemoryInstance

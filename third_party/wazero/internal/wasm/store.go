@@ -50,6 +50,10 @@ type (
 		// Engine is a global context for a Store which is in responsible for compilation and execution of Wasm modules.
 		Engine Engine
 
+		// CallStackLimitBytes bounds the stack of one call into the store's modules (0: the engine's own
+		// ceiling). Read-only once the store is in use; see RuntimeConfig.WithCallStackLimitBytes.
+		CallStackLimitBytes uint32
+
 		// typeIDs maps each FunctionType.String() to a unique FunctionTypeID. This is used at runtime to
 		// do type-checks on indirect function calls.
 		typeIDs map[string]FunctionTypeID

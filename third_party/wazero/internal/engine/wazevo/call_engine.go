@@ -43,6 +43,8 @@ type (
 		execCtxPtr        uintptr
 		numberOfResults   int
 		stackIteratorImpl stackIterator
+		// stackLimit bounds len(stack), in bytes (0: callStackCeiling); see growStack.
+		stackLimit uintptr
 		// tryHandlers is the stack of active try_table exception handlers,
 		// used to match catch clauses when a throw exits to the dispatch loop.
 		tryHandlers []tryHandler
@@ -724,6 +726,16 @@ func (c *callEngine) growStack() (newSP, newFP uintptr, err error) {
 	}
 
 	newLen := 2*currentLen + c.execCtx.stackGrowRequiredSize + 16 // Stack might be aligned to 16 bytes, so add 16 bytes just in case.
+	if limit := c.stackLimit; limit != 0 {
+		// The caller continues on the new stack without checking again, so it must fit what is in use
+		// plus the frame that asked for more. Within the limit, the doubling stops at the limit.
+		used := c.stackTop - uintptr(unsafe.Pointer(c.execCtx.stackPointerBeforeGoCall))
+		if need := used + c.execCtx.stackGrowRequiredSize + 32; need > limit {
+			err = wasmruntime.ErrRuntimeStackOverflow
+			return
+		}
+		newLen = min(newLen, limit)
+	}
 	newSP, newFP, c.stackTop, c.stack = c.cloneStack(newLen)
 	c.execCtx.stackBottomPtr = &c.stack[0]
 	return

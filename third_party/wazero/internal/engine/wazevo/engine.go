@@ -697,8 +697,12 @@ func (e *engine) deleteCompiledModuleFromSortedList(cm *compiledModule) {
 	if index >= len(e.sortedCompiledModules) {
 		return
 	}
+	last := len(e.sortedCompiledModules) - 1
 	copy(e.sortedCompiledModules[index:], e.sortedCompiledModules[index+1:])
-	e.sortedCompiledModules = e.sortedCompiledModules[:len(e.sortedCompiledModules)-1]
+	// Clear the slot past the new length: the backing array outlives the deletion, and a stale
+	// pointer there would keep the deleted module, and so its mapped machine code, from being freed.
+	e.sortedCompiledModules[last] = nil
+	e.sortedCompiledModules = e.sortedCompiledModules[:last]
 }
 
 func (e *engine) compiledModuleOfAddr(addr uintptr) *compiledModule {

@@ -205,6 +205,7 @@ func (m *moduleEngine) NewFunction(index wasm.Index) api.Function {
 		sizeOfParamResultSlice: sizeOfParamResultSlice,
 		requiredParams:         typ.ParamNumInUint64,
 		numberOfResults:        typ.ResultNumInUint64,
+		stackLimit:             uintptr(m.module.CallStackLimitBytes()),
 	}
 
 	sharedFunctions := p.sharedFunctions

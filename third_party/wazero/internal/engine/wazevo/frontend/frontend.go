@@ -375,17 +375,30 @@ func (c *Compiler) LowerToSSA() {
 	builder.AnnotateValue(c.execCtxPtrValue, "exec_ctx")
 	builder.AnnotateValue(c.moduleCtxPtrValue, "module_ctx")
 
+	params := c.allocateVarLengthValues(len(c.wasmFunctionTyp.Params))
+	for _, typ := range c.wasmFunctionTyp.Params {
+		params = params.Append(builder.VarLengthPool(), entryBlock.AddParam(builder, WasmTypeToSSAType(typ)))
+	}
+
+	// With ensureTermination, a function that may call is entered through a termination check (see
+	// insertEntryTerminationCheck), and its body starts in the block after it.
+	bodyBlock, entryExit := entryBlock, ssa.BasicBlock(nil)
+	if c.ensureTermination && needsEntryTerminationCheck(c.wasmFunctionBody) {
+		bodyBlock, entryExit = c.insertEntryTerminationCheck()
+	}
+
 	for i, typ := range c.wasmFunctionTyp.Params {
-		st := WasmTypeToSSAType(typ)
-		variable := builder.DeclareVariable(st)
-		value := entryBlock.AddParam(builder, st)
-		builder.DefineVariable(variable, value, entryBlock)
+		variable := builder.DeclareVariable(WasmTypeToSSAType(typ))
+		builder.DefineVariable(variable, params.View()[i], bodyBlock)
 		c.setWasmLocalVariable(wasm.Index(i), variable)
 	}
 	c.declareWasmLocals()
 	c.declareNecessaryVariables()
 
-	c.lowerBody(entryBlock)
+	c.lowerBody(bodyBlock)
+	if entryExit != nil {
+		c.fillEntryTerminationExit(entryExit)
+	}
 }
 
 // localVariable returns the SSA variable for the given Wasm local index.

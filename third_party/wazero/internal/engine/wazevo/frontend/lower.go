@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
@@ -4820,19 +4821,7 @@ func (c *Compiler) insertTerminationCheck() (exits [2]ssa.BasicBlock) {
 	c.insertJumpToBlock(ssa.ValuesNil, count)
 
 	builder.SetCurrentBlock(count)
-	counter := builder.AllocateInstruction().
-		AsLoad(c.execCtxPtrValue, wazevoapi.ExecutionContextOffsetTerminationCheckCounter.U32(), ssa.TypeI64).
-		Insert(builder).Return()
-	one := builder.AllocateInstruction().AsIconst64(1).Insert(builder).Return()
-	next := builder.AllocateInstruction().AsIadd(counter, one).Insert(builder).Return()
-	builder.AllocateInstruction().
-		AsStore(ssa.OpcodeStore, next, c.execCtxPtrValue, wazevoapi.ExecutionContextOffsetTerminationCheckCounter.U32()).
-		Insert(builder)
-	mask := builder.AllocateInstruction().AsIconst64(wazevoapi.TerminationCheckInterval - 1).Insert(builder).Return()
-	masked := builder.AllocateInstruction().AsBand(next, mask).Insert(builder).Return()
-	due := builder.AllocateInstruction().AsIcmp(masked, zero, ssa.IntegerCmpCondEqual).Insert(builder).Return()
-	builder.AllocateInstruction().AsBrnz(due, ssa.ValuesNil, exitPeriodic).Insert(builder)
-	c.insertJumpToBlock(ssa.ValuesNil, body)
+	c.insertTerminationCounter(exitPeriodic, body, zero)
 
 	// Every block here has its single predecessor already.
 	builder.Seal(count)
@@ -4843,6 +4832,44 @@ func (c *Compiler) insertTerminationCheck() (exits [2]ssa.BasicBlock) {
 	return [2]ssa.BasicBlock{exitClosed, exitPeriodic}
 }
 
+// insertTerminationCounter increments the execution context's termination check counter in the current
+// block and branches to exit when it reaches a multiple of wazevoapi.TerminationCheckInterval, else to cont.
+// zero is an Iconst_64 0 already defined in a dominating block, or ssa.ValueInvalid to define one.
+func (c *Compiler) insertTerminationCounter(exit, cont ssa.BasicBlock, zero ssa.Value) {
+	builder := c.ssaBuilder
+	counter := builder.AllocateInstruction().
+		AsLoad(c.execCtxPtrValue, wazevoapi.ExecutionContextOffsetTerminationCheckCounter.U32(), ssa.TypeI64).
+		Insert(builder).Return()
+	one := builder.AllocateInstruction().AsIconst64(1).Insert(builder).Return()
+	next := builder.AllocateInstruction().AsIadd(counter, one).Insert(builder).Return()
+	builder.AllocateInstruction().
+		AsStore(ssa.OpcodeStore, next, c.execCtxPtrValue, wazevoapi.ExecutionContextOffsetTerminationCheckCounter.U32()).
+		Insert(builder)
+	mask := builder.AllocateInstruction().AsIconst64(wazevoapi.TerminationCheckInterval - 1).Insert(builder).Return()
+	masked := builder.AllocateInstruction().AsBand(next, mask).Insert(builder).Return()
+	if !zero.Valid() {
+		zero = builder.AllocateInstruction().AsIconst64(0).Insert(builder).Return()
+	}
+	due := builder.AllocateInstruction().AsIcmp(masked, zero, ssa.IntegerCmpCondEqual).Insert(builder).Return()
+	builder.AllocateInstruction().AsBrnz(due, ssa.ValuesNil, exit).Insert(builder)
+	c.insertJumpToBlock(ssa.ValuesNil, cont)
+}
+
+// insertCheckModuleExitCode calls the checkModuleExitCode trampoline, the exit to Go that fails the call
+// when the module is closed and is a Go preemption point.
+func (c *Compiler) insertCheckModuleExitCode() {
+	builder := c.ssaBuilder
+	checkModuleExitCodePtr := builder.AllocateInstruction().
+		AsLoad(c.execCtxPtrValue,
+			wazevoapi.ExecutionContextOffsetCheckModuleExitCodeTrampolineAddress.U32(),
+			ssa.TypeI64,
+		).Insert(builder).Return()
+	args := c.allocateVarLengthValues(1, c.execCtxPtrValue)
+	builder.AllocateInstruction().
+		AsCallIndirect(checkModuleExitCodePtr, &c.checkModuleExitCodeSig, args).
+		Insert(builder)
+}
+
 // fillTerminationExits emits the exits of the loop ctrl's termination check (see insertTerminationCheck),
 // before its header is sealed.
 func (c *Compiler) fillTerminationExits(ctrl *controlFrame) {
@@ -4851,15 +4878,7 @@ func (c *Compiler) fillTerminationExits(ctrl *controlFrame) {
 	header := ctrl.blk
 	for _, exit := range ctrl.terminationExits {
 		builder.SetCurrentBlock(exit)
-		checkModuleExitCodePtr := builder.AllocateInstruction().
-			AsLoad(c.execCtxPtrValue,
-				wazevoapi.ExecutionContextOffsetCheckModuleExitCodeTrampolineAddress.U32(),
-				ssa.TypeI64,
-			).Insert(builder).Return()
-		args := c.allocateVarLengthValues(1, c.execCtxPtrValue)
-		builder.AllocateInstruction().
-			AsCallIndirect(checkModuleExitCodePtr, &c.checkModuleExitCodeSig, args).
-			Insert(builder)
+		c.insertCheckModuleExitCode()
 		// Back to the header with the loop's parameters unchanged: until the header is sealed, its
 		// only parameters are the Wasm-level ones.
 		params := c.allocateVarLengthValues(len(ctrl.blockType.Params))
@@ -4868,6 +4887,87 @@ func (c *Compiler) fillTerminationExits(ctrl *controlFrame) {
 		}
 		c.insertJumpToBlock(params, header)
 	}
+	builder.SetCurrentBlock(current)
+}
+
+// needsEntryTerminationCheck reports whether a function body needs the termination check at its entry
+// (see insertEntryTerminationCheck). Loop headers have their own check, so a function without a call
+// (call, call_indirect, return_call, return_call_indirect, call_ref, return_call_ref: opcodes 0x10 to
+// 0x15) runs for a bounded time between two checks and needs none. The test is a scan for those bytes
+// anywhere in the body, immediates included: a false positive only adds a check. Neither does a body
+// that reaches a loop header before anything else (only blocks, constants and local or global accesses
+// come first), which every Go function that calls does: its loop header already checks each entry.
+func needsEntryTerminationCheck(body []byte) bool {
+	if !slices.ContainsFunc(body, func(b byte) bool { return b >= wasm.OpcodeCall && b <= wasm.OpcodeReturnCallRef }) {
+		return false
+	}
+	for pc := 0; pc < len(body); {
+		switch op := body[pc]; op {
+		case wasm.OpcodeLoop:
+			return false
+		case wasm.OpcodeNop:
+			pc++
+		case wasm.OpcodeBlock:
+			// Only the single-byte block types: empty (0x40) or one value type (0x6f to 0x7f).
+			if pc+1 >= len(body) || (body[pc+1] != 0x40 && (body[pc+1] < 0x6f || body[pc+1] > 0x7f)) {
+				return true
+			}
+			pc += 2
+		case wasm.OpcodeLocalGet, wasm.OpcodeLocalSet, wasm.OpcodeLocalTee, wasm.OpcodeGlobalGet, wasm.OpcodeGlobalSet,
+			wasm.OpcodeI32Const, wasm.OpcodeI64Const:
+			// One LEB128 immediate: skip to the byte after its last.
+			pc++
+			for pc < len(body) && body[pc]&0x80 != 0 {
+				pc++
+			}
+			pc++
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// insertEntryTerminationCheck emits the termination check at a function's entry, in the current (entry)
+// block, and returns the block where the body starts and the exit block, which fillEntryTerminationExit
+// fills once the body is lowered. Only the counter shared with the loop headers is tested, not the
+// closed state: a closed module is seen at the next periodic exit, at most
+// wazevoapi.TerminationCheckInterval checks later. This stops a runaway call tree without loops (deep,
+// exponential or tail recursion), and keeps it preemptible by Go, as the loop-header check does for loops:
+//
+//	entry:  Jump check
+//	check:  n := (Load exec_ctx, terminationCheckCounter) + 1
+//	        Store n, exec_ctx, terminationCheckCounter
+//	        Brnz (n & (interval-1) == 0), exit
+//	        Jump body
+//	body:   ...
+//	exit:   CallIndirect (Load exec_ctx, checkModuleExitCodeTrampolineAddress), exec_ctx
+//	        Jump check
+//
+// No edge is critical, so the backends fuse the comparison into its branch, and the exit, filled after
+// the body, is laid out after it.
+func (c *Compiler) insertEntryTerminationCheck() (body, exit ssa.BasicBlock) {
+	builder := c.ssaBuilder
+	check, body, exit := builder.AllocateBasicBlock(), builder.AllocateBasicBlock(), builder.AllocateBasicBlock()
+	c.insertJumpToBlock(ssa.ValuesNil, check)
+	builder.Seal(builder.CurrentBlock())
+	builder.SetCurrentBlock(check)
+	c.insertTerminationCounter(exit, body, ssa.ValueInvalid)
+	builder.Seal(exit) // its one predecessor, check, is final; check is sealed once exit jumps back
+	builder.SetCurrentBlock(body)
+	return body, exit
+}
+
+// fillEntryTerminationExit emits the exit of the function entry's termination check (see
+// insertEntryTerminationCheck) and seals the check.
+func (c *Compiler) fillEntryTerminationExit(exit ssa.BasicBlock) {
+	builder := c.ssaBuilder
+	current := builder.CurrentBlock()
+	builder.SetCurrentBlock(exit)
+	c.insertCheckModuleExitCode()
+	check := exit.Pred(0)
+	c.insertJumpToBlock(ssa.ValuesNil, check)
+	builder.Seal(check)
 	builder.SetCurrentBlock(current)
 }
 
