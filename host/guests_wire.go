@@ -136,7 +136,7 @@ func newGuests(ctx context.Context, log *slog.Logger, cfg policy.GuestsConfig, s
 		m := cfg.Modules[n]
 		wasm, err := readModuleFile(m.Path)
 		if err == nil {
-			err = g.mgr.Load(ctx, n, wasm, limitsOf(m.Limits))
+			err = g.mgr.Load(ctx, n, wasm, limitsOf(m.Limits, m.Grants))
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("guest %s: %w", n, err))
@@ -206,10 +206,12 @@ func readModuleFile(path string) ([]byte, error) {
 }
 
 // limitsOf maps configured limits (validated against policy's caps, which
-// are within plugins' hard caps) to engine limits; InitTimeout keeps the
-// engine default.
-func limitsOf(l policy.GuestLimits) plugins.Limits {
+// are within plugins' hard caps) and grants (validated by policy's
+// guests.grants rule) to engine limits; InitTimeout keeps the engine
+// default.
+func limitsOf(l policy.GuestLimits, grants []string) plugins.Limits {
 	return plugins.Limits{
+		Grants:         plugins.GrantsOf(grants...),
 		MemoryPages:    uint32(max(l.MemoryPages, 0)),
 		CallTimeout:    l.CallTimeout,
 		MaxInputBytes:  l.MaxInputBytes,

@@ -105,7 +105,8 @@ func compileAll(guestDir, cacheDir string) error {
 		if plugins.DetectFlavour(b) == plugins.FlavourExtism {
 			e = ext
 		}
-		m, err := e.LoadGuest(ctx, g.name, b, plugins.Limits{})
+		// Every grant: the imports a guest may link change nothing compiled.
+		m, err := e.LoadGuest(ctx, g.name, b, plugins.Limits{Grants: plugins.AllGrants})
 		if g.hostile {
 			if err == nil {
 				_ = m.Close(ctx)

@@ -2,7 +2,6 @@ package plugins
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -178,7 +177,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		}
 		return fail(ClassInvalidModule, "compile", err)
 	}
-	if bad := forbiddenImports(compiled); len(bad) > 0 {
+	if bad := forbiddenImports(compiled, lim.Grants); len(bad) > 0 {
 		return fail(ClassForbiddenImport, strings.Join(bad, ", "), nil)
 	}
 	if c, detail := checkShape(compiled, lim); c != "" {
@@ -197,14 +196,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	if err := m.instantiateHost(ctx); err != nil {
 		return fail(ClassInvalidModule, "host module", err)
 	}
-	// No FS, env, args or sockets: only the real clocks (guests that need a
-	// stable "now" get it from the host in the request) and crypto randomness
-	// (the Go runtime seeds map hashing from it).
-	m.modCfg = wazero.NewModuleConfig().
-		WithStartFunctions().
-		WithSysWalltime().
-		WithSysNanotime().
-		WithRandSource(crand.Reader)
+	// No FS, env, args or sockets, and for every kind virtual clocks and
+	// deterministic entropy, never the host's (plugins/internal/wasipolicy):
+	// a guest that needs "now" gets it from the host in the request.
+	m.modCfg = wasipolicy.NewModuleConfig().WithStartFunctions()
 
 	// Registered before start so the watchdog bounds describe too.
 	e.wd.noteCallTimeout(lim.CallTimeout)
@@ -225,13 +220,16 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	return m, nil
 }
 
-func forbiddenImports(cm wazero.CompiledModule) []string {
+func forbiddenImports(cm wazero.CompiledModule, grants Grants) []string {
 	var bad []string
 	for _, f := range cm.ImportedFunctions() {
 		mod, fn, _ := f.Import()
 		switch {
 		case mod == wasi_snapshot_preview1.ModuleName && wasipolicy.Allowed(fn):
 		case mod == abi.ImportModule && (fn == abi.ImportLog || fn == abi.ImportCount):
+			if why := grants.Refusal(mod+"."+fn, fn); why != "" {
+				bad = append(bad, why)
+			}
 		default:
 			bad = append(bad, guestio.Sanitize([]byte(mod+"."+fn), 96))
 		}

@@ -28,12 +28,24 @@ type hostCallError struct {
 
 func (e *hostCallError) Error() string { return string(e.class) + ": " + e.detail }
 
+// instantiateHost instantiates the caphost_v1 host module with only the
+// functions the module was granted (Limits.Grants). Load has already
+// refused a module importing anything else, with a message naming the
+// import; this keeps an ungranted function out of the module's namespace
+// even so.
 func (m *Module) instantiateHost(ctx context.Context) error {
+	if m.lim.Grants&AllGrants == 0 {
+		return nil // nothing granted: no caphost_v1 module at all
+	}
 	i32 := api.ValueTypeI32
-	_, err := m.rt.NewHostModuleBuilder(abi.ImportModule).
-		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(m.hostLog), []api.ValueType{i32, i32, i32}, nil).Export(abi.ImportLog).
-		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(m.hostCount), []api.ValueType{i32, i32}, nil).Export(abi.ImportCount).
-		Instantiate(ctx)
+	b := m.rt.NewHostModuleBuilder(abi.ImportModule)
+	if m.lim.Grants&GrantLog != 0 {
+		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(m.hostLog), []api.ValueType{i32, i32, i32}, nil).Export(abi.ImportLog)
+	}
+	if m.lim.Grants&GrantCount != 0 {
+		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(m.hostCount), []api.ValueType{i32, i32}, nil).Export(abi.ImportCount)
+	}
+	_, err := b.Instantiate(ctx)
 	return err
 }
 

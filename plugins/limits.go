@@ -28,6 +28,10 @@ type Limits struct {
 	// RecycleAfter replaces an instance after this many calls, bounding the
 	// damage of slow leaks inside a guest.
 	RecycleAfter uint64
+	// Grants are the caphost_v1 imports the module may link (see Grants).
+	// Unlike the fields above it is never taken from the defaults: zero
+	// grants nothing.
+	Grants Grants
 }
 
 // VerifyCallTimeout is the least per-call deadline while a module is

@@ -127,19 +127,19 @@ func TestHostImports(t *testing.T) {
 		Observer: obs, CountEvents: []string{"test.allowed"},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	m := load(t, e, "echo", Limits{MaxHostCalls: 16})
+	m := load(t, e, "hostcalls", Limits{MaxHostCalls: 16, Grants: GrantLog | GrantCount})
 
 	out, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "imports", Value: []byte("me")})
 	require.NoError(t, err)
 	assert.Equal(t, "me", string(out.Payload))
 	assert.Equal(t, []string{"test.allowed"}, obs.events, "only allowlisted events reach the observer")
 	assert.Contains(t, logs.String(), `guest_msg="hello?[31m from me"`, "escape byte sanitised")
-	assert.Contains(t, logs.String(), "module=echo")
+	assert.Contains(t, logs.String(), "module=hostcalls")
 
 	_, err = m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "spam", Value: []byte("x")})
 	requireClass(t, err, ClassHostCallLimit)
 	// The host keeps serving: a fresh instance answers.
-	out, err = m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "echo", Value: []byte("again")})
+	out, err = m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "imports", Value: []byte("again")})
 	require.NoError(t, err)
 	assert.Equal(t, "again", string(out.Payload))
 }
@@ -331,7 +331,7 @@ func heapInUse() uint64 {
 func TestThousandHostileCallsStayBounded(t *testing.T) {
 	e := newEngine(t, Config{})
 	mods := hostile(t, e)
-	mods["hostcalls"] = load(t, e, "echo", Limits{PoolSize: 2})
+	mods["hostcalls"] = load(t, e, "hostcalls", Limits{PoolSize: 2, Grants: GrantCount | GrantLog})
 	// Warm up so lazily created runtime state is not counted as growth.
 	_ = encodeX(mods["trap"], "a")
 	_ = encodeX(mods["malformed"], "g")

@@ -125,7 +125,9 @@ type engine[M plugins.Guest] interface {
 }
 
 func loadIn[M plugins.Guest](ctx context.Context, e engine[M], wasm []byte) (plugins.Guest, func(context.Context) error, error) {
-	m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{CallTimeout: plugins.VerifyCallTimeout})
+	// Every import is granted: inspecting or testing a module is not serving
+	// it, and the imports are listed for the operator to grant.
+	m, err := e.Load(ctx, inspectName, wasm, plugins.Limits{CallTimeout: plugins.VerifyCallTimeout, Grants: plugins.AllGrants})
 	if err != nil {
 		_ = e.Close(ctx)
 		return nil, nil, err

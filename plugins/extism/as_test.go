@@ -35,6 +35,7 @@ func asWasm(t testing.TB) []byte {
 
 func loadAS(t testing.TB, e *Engine, lim plugins.Limits) *Module {
 	t.Helper()
+	lim.Grants = plugins.AllGrants // it imports caphost_log and caphost_count
 	m, err := e.Load(context.Background(), "rate-policy-as", asWasm(t), lim)
 	require.NoError(t, err)
 	return m

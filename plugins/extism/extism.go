@@ -29,7 +29,6 @@ package extism
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,7 +153,7 @@ var envAllowed = map[string]bool{
 
 // vet lists the module's forbidden imports and checks the signature of its
 // caphost_* exports (Extism's convention: no parameters, one i32 result).
-func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err error) {
+func vet(ctx context.Context, wasm []byte, grants plugins.Grants) (bad []string, sigErr string, err error) {
 	// The interpreter only parses and validates: listing imports this way
 	// costs no native compilation.
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
@@ -177,6 +176,10 @@ func vet(ctx context.Context, wasm []byte) (bad []string, sigErr string, err err
 		case mod == "wasi_snapshot_preview1" && wasipolicy.Allowed(fn):
 		case mod == "extism:host/env" && envAllowed[fn]:
 		case mod == HostNamespace && (fn == HostLog || fn == HostCount):
+			// caphost_<f> stands for caphost_v1.<f>; it links only if granted.
+			if why := grants.Refusal(mod+"."+fn, strings.TrimPrefix(fn, "caphost_")); why != "" {
+				bad = append(bad, why)
+			}
 		default:
 			bad = append(bad, guestio.Sanitize([]byte(mod+"."+fn), 96))
 		}
@@ -231,7 +234,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 	if closed {
 		return nil, ErrEngineClosed
 	}
-	bad, sigErr, err := vet(ctx, wasm)
+	bad, sigErr, err := vet(ctx, wasm, lim.Grants)
 	if err != nil {
 		return fail(plugins.ClassInvalidModule, "compile", err)
 	}
@@ -252,6 +255,15 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 	i64 := sdk.ValueTypeI64
 	logFn := sdk.NewHostFunctionWithStack(HostLog, m.hostLog, []sdk.ValueType{i64, i64}, nil)
 	countFn := sdk.NewHostFunctionWithStack(HostCount, m.hostCount, []sdk.ValueType{i64}, nil)
+	// Only granted host functions exist for the module (vet refused an
+	// import of any other).
+	var hostFns []sdk.HostFunction
+	if lim.Grants&plugins.GrantLog != 0 {
+		hostFns = append(hostFns, logFn)
+	}
+	if lim.Grants&plugins.GrantCount != 0 {
+		hostFns = append(hostFns, countFn)
+	}
 	manifest := sdk.Manifest{
 		Wasm: []sdk.Wasm{sdk.WasmData{Data: wasm, Name: "main"}},
 		// MaxVarBytes 0 leaves no room for plugin variables and
@@ -262,7 +274,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 	compiled, err := sdk.NewCompiledPlugin(ctx, manifest, sdk.PluginConfig{
 		EnableWasi:    true,
 		RuntimeConfig: wazero.NewRuntimeConfig().WithCompilationCache(e.cache),
-	}, []sdk.HostFunction{logFn, countFn})
+	}, hostFns)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") {
 			return fail(plugins.ClassMemory, "module declares more memory than its limit", err)
@@ -488,8 +500,8 @@ func (m *Module) newInstance(ctx context.Context) (*instance, *plugins.GuestErro
 	inst := &instance{}
 	ictx, cancel := context.WithTimeout(ctx, m.lim.InitTimeout)
 	defer cancel()
-	p, err := m.compiled.Instance(ictx, sdk.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig().
-		WithSysWalltime().WithSysNanotime().WithRandSource(crand.Reader).WithStderr(&inst.stderr)})
+	// The sandbox's clocks and entropy, as in the native flavour.
+	p, err := m.compiled.Instance(ictx, sdk.PluginInstanceConfig{ModuleConfig: wasipolicy.NewModuleConfig().WithStderr(&inst.stderr)})
 	if err != nil {
 		if m.closed() {
 			return nil, m.gerr(0, plugins.ClassClosed, "", nil)

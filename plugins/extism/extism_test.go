@@ -27,6 +27,7 @@ func requireClass(t *testing.T, err error, c plugins.Class) *plugins.GuestError 
 
 func loadExt(t testing.TB, e *Engine, name string, lim plugins.Limits) *Module {
 	t.Helper()
+	lim.Grants = plugins.AllGrants // which imports link is tested in grants_test.go
 	m, err := e.Load(context.Background(), name, th.wasm[name], lim)
 	require.NoError(t, err)
 	return m
@@ -112,7 +113,7 @@ func TestHostFunctionsAndRefusals(t *testing.T) {
 
 	// Native guests are not Extism modules: one imports caphost_v1, and
 	// every one has (ptr, len) -> i64 exports.
-	_, err = e.Load(ctx, "echo", th.wasm["echo"], plugins.Limits{})
+	_, err = e.Load(ctx, "hostcalls", th.wasm["hostcalls"], plugins.Limits{})
 	ge := requireClass(t, err, plugins.ClassForbiddenImport)
 	assert.Contains(t, ge.Detail, "caphost_v1.log")
 	_, err = e.Load(ctx, "rate-policy", th.wasm["rate-policy"], plugins.Limits{})

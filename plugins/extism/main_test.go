@@ -88,8 +88,8 @@ func loadAll() error {
 			return err
 		}
 	}
-	for _, n := range []string{"rate-policy-extism", "testguest", "wrongans-extism"} {
-		if _, err := ext.Load(ctx, n, th.wasm[n], plugins.Limits{}); err != nil {
+	for _, n := range []string{"rate-policy-extism", "testguest", "wrongans-extism", "timeleak-extism"} {
+		if _, err := ext.Load(ctx, n, th.wasm[n], plugins.Limits{Grants: plugins.AllGrants}); err != nil {
 			return err
 		}
 	}

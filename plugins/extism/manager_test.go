@@ -32,7 +32,7 @@ func TestManagerServesBothFlavours(t *testing.T) {
 	require.Equal(t, plugins.FlavourExtism, plugins.DetectFlavour(ext))
 	// Generous: the conformance suite must not meet a deadline on a loaded machine.
 	// The Extism twin imports caphost_log and caphost_count: the slot grants them.
-	require.NoError(t, mgr.Load(ctx, "rate", native, plugins.Limits{CallTimeout: 5 * time.Second}))
+	require.NoError(t, mgr.Load(ctx, "rate", native, plugins.Limits{CallTimeout: 5 * time.Second, Grants: plugins.GrantLog | plugins.GrantCount}))
 
 	req := &abi.RateSelectRequest{Route: "/orders/42", Method: "GET", APIKeyPlan: "pro", ClientIPClass: "public"}
 	var want *abi.RateSelectResponse
@@ -112,7 +112,7 @@ func TestManagerServesBothFlavours(t *testing.T) {
 func TestCloseWaitsForExtismCalls(t *testing.T) {
 	ctx := context.Background()
 	e := newExtism(t, plugins.Config{})
-	m, err := e.Load(ctx, "testguest", th.wasm["testguest"], plugins.Limits{CallTimeout: 10 * time.Second, PoolSize: 2})
+	m, err := e.Load(ctx, "testguest", th.wasm["testguest"], plugins.Limits{CallTimeout: 10 * time.Second, PoolSize: 2, Grants: plugins.GrantCount})
 	require.NoError(t, err)
 	// testguest's select of /loop never returns on its own.
 	req := &abi.RateSelectRequest{Route: "/loop", Method: "GET"}
