@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/caphost/caphost/abi"
@@ -190,6 +190,7 @@ func answered(err error) (abi.Code, bool) {
 func conformRate(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindRatePolicy
 	var failed, undeclared, nondet, unknown []string
+	var probes []probe
 	for _, method := range []string{"GET", "POST", "DELETE", "BREW"} {
 		for _, route := range []string{"/", "/orders/42", "/search/items", "/conformance/unknown/route"} {
 			for _, plan := range []string{"", "free", "pro", "enterprise", "conformance-unknown-plan"} {
@@ -219,14 +220,18 @@ func conformRate(ctx context.Context, g Guest, rep *ConformanceReport) {
 						}
 						continue
 					}
-					if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(a, b) ||
-						(err1 != nil && err1.Error() != err2.Error()) {
-						nondet = append(nondet, where)
+					if !sameAnswer(a, err1, b, err2) {
+						nondet = append(nondet, where+": call 2 differs from call 1")
+						continue
 					}
+					probes = append(probes, probe{where: where, first: a, firstErr: err1, call: func() (any, error) {
+						return RateSelect(ctx, g, req)
+					}})
 				}
 			}
 		}
 	}
+	nondet = append(nondet, repeatInterleaved(probes)[""]...)
 	rep.add(k, "select answers on the attribute matrix", failed, "")
 	rep.add(k, "select returns declared policy ids with bounded costs", undeclared, "")
 	rep.add(k, "select is deterministic", nondet, "")
@@ -325,39 +330,57 @@ func conformRegion(ctx context.Context, g Guest, rep *ConformanceReport) {
 		{{Name: "id", Value: strings.Repeat("x", abi.MaxValueBytes)}},
 		{{Name: "conformance-unknown", Value: "\u00e9\u00e8"}},
 	}
+	// Every region's inputs are repeated interleaved with every other
+	// region's; failures are reported per region.
+	type regionChecks struct{ bounded, nondet, admit, unknown []string }
+	checks := map[string]*regionChecks{}
+	var probes []probe
 	for _, r := range g.Description().Regions {
-		p := "region " + r.ID + ": "
-		var bounded, nondet, admit, unknown []string
+		c := &regionChecks{}
+		checks[r.ID] = c
+		bounded, nondet, admit, unknown := &c.bounded, &c.nondet, &c.admit, &c.unknown
 		for i, attrs := range attrSets {
 			req := &abi.CanonicalizeRequest{Region: r.ID, Attrs: attrs}
 			a, err1 := Canonicalize(ctx, g, req)
 			b, err2 := Canonicalize(ctx, g, req)
 			if _, ok := answered(err1); !ok {
-				bounded = append(bounded, fmt.Sprintf("attrs %d: %v", i, err1))
+				*bounded = append(*bounded, fmt.Sprintf("attrs %d: %v", i, err1))
 				continue
 			}
-			if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(a, b) {
-				nondet = append(nondet, fmt.Sprintf("attrs %d", i))
+			if !sameAnswer(a, err1, b, err2) {
+				*nondet = append(*nondet, fmt.Sprintf("attrs %d: call 2 differs from call 1", i))
+				continue
 			}
+			probes = append(probes, probe{group: r.ID, where: fmt.Sprintf("attrs %d", i), first: a, firstErr: err1, call: func() (any, error) {
+				return Canonicalize(ctx, g, req)
+			}})
 		}
 		for _, size := range []uint64{0, 1, uint64(r.MaxBytes), uint64(r.MaxBytes) + 1} {
 			req := &abi.AdmitRequest{Region: r.ID, SizeBytes: size, Class: "conformance", CostHintUS: 1000, LoadLatency: 5000}
 			a, err1 := Admit(ctx, g, req)
 			b, err2 := Admit(ctx, g, req)
 			if err1 != nil {
-				admit = append(admit, fmt.Sprintf("size %d: %v", size, err1))
+				*admit = append(*admit, fmt.Sprintf("size %d: %v", size, err1))
 			} else if err2 != nil || a != b {
-				nondet = append(nondet, fmt.Sprintf("admit size %d", size))
+				*nondet = append(*nondet, fmt.Sprintf("admit size %d: call 2 differs from call 1", size))
+			} else {
+				probes = append(probes, probe{group: r.ID, where: fmt.Sprintf("admit size %d", size), first: a, call: func() (any, error) {
+					return Admit(ctx, g, req)
+				}})
 			}
 		}
 		_, err := Canonicalize(ctx, g, &abi.CanonicalizeRequest{Region: "conformance.unknown-region"})
 		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
-			unknown = append(unknown, "canonicalize: got "+describeAnswer(code, ok))
+			*unknown = append(*unknown, "canonicalize: got "+describeAnswer(code, ok))
 		}
-		rep.add(k, p+"canonicalize answers bounded key parts", bounded, "")
-		rep.add(k, p+"canonicalize and admit are deterministic", nondet, "")
-		rep.add(k, p+"admit answers", admit, "")
-		rep.add(k, p+"unknown region is not-found", unknown, "")
+	}
+	later := repeatInterleaved(probes)
+	for _, r := range g.Description().Regions {
+		p, c := "region "+r.ID+": ", checks[r.ID]
+		rep.add(k, p+"canonicalize answers bounded key parts", c.bounded, "")
+		rep.add(k, p+"canonicalize and admit are deterministic", append(c.nondet, later[r.ID]...), "")
+		rep.add(k, p+"admit answers", c.admit, "")
+		rep.add(k, p+"unknown region is not-found", c.unknown, "")
 	}
 }
 
@@ -367,9 +390,15 @@ const hostileParam = `<script>alert("x")</script>&'`
 
 func conformRenderer(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindRenderer
-	for _, t := range g.Description().Templates {
-		p := fmt.Sprintf("template %s v%d: ", t.ID, t.Version)
-		var renders, escaped, bounded, nondet, unknown []string
+	// Every template's renders are repeated interleaved with every other
+	// template's; failures are reported per template.
+	type templateChecks struct{ renders, escaped, bounded, nondet, unknown []string }
+	checks := make([]*templateChecks, len(g.Description().Templates))
+	var probes []probe
+	for ti, t := range g.Description().Templates {
+		c := &templateChecks{}
+		checks[ti] = c
+		renders, escaped, bounded, nondet, unknown := &c.renders, &c.escaped, &c.bounded, &c.nondet, &c.unknown
 		params := make([]abi.Attr, 0, len(t.Params))
 		for _, name := range t.Params {
 			params = append(params, abi.Attr{Name: name, Value: hostileParam})
@@ -380,33 +409,41 @@ func conformRenderer(ctx context.Context, g Guest, rep *ConformanceReport) {
 				req := &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: loc, Channel: ch, Params: params, NowUnixMilli: 1_767_225_600_000}
 				a, err := Render(ctx, g, req)
 				if err != nil {
-					renders = append(renders, where+": "+err.Error())
+					*renders = append(*renders, where+": "+err.Error())
 					continue
 				}
 				total := 0
 				for _, part := range a.Parts {
 					total += len(part.Body)
 					if strings.HasPrefix(strings.ToLower(part.ContentType), "text/html") && bytes.Contains(part.Body, []byte("<script>")) {
-						escaped = append(escaped, where+" part "+part.Name)
+						*escaped = append(*escaped, where+" part "+part.Name)
 					}
 				}
 				if total > abi.MaxPayloadBytes {
-					bounded = append(bounded, fmt.Sprintf("%s: %d bytes", where, total))
+					*bounded = append(*bounded, fmt.Sprintf("%s: %d bytes", where, total))
 				}
-				if b, err := Render(ctx, g, req); err != nil || !reflect.DeepEqual(a, b) {
-					nondet = append(nondet, where)
+				if b, err := Render(ctx, g, req); !sameAnswer(a, nil, b, err) {
+					*nondet = append(*nondet, where+": call 2 differs from call 1")
+					continue
 				}
+				probes = append(probes, probe{group: strconv.Itoa(ti), where: where, first: a, call: func() (any, error) {
+					return Render(ctx, g, req)
+				}})
 			}
 		}
 		_, err := Render(ctx, g, &abi.RenderRequest{Template: t.ID, Version: t.Version, Locale: "conformance-unknown", Channel: t.Channels[0]})
 		if code, ok := answered(err); !ok || code != abi.CodeNotFound {
-			unknown = append(unknown, "unknown locale: got "+describeAnswer(code, ok))
+			*unknown = append(*unknown, "unknown locale: got "+describeAnswer(code, ok))
 		}
-		rep.add(k, p+"every locale and channel renders", renders, "")
-		rep.add(k, p+"parameters are escaped in HTML parts", escaped, "")
-		rep.add(k, p+"output is bounded", bounded, "")
-		rep.add(k, p+"rendering is deterministic for a fixed now", nondet, "")
-		rep.add(k, p+"unknown locale is not-found", unknown, "")
+	}
+	later := repeatInterleaved(probes)
+	for ti, t := range g.Description().Templates {
+		p, c := fmt.Sprintf("template %s v%d: ", t.ID, t.Version), checks[ti]
+		rep.add(k, p+"every locale and channel renders", c.renders, "")
+		rep.add(k, p+"parameters are escaped in HTML parts", c.escaped, "")
+		rep.add(k, p+"output is bounded", c.bounded, "")
+		rep.add(k, p+"rendering is deterministic for a fixed now", append(c.nondet, later[strconv.Itoa(ti)]...), "")
+		rep.add(k, p+"unknown locale is not-found", c.unknown, "")
 	}
 	_, err := Render(ctx, g, &abi.RenderRequest{Template: "conformance.unknown-template", Version: 1, Locale: "en", Channel: "email"})
 	var unknown []string

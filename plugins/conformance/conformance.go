@@ -4,11 +4,14 @@
 // round trip, readable and unknown versions, garbage is corrupt; cache-region:
 // bounded, deterministic key parts and admission; renderer: every declared
 // template, locale and channel renders, HTML parts escape parameters, output
-// is bounded). The checks are implemented in package plugins, whose hot-swap
-// Manager runs them before every swap; this package is the entry point for
-// tools (`caphost guest test`, selftestpack) and takes a plugins.Guest, so a
-// module of either flavour (native *plugins.Module, Extism *extism.Module)
-// runs the same suite. New checks are added in plugins/manager_conformance.go.
+// is bounded). Determinism is checked on repeated, interleaved inputs, every
+// answer against the input's first (plugins/determinism.go; ABI.md §2 says
+// what that can and cannot detect). The checks are implemented in package
+// plugins, whose hot-swap Manager runs them before every swap; this package
+// is the entry point for tools (`caphost guest test`, selftestpack) and
+// takes a plugins.Guest, so a module of either flavour (native
+// *plugins.Module, Extism *extism.Module) runs the same suite. New checks are
+// added in plugins/manager_conformance.go.
 package conformance
 
 import (

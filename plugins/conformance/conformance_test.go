@@ -149,3 +149,27 @@ func TestWrongGuestFailsPrecisely(t *testing.T) {
 	_, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: "/", Method: "GET", APIKeyPlan: "pro"})
 	require.NoError(t, err)
 }
+
+// kthcall answers an input alike when asked twice in a row, and differently
+// on that input's third call when another input came between: a check made
+// of back-to-back pairs accepts it. The suite repeats every input
+// interleaved with the others and compares every answer with the first, so
+// it fails the determinism check, and only that check.
+func TestInterleavedNondeterminismIsRefused(t *testing.T) {
+	ctx := context.Background()
+	// The guest's behaviour, shown on a module of its own.
+	m := load(t, "kthcall")
+	sel := func(route string) uint32 {
+		r, err := m.RateSelect(ctx, &abi.RateSelectRequest{Route: route, Method: "GET"})
+		require.NoError(t, err)
+		return r.Selections[0].Cost
+	}
+	assert.Equal(t, []uint32{1, 1}, []uint32{sel("/"), sel("/")}, "a back-to-back pair agrees")
+	sel("/other")
+	assert.Equal(t, uint32(2), sel("/"), "the third call after another input differs")
+
+	rep := conformance.Run(ctx, load(t, "kthcall"))
+	conformancetest.ExactFailures(t, rep, map[string]conformancetest.Failure{
+		"select is deterministic": {Kind: abi.KindRatePolicy, Detail: []string{": call 3 differs from call 1", "and 92 more"}},
+	})
+}

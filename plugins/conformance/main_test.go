@@ -13,7 +13,7 @@ import (
 	"github.com/caphost/caphost/plugins"
 )
 
-// The reference guests and the wrong-answer guest are built once per test
+// The reference guests and the hostile test guests are built once per test
 // binary. Under -race wazero compiles a Go guest very slowly, so a non-race
 // run of this package's test binary (warm-up mode) first compiles them into
 // the cache every test engine uses.
@@ -23,6 +23,7 @@ var testGuests = map[string]string{
 	"rate-policy":  "guests/rate-policy",
 	"renderer":     "guests/renderer",
 	"wrongans":     "testdata/guests/wrongans",
+	"kthcall":      "plugins/conformance/testdata/guests/kthcall",
 }
 
 type harness struct {
