@@ -18,6 +18,14 @@ import (
 	"github.com/caphost/caphost/plugins/internal/wasipolicy"
 )
 
+// EngineVersion is the version of the WebAssembly engine every Engine runs
+// guests on: the wazero release under third_party/wazero with the suffix of
+// caphost's patches (for example v1.12.0-caphost.2), which need not be what
+// a program that embeds caphost requires of upstream wazero. It also names
+// the on-disk compilation cache (Config.CacheDir), so code compiled by
+// another engine is never read.
+const EngineVersion = wazero.Version
+
 // Config configures an Engine.
 type Config struct {
 	// CacheDir holds compiled code across processes; "" keeps it in memory.
@@ -158,9 +166,12 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	// Close-on-context-done compiles the termination check into every loop
 	// header; the watchdog relies on it. The replaced wazero makes it an
 	// inline test (third_party/wazero/CAPHOST.md).
+	// The call stack limit (a patch of the same wazero) bounds what one
+	// call can make the host allocate besides linear memory.
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
 		WithMemoryLimitPages(lim.MemoryPages).
+		WithCallStackLimitBytes(uint32(lim.MaxStackBytes)).
 		WithCloseOnContextDone(true))
 	ok := false
 	defer func() {
@@ -177,6 +188,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		}
 		return fail(ClassInvalidModule, "compile", err)
 	}
+	// From here on, closing the runtime (a refused candidate, or
+	// Module.Close) also releases the machine code.
+	rt = &runtimeWithCode{Runtime: rt, code: compiled}
 	if bad := forbiddenImports(compiled, lim.Grants); len(bad) > 0 {
 		return fail(ClassForbiddenImport, strings.Join(bad, ", "), nil)
 	}
@@ -218,6 +232,34 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	e.mu.Unlock()
 	ok = true
 	return m, nil
+}
+
+// runtimeWithCode is a module's runtime that also releases the module's
+// compiled code when it is closed. Runtimes share the engine's compilation
+// cache, whose compiler keeps a module's machine code (about 11 MiB for a Go
+// guest, mapped executable outside the Go heap) until every CompileModule of
+// it is matched by a CompiledModule.Close; closing the runtime alone closes
+// its instances but never the code it compiled, so every distinct module the
+// engine ever saw stayed mapped. Once both are closed and the instances are
+// unreachable, wazero unmaps the code from a finalizer.
+type runtimeWithCode struct {
+	wazero.Runtime
+	code wazero.CompiledModule
+	// once: the code's Close drops a reference count shared by every
+	// runtime that compiled the same bytes, so it must run exactly once.
+	once sync.Once
+}
+
+// Close closes the runtime, then releases the code.
+func (r *runtimeWithCode) Close(ctx context.Context) error {
+	return r.CloseWithExitCode(ctx, 0)
+}
+
+// CloseWithExitCode closes the runtime with exitCode, then releases the code.
+func (r *runtimeWithCode) CloseWithExitCode(ctx context.Context, exitCode uint32) error {
+	err := r.Runtime.CloseWithExitCode(ctx, exitCode)
+	r.once.Do(func() { err = errors.Join(err, r.code.Close(ctx)) })
+	return err
 }
 
 func forbiddenImports(cm wazero.CompiledModule, grants Grants) []string {

@@ -28,6 +28,12 @@ type Limits struct {
 	// RecycleAfter replaces an instance after this many calls, bounding the
 	// damage of slow leaks inside a guest.
 	RecycleAfter uint64
+	// MaxStackBytes caps the Wasm call stack of one call, which the engine
+	// allocates on the host's heap outside linear memory: a call that needs
+	// more fails (ClassTrap, "stack overflow"). A call holds at most this
+	// much, plus half of it while the stack is copied to its last size; each
+	// export of an instance keeps the stack its calls grew for the next one.
+	MaxStackBytes int
 	// Grants are the caphost_v1 imports the module may link (see Grants).
 	// Unlike the fields above it is never taken from the defaults: zero
 	// grants nothing.
@@ -49,6 +55,9 @@ func DefaultLimits() Limits {
 		MaxHostCalls:   64,
 		PoolSize:       4,
 		RecycleAfter:   1_000_000,
+		// A Go guest's recursion about 30,000 deep fits (measured:
+		// TestGoRecursionWithinTheStackLimit).
+		MaxStackBytes: 1 << 20,
 	}
 }
 
@@ -63,6 +72,7 @@ func HardCaps() Limits {
 		MaxHostCalls:   10_000,
 		PoolSize:       256,
 		RecycleAfter:   1 << 40,
+		MaxStackBytes:  64 << 20,
 	}
 }
 
@@ -94,6 +104,9 @@ func (l Limits) withDefaults(d Limits) Limits {
 	if l.RecycleAfter == 0 {
 		l.RecycleAfter = d.RecycleAfter
 	}
+	if l.MaxStackBytes == 0 {
+		l.MaxStackBytes = d.MaxStackBytes
+	}
 	return l
 }
 
@@ -112,6 +125,7 @@ func (l Limits) check(c Limits) error {
 	over("max-output-bytes", int64(l.MaxOutputBytes), int64(c.MaxOutputBytes))
 	over("max-host-calls", int64(l.MaxHostCalls), int64(c.MaxHostCalls))
 	over("pool-size", int64(l.PoolSize), int64(c.PoolSize))
+	over("max-stack-bytes", int64(l.MaxStackBytes), int64(c.MaxStackBytes))
 	if l.RecycleAfter == 0 || l.RecycleAfter > c.RecycleAfter {
 		errs = append(errs, fmt.Errorf("%w: recycle-after=%d not in 1..%d", ErrLimitExceedsCap, l.RecycleAfter, c.RecycleAfter))
 	}

@@ -109,6 +109,9 @@ func (m *Module) Close(ctx context.Context) error {
 			m.tokens <- struct{}{}
 		}
 		err = m.rt.Close(ctx)
+		// A closed Module may stay referenced (a caller's variable, an old
+		// generation's record): its instances must not pin their code.
+		m.live.Clear()
 		m.eng.mu.Lock()
 		delete(m.eng.modules, m)
 		m.eng.mu.Unlock()

@@ -272,8 +272,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim plugins
 		Timeout: uint64(max(lim.CallTimeout.Milliseconds(), 1)),
 	}
 	compiled, err := sdk.NewCompiledPlugin(ctx, manifest, sdk.PluginConfig{
-		EnableWasi:    true,
-		RuntimeConfig: wazero.NewRuntimeConfig().WithCompilationCache(e.cache),
+		EnableWasi: true,
+		// The call stack bound of the native flavour (Limits.MaxStackBytes).
+		RuntimeConfig: wazero.NewRuntimeConfig().WithCompilationCache(e.cache).
+			WithCallStackLimitBytes(uint32(lim.MaxStackBytes)),
 	}, hostFns)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") {
