@@ -219,6 +219,7 @@ func limitsOf(l policy.GuestLimits, grants []string) plugins.Limits {
 		MaxHostCalls:   l.MaxHostCalls,
 		PoolSize:       l.PoolSize,
 		RecycleAfter:   uint64(max(l.RecycleAfter, 0)),
+		MaxStackBytes:  l.MaxStackBytes,
 	}
 }
 

@@ -20,10 +20,12 @@ func TestConfigCapsWithinEngineCaps(t *testing.T) {
 	assert.LessOrEqual(t, policy.GuestMaxHostCalls, h.MaxHostCalls)
 	assert.LessOrEqual(t, policy.GuestMaxPoolSize, h.PoolSize)
 	assert.LessOrEqual(t, uint64(policy.GuestMaxRecycleAfter), h.RecycleAfter)
+	assert.LessOrEqual(t, policy.GuestMaxStackBytes, h.MaxStackBytes)
 	max := Limits{
 		MemoryPages: uint32(policy.GuestMaxMemoryPages), CallTimeout: policy.GuestMaxCallTimeout,
 		MaxInputBytes: policy.GuestMaxIOBytes, MaxOutputBytes: policy.GuestMaxIOBytes,
 		MaxHostCalls: policy.GuestMaxHostCalls, PoolSize: policy.GuestMaxPoolSize, RecycleAfter: uint64(policy.GuestMaxRecycleAfter),
+		MaxStackBytes: policy.GuestMaxStackBytes,
 	}
 	assert.NoError(t, max.withDefaults(DefaultLimits()).check(h))
 }

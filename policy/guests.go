@@ -50,6 +50,7 @@ type GuestLimits struct {
 	MaxHostCalls   int           // host-function calls per invocation
 	PoolSize       int           // live instances
 	RecycleAfter   int           // calls before an instance is replaced
+	MaxStackBytes  int           // Wasm call stack of one call, outside linear memory
 }
 
 // SecurityConfig is the `security` block.
@@ -81,6 +82,11 @@ const (
 	// GuestMaxRecycleAfter only keeps the value inside 32 bits; any
 	// positive count is meaningful.
 	GuestMaxRecycleAfter = 1<<31 - 1
+	// GuestMinStackBytes and GuestMaxStackBytes bound max-stack-bytes: below
+	// 64 KiB a Go guest's runtime cannot start; above 16 MiB one module's
+	// pool of overflowing calls would cost the host more than its memory.
+	GuestMinStackBytes = 64 << 10
+	GuestMaxStackBytes = 16 << 20
 )
 
 // Guest grants: the closed set of host imports a module may be granted.
@@ -216,6 +222,9 @@ func (l GuestLimits) problems(ps *Problems, path string) {
 	in("max-host-calls", l.MaxHostCalls, GuestMaxHostCalls, "")
 	in("pool-size", l.PoolSize, GuestMaxPoolSize, "")
 	in("recycle-after", l.RecycleAfter, GuestMaxRecycleAfter, "")
+	if l.MaxStackBytes < GuestMinStackBytes || l.MaxStackBytes > GuestMaxStackBytes {
+		ps.Add(path+".max-stack-bytes", RuleGuestsLimits, "must be in %d..%d (bytes)", GuestMinStackBytes, GuestMaxStackBytes)
+	}
 }
 
 func grantProblems(ps *Problems, path string, grants []string) {

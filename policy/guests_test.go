@@ -10,7 +10,7 @@ import (
 )
 
 func validLimits() GuestLimits {
-	return GuestLimits{MemoryPages: 256, CallTimeout: 50 * time.Millisecond, MaxInputBytes: 65536, MaxOutputBytes: 65536, MaxHostCalls: 64, PoolSize: 4, RecycleAfter: 100000}
+	return GuestLimits{MemoryPages: 256, CallTimeout: 50 * time.Millisecond, MaxInputBytes: 65536, MaxOutputBytes: 65536, MaxHostCalls: 64, PoolSize: 4, RecycleAfter: 100000, MaxStackBytes: 1 << 20}
 }
 
 func validGuests() (GuestsConfig, SecurityConfig) {
@@ -25,7 +25,7 @@ func TestValidGuestsHaveNoProblems(t *testing.T) {
 	g, s := validGuests()
 	require.NoError(t, ValidateGuests(g, s))
 	require.NoError(t, ValidateGuests(GuestsConfig{}, SecurityConfig{}), "no guests at all is fine")
-	l := GuestLimits{MemoryPages: GuestMaxMemoryPages, CallTimeout: GuestMaxCallTimeout, MaxInputBytes: GuestMaxIOBytes, MaxOutputBytes: GuestMaxIOBytes, MaxHostCalls: GuestMaxHostCalls, PoolSize: GuestMaxPoolSize, RecycleAfter: 1}
+	l := GuestLimits{MemoryPages: GuestMaxMemoryPages, CallTimeout: GuestMaxCallTimeout, MaxInputBytes: GuestMaxIOBytes, MaxOutputBytes: GuestMaxIOBytes, MaxHostCalls: GuestMaxHostCalls, PoolSize: GuestMaxPoolSize, RecycleAfter: 1, MaxStackBytes: GuestMaxStackBytes}
 	g.Modules["codec"] = GuestModule{Path: "/c.wasm", SHA256: strings.Repeat("c", 64), Signature: "/c.sig", Limits: l}
 	require.NoError(t, ValidateGuests(g, s), "caps are inclusive")
 }
@@ -76,6 +76,7 @@ func TestGuestProblemsPerRule(t *testing.T) {
 		"max-host-calls":   func(l *GuestLimits) { l.MaxHostCalls = GuestMaxHostCalls + 1 },
 		"pool-size":        func(l *GuestLimits) { l.PoolSize = GuestMaxPoolSize + 1 },
 		"recycle-after":    func(l *GuestLimits) { l.RecycleAfter = 0 },
+		"max-stack-bytes":  func(l *GuestLimits) { l.MaxStackBytes = GuestMinStackBytes - 1 },
 	}
 	for key, f := range limitCases {
 		cases = append(cases, struct {

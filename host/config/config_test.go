@@ -431,7 +431,7 @@ func TestDocsListEveryRuleAndDefault(t *testing.T) {
 		fmt.Sprintf("| memory-pages | %d |", g.MemoryPages), fmt.Sprintf("| call-timeout | %s |", g.CallTimeout),
 		fmt.Sprintf("| max-input-bytes | %d |", g.MaxInputBytes), fmt.Sprintf("| max-output-bytes | %d |", g.MaxOutputBytes),
 		fmt.Sprintf("| max-host-calls | %d |", g.MaxHostCalls), fmt.Sprintf("| pool-size | %d |", g.PoolSize),
-		fmt.Sprintf("| recycle-after | %d |", g.RecycleAfter),
+		fmt.Sprintf("| recycle-after | %d |", g.RecycleAfter), fmt.Sprintf("| max-stack-bytes | %d |", g.MaxStackBytes),
 	} {
 		assert.Contains(t, string(doc), row, "guest limit default table out of date")
 	}

@@ -27,6 +27,7 @@ func DefaultGuestLimits() policy.GuestLimits {
 		MaxHostCalls:   64,
 		PoolSize:       4,
 		RecycleAfter:   100_000,
+		MaxStackBytes:  1 << 20,
 	}
 }
 
@@ -76,13 +77,14 @@ func (d *decoder) guests(g map[string]any, out *policy.GuestsConfig) {
 }
 
 func (d *decoder) guestLimits(p string, l map[string]any, out *policy.GuestLimits) {
-	d.Known(p, l, "call-timeout", "max-host-calls", "max-input-bytes", "max-output-bytes", "memory-pages", "pool-size", "recycle-after")
+	d.Known(p, l, "call-timeout", "max-host-calls", "max-input-bytes", "max-output-bytes", "max-stack-bytes", "memory-pages", "pool-size", "recycle-after")
 	ints := []struct {
 		key string
 		dst *int
 	}{
 		{"memory-pages", &out.MemoryPages}, {"max-input-bytes", &out.MaxInputBytes}, {"max-output-bytes", &out.MaxOutputBytes},
 		{"max-host-calls", &out.MaxHostCalls}, {"pool-size", &out.PoolSize}, {"recycle-after", &out.RecycleAfter},
+		{"max-stack-bytes", &out.MaxStackBytes},
 	}
 	for _, f := range ints {
 		if v, ok := d.Int(p+"."+f.key, l[f.key]); ok {

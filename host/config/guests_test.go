@@ -32,7 +32,7 @@ func TestGuestsModel(t *testing.T) {
 	rate := cfg.Guests.Modules["rate-tiers"]
 	assert.Equal(t, policy.GuestModule{
 		Name: "rate-tiers", Path: filepath.Join(abs, "rate.wasm"), SHA256: ratePin, Signature: filepath.Join(abs, "rate.wasm.sig"),
-		Limits: policy.GuestLimits{MemoryPages: 128, CallTimeout: 50 * time.Millisecond, MaxInputBytes: 65536, MaxOutputBytes: 65536, MaxHostCalls: 32, PoolSize: 8, RecycleAfter: 100000},
+		Limits: policy.GuestLimits{MemoryPages: 128, CallTimeout: 50 * time.Millisecond, MaxInputBytes: 65536, MaxOutputBytes: 65536, MaxHostCalls: 32, PoolSize: 8, RecycleAfter: 100000, MaxStackBytes: 2 << 20},
 		Grants: []string{"log", "count"},
 	}, rate)
 	codec := cfg.Guests.Modules["codec"]
