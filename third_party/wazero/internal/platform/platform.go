@@ -4,8 +4,8 @@ package platform
 import (
 	"runtime"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/experimental"
 )
 
 // CompilerSupported includes constraints here and also the assembler.

@@ -5,10 +5,10 @@ import (
 	"io/fs"
 	"net"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
-	"github.com/tetratelabs/wazero/internal/descriptor"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
-	"github.com/tetratelabs/wazero/internal/sysfs"
+	"github.com/caphost/caphost/third_party/wazero/experimental/sys"
+	"github.com/caphost/caphost/third_party/wazero/internal/descriptor"
+	socketapi "github.com/caphost/caphost/third_party/wazero/internal/sock"
+	"github.com/caphost/caphost/third_party/wazero/internal/sysfs"
 )
 
 const (

@@ -6,8 +6,8 @@ import (
 	"net"
 	"syscall"
 
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
+	experimentalsys "github.com/caphost/caphost/third_party/wazero/experimental/sys"
+	socketapi "github.com/caphost/caphost/third_party/wazero/internal/sock"
 )
 
 // MSG_PEEK is a filler value.

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
+	"github.com/caphost/caphost/third_party/wazero/experimental/sys"
+	socketapi "github.com/caphost/caphost/third_party/wazero/internal/sock"
 )
 
 const (

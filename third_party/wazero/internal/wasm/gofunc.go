@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/tetratelabs/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/api"
 )
 
 type paramsKind byte

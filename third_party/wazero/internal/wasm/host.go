@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/wasmdebug"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasmdebug"
 )
 
 type HostFuncExporter interface {

@@ -12,16 +12,16 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/frontend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
-	"github.com/tetratelabs/wazero/internal/filecache"
-	"github.com/tetratelabs/wazero/internal/platform"
-	"github.com/tetratelabs/wazero/internal/version"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/experimental"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/frontend"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/filecache"
+	"github.com/caphost/caphost/third_party/wazero/internal/platform"
+	"github.com/caphost/caphost/third_party/wazero/internal/version"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasm"
 )
 
 type (

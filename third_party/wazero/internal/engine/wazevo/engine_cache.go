@@ -10,15 +10,15 @@ import (
 	"io"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
-	"github.com/tetratelabs/wazero/internal/filecache"
-	"github.com/tetratelabs/wazero/internal/platform"
-	"github.com/tetratelabs/wazero/internal/u32"
-	"github.com/tetratelabs/wazero/internal/u64"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/caphost/caphost/third_party/wazero/experimental"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/filecache"
+	"github.com/caphost/caphost/third_party/wazero/internal/platform"
+	"github.com/caphost/caphost/third_party/wazero/internal/u32"
+	"github.com/caphost/caphost/third_party/wazero/internal/u64"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasm"
 )
 
 var crc = crc32.MakeTable(crc32.Castagnoli)

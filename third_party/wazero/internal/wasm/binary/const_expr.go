@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/internal/ieee754"
-	"github.com/tetratelabs/wazero/internal/leb128"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/experimental"
+	"github.com/caphost/caphost/third_party/wazero/internal/ieee754"
+	"github.com/caphost/caphost/third_party/wazero/internal/leb128"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasm"
 )
 
 func decodeConstantExpression(r *bytes.Reader, enabledFeatures api.CoreFeatures, ret *wasm.ConstantExpression) error {

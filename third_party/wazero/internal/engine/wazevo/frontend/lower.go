@@ -8,11 +8,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
-	"github.com/tetratelabs/wazero/internal/leb128"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/leb128"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasm"
 )
 
 type (

@@ -14,7 +14,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
 )
 
 // NewAllocator returns a new Allocator.

@@ -3,8 +3,8 @@ package amd64
 import (
 	"fmt"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/ssa"
 )
 
 var swizzleMask = [16]byte{

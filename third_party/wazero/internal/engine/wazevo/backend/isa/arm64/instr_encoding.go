@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
 )
 
 // Encode implements backend.Machine Encode.

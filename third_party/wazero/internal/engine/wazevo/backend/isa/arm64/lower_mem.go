@@ -3,9 +3,9 @@ package arm64
 import (
 	"fmt"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/wazevoapi"
 )
 
 type (

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/caphost/caphost/third_party/wazero/internal/engine/wazevo/backend/regalloc"
 )
 
 // Arm64-specific registers.

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/internal/wasmdebug"
+	"github.com/caphost/caphost/third_party/wazero/internal/wasmdebug"
 )
 
 // UnwindStack implements wazevo.unwindStack.
