@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/caphost/caphost/third_party/wazero"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins/internal/guestio"

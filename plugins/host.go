@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tetratelabs/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/api"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins/internal/guestio"

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tetratelabs/wazero"
+	"github.com/caphost/caphost/third_party/wazero"
 )
 
 // Guest binaries are built once per test binary (go's build cache makes

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero"
+	"github.com/caphost/caphost/third_party/wazero/api"
 
 	"github.com/caphost/caphost/plugins/internal/guestio"
 )

@@ -98,7 +98,7 @@ func (c class) has(path string) bool {
 
 func thirdParty() (goRedis, wasm, koanfProm, yaml, cobra class) {
 	goRedis = class{"go-redis", []string{"github.com/redis/go-redis"}}
-	wasm = class{"wazero/extism/go-plugin", []string{"github.com/tetratelabs/wazero", "github.com/extism", "github.com/hashicorp/go-plugin"}}
+	wasm = class{"wazero/extism/go-plugin", []string{"github.com/caphost/caphost/third_party/wazero", "github.com/extism", "github.com/hashicorp/go-plugin"}}
 	koanfProm = class{"koanf/client_golang", []string{"github.com/knadh/koanf", "github.com/prometheus/client_golang"}}
 	yaml = class{"yaml", []string{"go.yaml.in/yaml", "gopkg.in/yaml.v3", "gopkg.in/yaml.v2"}}
 	cobra = class{"cobra", []string{"github.com/spf13/cobra", "github.com/spf13/pflag"}}
@@ -303,7 +303,7 @@ func TestImportTableCatchesViolations(t *testing.T) {
 		"plugins -> runtime/keys",
 		"plugins -> github.com/redis/go-redis/v9",
 		"host -> cmd/caphost",
-		"host -> github.com/tetratelabs/wazero",
+		"host -> github.com/caphost/caphost/third_party/wazero",
 		"guests/bad -> runtime/keys",
 		"cmd/caphost -> runtime/keys",
 		"runtime/keys -> github.com/knadh/koanf/v2",
@@ -323,7 +323,7 @@ func TestExtismGuestRule(t *testing.T) {
 	pkgs := map[string]listedPackage{
 		mod + "/guests/rate-extism": {ImportPath: mod + "/guests/rate-extism", Imports: []string{"github.com/extism/go-pdk", mod + "/abi"}},
 		mod + "/guests/rate":        {ImportPath: mod + "/guests/rate", Imports: []string{"github.com/extism/go-pdk"}},
-		mod + "/guests/x-extism":    {ImportPath: mod + "/guests/x-extism", Imports: []string{"github.com/extism/go-sdk", "github.com/tetratelabs/wazero"}},
+		mod + "/guests/x-extism":    {ImportPath: mod + "/guests/x-extism", Imports: []string{"github.com/caphost/caphost/third_party/extism", "github.com/caphost/caphost/third_party/wazero"}},
 		"github.com/extism/go-pdk":  {ImportPath: "github.com/extism/go-pdk"},
 	}
 	var got []string
@@ -334,9 +334,9 @@ func TestExtismGuestRule(t *testing.T) {
 	require.Equal(t, []string{
 		"guests/rate -> github.com/extism/go-pdk",
 		"guests/rate -> github.com/extism/go-pdk",
-		"guests/x-extism -> github.com/extism/go-sdk",
-		"guests/x-extism -> github.com/extism/go-sdk",
-		"guests/x-extism -> github.com/tetratelabs/wazero",
-		"guests/x-extism -> github.com/tetratelabs/wazero",
+		"guests/x-extism -> github.com/caphost/caphost/third_party/extism",
+		"guests/x-extism -> github.com/caphost/caphost/third_party/extism",
+		"guests/x-extism -> github.com/caphost/caphost/third_party/wazero",
+		"guests/x-extism -> github.com/caphost/caphost/third_party/wazero",
 	}, got)
 }

@@ -38,10 +38,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	sdk "github.com/extism/go-sdk"
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/sys"
+	sdk "github.com/caphost/caphost/third_party/extism"
+	"github.com/caphost/caphost/third_party/wazero"
+	"github.com/caphost/caphost/third_party/wazero/api"
+	"github.com/caphost/caphost/third_party/wazero/sys"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	sdk "github.com/extism/go-sdk"
+	sdk "github.com/caphost/caphost/third_party/extism"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"

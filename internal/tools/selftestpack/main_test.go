@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caphost/caphost/third_party/wazero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/tetratelabs/wazero"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/internal/tools/selftestpack/vectors"

@@ -35,7 +35,7 @@
 // describe.
 package wasipolicy
 
-import "github.com/tetratelabs/wazero"
+import "github.com/caphost/caphost/third_party/wazero"
 
 // allowed lists the WASI functions a module may import: what the Go runtime
 // and io-using packages link (clock, random, stdio, exit, yield, and the
