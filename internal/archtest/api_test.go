@@ -69,7 +69,7 @@ func apiExceptions() map[string]string {
 
 // checkAPI parses every non-test .go file under root, skipping testdata,
 // internal packages (not importable from outside the module), hidden and
-// vendor directories and nested modules, and reports signatures that take a
+// vendor directories, third_party and nested modules, and reports signatures that take a
 // raw command: `...any`, `[]any`, or a string/[]byte(-slice) parameter named
 // like a key, command, script or argument list.
 func checkAPI(root string) ([]apiViolation, error) {
@@ -88,6 +88,9 @@ func checkAPI(root string) ([]apiViolation, error) {
 				}
 				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
 					return filepath.SkipDir // a separate module (e.g. bench/) is not caphost's API
+				}
+				if path == filepath.Join(root, "third_party") {
+					return filepath.SkipDir // upstream code (wazero, Extism SDK) under caphost's path, like vendor
 				}
 			}
 			return nil
