@@ -235,3 +235,16 @@ func codeBodies(wasm []byte) [][]byte {
 	}
 	return bodies
 }
+
+// WithCustomSection returns a copy of wasm with a custom section (id 0:
+// name, then payload) appended; custom sections may come after every other
+// section, and nothing reads this one. Tests use it to make distinct
+// modules (another digest, another wazero module ID) that compile to the
+// same code.
+func WithCustomSection(wasm []byte, name string, payload []byte) []byte {
+	body := binary.AppendUvarint(nil, uint64(len(name)))
+	body = append(append(body, name...), payload...)
+	out := append(slices.Clip(wasm), 0)
+	out = binary.AppendUvarint(out, uint64(len(body)))
+	return append(out, body...)
+}
