@@ -264,7 +264,10 @@ func hostile(t testing.TB, e *Engine) map[string]*Module {
 	// Only the infinite loop gets a short deadline: filling memory or
 	// building a 900 KiB answer takes a Go guest 100+ ms on a loaded machine
 	// (more under -race), and those failures must be the limit under test.
-	lim := Limits{CallTimeout: 5 * time.Second, MemoryPages: 256, MaxOutputBytes: 64 << 10, PoolSize: 2}
+	// A replaced instance's _initialize gets the engine's cap too: on a
+	// loaded machine under -race it has taken more than the 5 s default,
+	// which turned a memory failure into a deadline.
+	lim := Limits{CallTimeout: 5 * time.Second, InitTimeout: HardCaps().InitTimeout, MemoryPages: 256, MaxOutputBytes: 64 << 10, PoolSize: 2}
 	mods := map[string]*Module{}
 	for _, n := range []string{"loop", "membomb", "trap", "hugeout", "malformed", "echo"} {
 		l := lim
