@@ -48,6 +48,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/caphost/caphost/runtime/keys"
 )
 
 // Strategy identifies the jitter algorithm; a policy compiler folds it into
@@ -142,8 +144,14 @@ func (p Policy) apply(draw uint64, ttlMs uint64) uint64 {
 }
 
 // Jitter returns key's jittered ttl under p: deterministic, in
-// [max(ttl − ⌊ttl×Spread⌋, Min), ttl], whole milliseconds.
-func (p Policy) Jitter(key []byte, ttl time.Duration) (time.Duration, error) {
+// [max(ttl − ⌊ttl×Spread⌋, Min), ttl], whole milliseconds. The draw is
+// over the entry's rendered Redis key, which carries the region generation,
+// so one logical key is jittered afresh in every generation.
+func (p Policy) Jitter(key keys.Key, ttl time.Duration) (time.Duration, error) {
+	return p.jitter([]byte(key.Redis()), ttl)
+}
+
+func (p Policy) jitter(key []byte, ttl time.Duration) (time.Duration, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
@@ -167,7 +175,11 @@ type Plan struct {
 // Plan computes the expiries of key written at writtenAt with the region's
 // soft TTL (0: none) and hard TTL. One draw jitters both, so soft ≤ hard
 // holds after jitter; both obey Min.
-func (p Policy) Plan(key []byte, writtenAt time.Time, soft, hard time.Duration) (Plan, error) {
+func (p Policy) Plan(key keys.Key, writtenAt time.Time, soft, hard time.Duration) (Plan, error) {
+	return p.plan([]byte(key.Redis()), writtenAt, soft, hard)
+}
+
+func (p Policy) plan(key []byte, writtenAt time.Time, soft, hard time.Duration) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/cache/expiry"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
 )
 
 var (
@@ -35,13 +37,13 @@ func TestJitterGolden(t *testing.T) {
 		"":       57292 * time.Millisecond,
 	}
 	for k, w := range want {
-		got, err := pol.Jitter([]byte(k), time.Minute)
+		got, err := pol.JitterBytes([]byte(k), time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, w, got, "key %q", k)
 	}
 	other := pol
 	other.Revision = "region-items@r8"
-	got, err := other.Jitter([]byte("item:1"), time.Minute)
+	got, err := other.JitterBytes([]byte("item:1"), time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, 50494*time.Millisecond, got, "another revision, another draw")
 	assert.Equal(t, "downward-uniform/sha256-revision-key/ppm/v1", expiry.Strategy)
@@ -58,13 +60,13 @@ func TestJitterDistribution(t *testing.T) {
 	other := pol
 	other.Revision = "region-items@r8"
 	for i := 0; i < n; i++ {
-		d, err := pol.Jitter(key(i), ttl)
+		d, err := pol.JitterBytes(key(i), ttl)
 		require.NoError(t, err)
 		require.True(t, d >= lo && d <= hi, "key %d: %v", i, d)
 		require.Zero(t, d%time.Millisecond)
-		again, _ := pol.Jitter(key(i), ttl)
+		again, _ := pol.JitterBytes(key(i), ttl)
 		require.Equal(t, d, again, "deterministic")
-		if o, _ := other.Jitter(key(i), ttl); o != d {
+		if o, _ := other.JitterBytes(key(i), ttl); o != d {
 			changed++
 		}
 		sum += d.Seconds()
@@ -88,14 +90,14 @@ func TestJitterBounds(t *testing.T) {
 	zero := pol
 	zero.Spread = 0
 	for i := 0; i < 100; i++ {
-		d, err := zero.Jitter(key(i), time.Minute)
+		d, err := zero.JitterBytes(key(i), time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, time.Minute, d, "spread 0 is the configured ttl")
 	}
 	wide := expiry.Policy{Revision: "r", Spread: 0.9, Min: time.Second}
 	atMin := 0
 	for i := 0; i < 1000; i++ {
-		d, err := wide.Jitter(key(i), 2*time.Second)
+		d, err := wide.JitterBytes(key(i), 2*time.Second)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, d, time.Second, "never below the hard minimum")
 		assert.LessOrEqual(t, d, 2*time.Second)
@@ -104,11 +106,11 @@ func TestJitterBounds(t *testing.T) {
 		}
 	}
 	assert.Greater(t, atMin, 300, "draws below the minimum are clamped to it")
-	d, err := pol.Jitter(key(1), time.Second)
+	d, err := pol.JitterBytes(key(1), time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, d, "ttl = min")
 	near := expiry.Policy{Revision: "r", Spread: math.Nextafter(1, 0), Min: time.Millisecond}
-	d, err = near.Jitter(key(1), time.Hour)
+	d, err = near.JitterBytes(key(1), time.Hour)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, d, time.Millisecond)
 }
@@ -136,7 +138,7 @@ func TestValidation(t *testing.T) {
 		{pol, expiry.MaxTTL + time.Millisecond, expiry.TTLTooLong},
 	}
 	for _, c := range cases {
-		_, err := c.p.Jitter(key(1), c.ttl)
+		_, err := c.p.JitterBytes(key(1), c.ttl)
 		var e *expiry.Error
 		require.ErrorAs(t, err, &e, "%+v %v", c.p, c.ttl)
 		assert.Equal(t, c.want, e.Reason)
@@ -148,13 +150,13 @@ func TestValidation(t *testing.T) {
 			}
 		}
 	}
-	_, err := pol.Plan(key(1), t0, 2*time.Minute, time.Minute)
+	_, err := pol.PlanBytes(key(1), t0, 2*time.Minute, time.Minute)
 	assert.ErrorIs(t, err, expiry.SoftAfterHard)
-	_, err = pol.Plan(key(1), t0, 500*time.Millisecond, time.Minute)
+	_, err = pol.PlanBytes(key(1), t0, 500*time.Millisecond, time.Minute)
 	assert.ErrorIs(t, err, expiry.TTLBelowMinimum, "a soft TTL obeys the minimum too")
-	_, err = pol.Plan(key(1), time.Unix(-1, 0), 0, time.Minute)
+	_, err = pol.PlanBytes(key(1), time.Unix(-1, 0), 0, time.Minute)
 	assert.ErrorIs(t, err, expiry.WrittenAtOutOfRange)
-	_, err = pol.Plan(key(1), time.UnixMilli(1<<53-1000), 0, time.Minute)
+	_, err = pol.PlanBytes(key(1), time.UnixMilli(1<<53-1000), 0, time.Minute)
 	assert.ErrorIs(t, err, expiry.WrittenAtOutOfRange)
 	for _, r := range expiry.Reasons() {
 		assert.True(t, r.Valid())
@@ -165,14 +167,14 @@ func TestValidation(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	for i := 0; i < 10_000; i++ {
-		pl, err := pol.Plan(key(i), t0.Add(123456*time.Microsecond), 30*time.Second, 5*time.Minute)
+		pl, err := pol.PlanBytes(key(i), t0.Add(123456*time.Microsecond), 30*time.Second, 5*time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, t0.Add(123*time.Millisecond), pl.WrittenAt, "truncated to ms like the envelope")
 		soft, hard := pl.SoftExpiresAt.Sub(pl.WrittenAt), pl.HardExpiresAt.Sub(pl.WrittenAt)
 		require.True(t, soft >= 24*time.Second && soft <= 30*time.Second, "soft %v", soft)
 		require.True(t, hard >= 4*time.Minute && hard <= 5*time.Minute, "hard %v", hard)
 		require.LessOrEqual(t, soft, hard)
-		j, _ := pol.Jitter(key(i), 5*time.Minute)
+		j, _ := pol.JitterBytes(key(i), 5*time.Minute)
 		require.Equal(t, j, hard, "Plan's hard TTL is Jitter's")
 		// The physical TTL rule.
 		require.Zero(t, pl.PhysicalTTL%time.Millisecond, "PX takes whole ms")
@@ -180,12 +182,12 @@ func TestPlan(t *testing.T) {
 		require.Greater(t, pl.PhysicalTTL, hard, "the key never dies before the envelope's hard expiry")
 		require.LessOrEqual(t, pl.PhysicalTTL-hard, time.Second+hard/5000+time.Millisecond, "nor outlives it by more than the grace")
 	}
-	pl, err := pol.Plan(key(1), t0, 0, time.Minute)
+	pl, err := pol.PlanBytes(key(1), t0, 0, time.Minute)
 	require.NoError(t, err)
 	assert.True(t, pl.SoftExpiresAt.IsZero(), "no soft TTL, no soft expiry")
 	// Equal soft and hard stay equal after jitter.
 	for i := 0; i < 1000; i++ {
-		pl, err := pol.Plan(key(i), t0, time.Minute, time.Minute)
+		pl, err := pol.PlanBytes(key(i), t0, time.Minute, time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, pl.HardExpiresAt, pl.SoftExpiresAt)
 	}
@@ -209,23 +211,53 @@ func TestGraceAndRewriteTTL(t *testing.T) {
 	assert.Equal(t, expiry.MaxTTL+expiry.Grace(expiry.MaxTTL), px, "bounded")
 }
 
+// exampleKey renders one cache entry key as the host does (the material is
+// a fixed example secret).
+func exampleKey() keys.Key {
+	b, err := keys.NewBuilder(keys.Config{App: "shop", Env: "prod", Material: policy.KeyMaterial{
+		WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-material-32-bytes-long!!"))},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	k, err := b.Build(keys.Spec{Capability: keys.CapCache, Region: "items", KeyVersion: 1, Kind: "entry", Parts: [][]byte{[]byte("item:1")}})
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 func ExamplePolicy_Plan() {
 	p := expiry.Policy{Revision: "region-items@r7", Spread: 0.2, Min: time.Second}
 	written := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	pl, err := p.Plan([]byte("item:1"), written, 30*time.Second, 5*time.Minute)
+	pl, err := p.Plan(exampleKey(), written, 30*time.Second, 5*time.Minute)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("soft", pl.SoftExpiresAt.Sub(written), "hard", pl.HardExpiresAt.Sub(written), "PX", pl.PhysicalTTL.Milliseconds())
 	// Output:
-	// soft 27.365s hard 4m33.653s PX 274708
+	// soft 27.126s hard 4m31.262s PX 272317
+}
+
+// TestJitterDrawsOverTheRenderedKey: the exported API takes a keys.Key and
+// draws over its rendered Redis bytes, the same draw as the raw one.
+func TestJitterDrawsOverTheRenderedKey(t *testing.T) {
+	k := exampleKey()
+	got, err := pol.Jitter(k, time.Minute)
+	require.NoError(t, err)
+	want, err := pol.JitterBytes([]byte(k.Redis()), time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	pl, err := pol.Plan(k, t0, 0, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(got), pl.HardExpiresAt)
 }
 
 func BenchmarkPlan(b *testing.B) {
 	k := key(1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := pol.Plan(k, t0, 30*time.Second, 5*time.Minute); err != nil {
+		if _, err := pol.PlanBytes(k, t0, 30*time.Second, 5*time.Minute); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ func FuzzPlan(f *testing.F) {
 		// Durations in ms reach past validation; extraNs probes whole-ms checks.
 		p := expiry.Policy{Revision: rev, Spread: spread, Min: time.Duration(minMs) * time.Millisecond}
 		soft, hard := time.Duration(softMs)*time.Millisecond, time.Duration(hardMs)*time.Millisecond+time.Duration(extraNs)
-		pl, err := p.Plan(key, time.UnixMilli(writtenMs), soft, hard)
+		pl, err := p.PlanBytes(key, time.UnixMilli(writtenMs), soft, hard)
 		if err != nil {
 			var e *expiry.Error
 			if !errors.As(err, &e) || !e.Reason.Valid() || !errors.Is(err, expiry.ErrInvalid) {
@@ -29,7 +29,7 @@ func FuzzPlan(f *testing.F) {
 			}
 			return
 		}
-		j, err := p.Jitter(key, hard)
+		j, err := p.JitterBytes(key, hard)
 		if err != nil {
 			t.Fatalf("Plan accepted what Jitter refuses: %v", err)
 		}
