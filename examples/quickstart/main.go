@@ -76,7 +76,7 @@ const (
 		// script lane: catalog programs by digest, in both program modes
 		" +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
 		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
-		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
+		" +time +type +incrby +pttl +pexpire +strlen +getrange +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore"
 	// The admin lane touches no key: the probe's ROLE, INFO, CONFIG GET
 	// (maxmemory-policy, appendfsync, save) and ACL GETUSER default (is the

@@ -144,7 +144,8 @@ func (c *Catalog) Library() (name, code, digest string) {
 // generateLibrary renders the library deterministically from the manifest
 // order and the verbatim source bytes: each source becomes the body of a
 // registered function whose parameters are named KEYS and ARGV, so the same
-// text runs unchanged under EVALSHA and FCALL.
+// text runs unchanged under EVALSHA and FCALL. A read-only program is
+// registered with the no-writes flag, which FCALL_RO requires.
 func generateLibrary(m *Manifest, progs []Program) (code, digest string) {
 	var b strings.Builder
 	b.WriteString("#!lua name=" + m.Library.Name + "\n")
@@ -152,12 +153,23 @@ func generateLibrary(m *Manifest, progs []Program) (code, digest string) {
 		" v" + strconv.Itoa(m.SetVersion) + ". Do not edit: deploy with `caphost programs deploy`.\n")
 	for _, p := range progs {
 		b.WriteString("\n-- " + p.spec.ID + " sha256=" + p.spec.SHA256 + "\n")
-		b.WriteString("redis.register_function('" + p.spec.Function + "', function(KEYS, ARGV)\n")
+		readOnly := p.spec.ReadOnly != nil && *p.spec.ReadOnly
+		if readOnly {
+			// FCALL_RO refuses a function without the no-writes flag.
+			b.WriteString("redis.register_function{function_name='" + p.spec.Function +
+				"', flags={'no-writes'}, callback=function(KEYS, ARGV)\n")
+		} else {
+			b.WriteString("redis.register_function('" + p.spec.Function + "', function(KEYS, ARGV)\n")
+		}
 		b.WriteString(p.source)
 		if !strings.HasSuffix(p.source, "\n") {
 			b.WriteString("\n")
 		}
-		b.WriteString("end)\n")
+		if readOnly {
+			b.WriteString("end}\n")
+		} else {
+			b.WriteString("end)\n")
+		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	digest = hex.EncodeToString(sum[:])

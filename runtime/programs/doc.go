@@ -8,8 +8,9 @@
 //   - evalsha-managed: EVALSHA; only on an exact NOSCRIPT reply, SCRIPT LOAD
 //     of the embedded source, a SHA check, and exactly one more EVALSHA. EVAL
 //     is never sent.
-//   - functions-provisioned: FCALL of the library that Deploy installs on
-//     every primary; Verify checks the deployed library byte for byte.
+//   - functions-provisioned: FCALL (FCALL_RO for a read-only program) of the
+//     library that Deploy installs on every primary; Verify checks the
+//     deployed library byte for byte.
 //
 // There is never a fallback between the modes.
 //
@@ -23,6 +24,12 @@
 // GCRA, sliding log) and the concurrency-permit programs read Redis TIME
 // once per call and are specified by the pure-Go reference
 // in internal/rateref; a formula change is a new program id there and here.
+//
+// The cache programs are the bounded read of one entry
+// (cache-read-bounded-v1: a value above the bound is typed by its length and
+// never sent) and its conditional write (cache-put-v1: to the captured region
+// generation only and, optionally, only when the envelope's source revision
+// is newer), both reading the host/cache/envelope header.
 //
 // A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
 // while the script lane is busy as one pipeline, each call keeping its own

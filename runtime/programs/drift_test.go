@@ -30,6 +30,8 @@ func facadeMethods() map[string]string {
 		"region-generation-init-v1":     "RegionGenerationInit",
 		"region-generation-bump-v1":     "RegionGenerationBump",
 		"cache-refresh-claim-v1":        "CacheRefreshClaim",
+		"cache-read-bounded-v1":         "CacheReadBounded",
+		"cache-put-v1":                  "CachePut",
 		"cache-refresh-release-v1":      "CacheRefreshRelease",
 		"rate-fixed-window-v1":          "RateFixedWindow",
 		"rate-sliding-counter-v1":       "RateSlidingCounter",
@@ -251,9 +253,17 @@ func TestLibraryContainsEveryProgram(t *testing.T) {
 	name, code, digest := c.Library()
 	assert.Equal(t, "caphost_v1", name)
 	assert.True(t, strings.HasPrefix(code, "#!lua name=caphost_v1\n"))
+	readOnly := 0
 	for _, p := range c.Programs() {
+		if *p.spec.ReadOnly {
+			readOnly++
+			assert.Contains(t, code, "redis.register_function{function_name='"+p.Function()+
+				"', flags={'no-writes'}, callback=function(KEYS, ARGV)\n"+p.Source()+"end}\n")
+			continue
+		}
 		assert.Contains(t, code, "redis.register_function('"+p.Function()+"', function(KEYS, ARGV)\n"+p.Source()+"end)\n")
 	}
+	assert.Positive(t, readOnly, "the catalog has read-only programs (cache-read-bounded-v1)")
 	assert.Contains(t, code, "function_name='ca_program_set_info', flags={'no-writes'}")
 	assert.Contains(t, code, "'"+digest+"'")
 	// The digest covers everything before the info function.

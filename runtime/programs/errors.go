@@ -14,6 +14,10 @@ var (
 	// ErrZeroKey rejects a facade call with an unbuilt keys.Key before
 	// anything is sent.
 	ErrZeroKey = errors.New("programs: zero key")
+	// ErrCrossSlot rejects a call whose keys must share one Cluster slot
+	// (cache-put-v1's generation and entry) but do not, before anything is
+	// sent, on standalone as well as on Cluster.
+	ErrCrossSlot = errors.New("programs: keys of one program call are in different slots")
 	// ErrSHAMismatch reports that SCRIPT LOAD returned a script id different
 	// from the manifest's sha1; the program is not retried.
 	ErrSHAMismatch = errors.New("programs: SCRIPT LOAD returned an unexpected sha1")

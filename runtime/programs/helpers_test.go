@@ -3,10 +3,12 @@ package programs
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,9 @@ import (
 )
 
 const vectorDir = "../../testdata/programs"
+
+// envelopeGoldenDir holds the envelope package's golden stored values.
+const envelopeGoldenDir = "../../host/cache/envelope/testdata"
 
 func mustCatalog(t testing.TB) *Catalog {
 	t.Helper()
@@ -47,6 +52,43 @@ func vectorKeys(t testing.TB, b *keys.Builder, tag string, n int) []keys.Key {
 	ks, err := b.Group(keys.Spec{Capability: keys.CapCache, Region: "programs", KeyVersion: 1, Parts: [][]byte{[]byte(tag)}}, kinds[:n]...)
 	require.NoError(t, err)
 	return ks
+}
+
+// programKeys returns the keys a program's vectors run on: cache-put-v1
+// takes a region generation and an entry in one slot, every other program
+// two keys of the cache entry group.
+func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key {
+	t.Helper()
+	if program == "cache-put-v1" {
+		g, e := regionKeys(t, b, tag)
+		return []keys.Key{g, e}
+	}
+	return vectorKeys(t, b, tag, 2)
+}
+
+// regionKeys returns a region generation key and an entry key in the same
+// Cluster slot. The key builder keeps the generation and entry kinds in
+// separate co-location groups today, so one Group call cannot render them
+// together; until the cache's key layout co-locates them (a runtime/keys
+// change), the test searches entry parts for one whose slot equals the
+// generation's: a real generation key and a real entry key that Cluster
+// accepts in one script call (about 16k HMACs, a few milliseconds).
+func regionKeys(t testing.TB, b *keys.Builder, tag string) (generation, entry keys.Key) {
+	t.Helper()
+	spec := keys.Spec{Capability: keys.CapCache, Region: "programs", KeyVersion: 1, Kind: "generation", Parts: [][]byte{[]byte(tag)}}
+	g, err := b.Build(spec)
+	require.NoError(t, err)
+	spec.Kind = "entry"
+	for i := 0; i < 1<<20; i++ {
+		spec.Parts = [][]byte{[]byte(tag), []byte(strconv.Itoa(i))}
+		e, err := b.Build(spec)
+		require.NoError(t, err)
+		if e.Slot() == g.Slot() {
+			return g, e
+		}
+	}
+	t.Fatal("no entry key found in the generation's slot")
+	return keys.Key{}, keys.Key{}
 }
 
 // recorder is a go-redis hook recording command names ("evalsha",
@@ -206,7 +248,9 @@ func loadVectors(t testing.TB) []vectorFile {
 }
 
 // fixtureBytes turns a fixture value into bytes: a string, {"fill": c,
-// "len": n} or {"sha1Of": text} (the lower-hex revision of text).
+// "len": n}, {"sha1Of": text} (the lower-hex revision of text), {"hex": h},
+// {"envelopeGolden": name} (host/cache/envelope/testdata/<name>.hex) or
+// {"envelope": {...}} (see fixtureEnvelope).
 func fixtureBytes(v any) ([]byte, error) {
 	switch x := v.(type) {
 	case string:
@@ -216,6 +260,19 @@ func fixtureBytes(v any) ([]byte, error) {
 	case map[string]any:
 		if s, ok := x["sha1Of"].(string); ok {
 			return []byte(Revision([]byte(s))), nil
+		}
+		if h, ok := x["hex"].(string); ok {
+			return hex.DecodeString(h)
+		}
+		if name, ok := x["envelopeGolden"].(string); ok {
+			raw, err := os.ReadFile(filepath.Join(envelopeGoldenDir, name+".hex"))
+			if err != nil {
+				return nil, err
+			}
+			return hex.DecodeString(strings.TrimSpace(string(raw)))
+		}
+		if e, ok := x["envelope"].(map[string]any); ok {
+			return fixtureEnvelope(e)
 		}
 		c, ok1 := x["fill"].(string)
 		n, ok2 := x["len"].(json.Number)

@@ -32,8 +32,16 @@ func mutate(t *testing.T, fn func(m map[string]any)) []byte {
 	return b
 }
 
+// prog0 returns the program the mutation cases edit:
+// cache-refresh-claim-v1 (its second argument is a TTL, its second status
+// is not ACQUIRED), wherever it sorts.
 func prog0(m map[string]any) map[string]any {
-	return m["programs"].([]any)[0].(map[string]any)
+	for _, p := range m["programs"].([]any) {
+		if p.(map[string]any)["id"] == "cache-refresh-claim-v1" {
+			return p.(map[string]any)
+		}
+	}
+	panic("cache-refresh-claim-v1 not in the manifest")
 }
 
 func TestDecodeManifestEmbedded(t *testing.T) {
@@ -42,7 +50,7 @@ func TestDecodeManifestEmbedded(t *testing.T) {
 	assert.Equal(t, "ca-redis-programs-v1", m.ProgramSet)
 	assert.Equal(t, "7.0", m.MinimumRedisVersion)
 	assert.Equal(t, int64(2592000000), m.MaxTTLMillis)
-	assert.Len(t, m.Programs, 18)
+	assert.Len(t, m.Programs, 20)
 	for _, p := range m.Programs {
 		assert.Equal(t, "7.0", p.MinimumRedisVersion)
 		// Only the rate programs read Redis TIME (once per call).

@@ -6,6 +6,92 @@ package programs
 
 import "github.com/caphost/caphost/runtime/certainty"
 
+// CacheReadStatus is the status enum of cache-read-bounded-v1.
+type CacheReadStatus uint8
+
+// Statuses of cache-read-bounded-v1 (codes as in the manifest).
+const (
+	// CacheReadFound is FOUND (code 1, APPLIED): the whole value, at most
+	// the requested maximum, is in the result.
+	CacheReadFound CacheReadStatus = iota + 1
+	// CacheReadAbsent is ABSENT (code 2, NOT_APPLIED).
+	CacheReadAbsent
+	// CacheReadTooLarge is TOO_LARGE (code 3, REJECTED): the stored value is
+	// longer than the maximum; only its length was sent.
+	CacheReadTooLarge
+	// CacheReadWrongType is WRONG_TYPE (code 4, REJECTED).
+	CacheReadWrongType
+	// CacheReadInvalid is INVALID (code 5, REJECTED).
+	CacheReadInvalid
+)
+
+func cacheReadStatuses() []statusDef {
+	return []statusDef{
+		{"FOUND", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"TOO_LARGE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s CacheReadStatus) String() string { return statusName(cacheReadStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s CacheReadStatus) Outcome() certainty.Outcome {
+	return statusOutcome(cacheReadStatuses(), uint8(s))
+}
+
+// CachePutStatus is the status enum of cache-put-v1.
+type CachePutStatus uint8
+
+// Statuses of cache-put-v1 (codes as in the manifest).
+const (
+	// CachePutStored is STORED (code 1, APPLIED).
+	CachePutStored CachePutStatus = iota + 1
+	// CachePutGenerationMissing is GENERATION_MISSING (code 2, NOT_APPLIED):
+	// the region generation key does not exist (never read as 0); nothing
+	// was written.
+	CachePutGenerationMissing
+	// CachePutGenerationMoved is GENERATION_MOVED (code 3, CONFLICT): the
+	// region was invalidated after the generation was captured; nothing was
+	// written.
+	CachePutGenerationMoved
+	// CachePutNotNewer is NOT_NEWER (code 4, CONFLICT): under
+	// newer-source-revision the stored entry's source revision is >= the
+	// new one; nothing was written.
+	CachePutNotNewer
+	// CachePutStoredUnreadable is STORED_UNREADABLE (code 5, REJECTED): under
+	// newer-source-revision the stored value has no v1/v2 envelope header,
+	// so no order can be established; nothing was written.
+	CachePutStoredUnreadable
+	// CachePutWrongType is WRONG_TYPE (code 6, REJECTED).
+	CachePutWrongType
+	// CachePutInvalid is INVALID (code 7, REJECTED).
+	CachePutInvalid
+)
+
+func cachePutStatuses() []statusDef {
+	return []statusDef{
+		{"STORED", certainty.Applied},
+		{"GENERATION_MISSING", certainty.NotApplied},
+		{"GENERATION_MOVED", certainty.Conflict},
+		{"NOT_NEWER", certainty.Conflict},
+		{"STORED_UNREADABLE", certainty.Rejected},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s CachePutStatus) String() string { return statusName(cachePutStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s CachePutStatus) Outcome() certainty.Outcome {
+	return statusOutcome(cachePutStatuses(), uint8(s))
+}
+
 // RefreshClaimStatus is the status enum of cache-refresh-claim-v1.
 type RefreshClaimStatus uint8
 
@@ -320,6 +406,10 @@ func (s SetIfAbsentStatus) Outcome() certainty.Outcome {
 // program has no facade.
 func facadeStatuses(id string) []statusDef {
 	switch id {
+	case "cache-read-bounded-v1":
+		return cacheReadStatuses()
+	case "cache-put-v1":
+		return cachePutStatuses()
 	case "cache-refresh-claim-v1":
 		return refreshClaimStatuses()
 	case "cache-refresh-release-v1":

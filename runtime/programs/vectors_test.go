@@ -132,6 +132,9 @@ func facades() map[string]facadeCall {
 			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
 		},
 	}
+	for id, f := range cacheFacades() {
+		m[id] = f
+	}
 	for id, f := range rateFacades() {
 		m[id] = f
 	}
@@ -210,7 +213,7 @@ func runAllVectors(t *testing.T, tg target) {
 			for _, v := range f.Vectors {
 				name := fmt.Sprintf("%s/%s/%s/%s", tg.name, mode, f.Program, v.Name)
 				t.Run(name, func(t *testing.T) {
-					ks := vectorKeys(t, b, name, 2)
+					ks := programKeys(t, b, f.Program, name)
 					anchor := vectorAnchor(ctx, t, tg.admin, v.Clock)
 					for _, it := range v.Setup {
 						applySetup(ctx, t, tg.admin, ks[it.Key-1], expandItem(it, anchor))
@@ -407,6 +410,8 @@ func TestGoldenVectorsLeastPrivilege(t *testing.T) {
 			rules := []string{"~ca:*", "resetchannels", "-@all", "+hello", "+ping"}
 			if mode == policy.ProgramsEvalshaManaged {
 				rules = append(rules, "+evalsha", "+script|load")
+			} else if *p.spec.ReadOnly {
+				rules = append(rules, "+fcall_ro")
 			} else {
 				rules = append(rules, "+fcall")
 			}
