@@ -1,0 +1,55 @@
+package l1_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+)
+
+// BenchmarkFloor is the control for BenchmarkGetHit in the same run: the
+// library's own GetIfPresent, weighted, without and with write expiry,
+// and one read of the clock.
+func BenchmarkFloor(b *testing.B) {
+	keys := make([]string, benchKeys)
+	for i, k := range ekPool(benchKeys) {
+		keys[i] = k.Redis()
+	}
+	for _, expiry := range []string{"none", "precise", "coarse"} {
+		b.Run("otter/expiry="+expiry, func(b *testing.B) {
+			o := &otter.Options[string, []byte]{
+				MaximumWeight: 64 << 20,
+				Weigher:       func(k string, v []byte) uint32 { return uint32(len(k) + len(v)) },
+				Executor:      func(fn func()) { fn() },
+			}
+			if expiry != "none" {
+				o.ExpiryCalculator = otter.ExpiryWriting[string, []byte](time.Hour)
+			}
+			if expiry == "coarse" {
+				cc := otter.NewCoarseClock(time.Second)
+				b.Cleanup(cc.Stop)
+				o.Clock = cc
+			}
+			c := otter.Must(o)
+			b.Cleanup(func() { c.StopAllGoroutines() })
+			for _, k := range keys {
+				c.Set(k, make([]byte, 256))
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, ok := c.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
+					b.Fatal("miss")
+				}
+				i++
+			}
+		})
+	}
+	b.Run("time.Now", func(b *testing.B) {
+		var s int64
+		for b.Loop() {
+			s += time.Now().UnixNano()
+		}
+		_ = s
+	})
+}
