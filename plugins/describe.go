@@ -4,12 +4,12 @@ import (
 	"fmt"
 
 	"github.com/caphost/caphost/abi"
-	"github.com/caphost/caphost/plugins/internal/strictjson"
+	"github.com/caphost/caphost/plugins/strictjson"
 )
 
 // ParseDescription is how the host reads a guest's describe output (both
 // flavours): at most abi.MaxDescribeBytes, decoded strictly by
-// plugins/internal/strictjson — exact, case-sensitive member names, no
+// plugins/strictjson — exact, case-sensitive member names, no
 // unknown or duplicate member, valid UTF-8 without lone surrogates, no null,
 // nothing after the object — then checked by abi.Description.Validate.
 // (abi.ParseDescription, the standard-library parse guests may use on their

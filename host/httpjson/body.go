@@ -1,16 +1,13 @@
 package httpjson
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"reflect"
 
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/caphost/caphost/plugins/strictjson"
 )
 
 // ReadBody reads a JSON request body of at most max bytes: the media type
@@ -38,8 +35,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *Error
 }
 
 // Decode decodes body (at most max bytes) into v, which must point to a
-// struct. The decoder is github.com/go-json-experiment/json (the design
-// of encoding/json/v2), strict by default where encoding/json is lenient:
+// struct, with plugins/strictjson, the one decoder caphost applies to
+// untrusted JSON (github.com/go-json-experiment/json, the design of
+// encoding/json/v2, with every leniency off):
 //   - exactly one JSON object, nothing after it; a body of null is not {};
 //   - invalid UTF-8 and lone surrogate escapes (\ud800) fail instead of
 //     becoming U+FFFD, so two distinct byte strings never decode to one
@@ -55,93 +53,8 @@ func Decode(body []byte, max int, v any) *Error {
 	if len(body) > max {
 		return NewError(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body exceeds %d bytes", max))
 	}
-	if msg := shape(body); msg != "" {
-		return NewError(http.StatusBadRequest, CodeBadRequest, msg)
-	}
-	if err := json.Unmarshal(body, v, json.RejectUnknownMembers(true)); err != nil {
-		return NewError(http.StatusBadRequest, CodeBadRequest, problem(err))
+	if err := strictjson.Unmarshal(body, v); err != nil {
+		return NewError(http.StatusBadRequest, CodeBadRequest, err.Error())
 	}
 	return nil
-}
-
-// shape reads body's tokens once with the library's strict tokenizer
-// (syntax, UTF-8, surrogates, duplicate names) and checks what Unmarshal
-// does not: one top-level object and no null anywhere.
-func shape(body []byte) string {
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	done := false // the top-level object is complete
-	for n := 0; ; n++ {
-		tok, err := dec.ReadToken()
-		switch {
-		case errors.Is(err, io.EOF) && n == 0:
-			return "the body is empty"
-		case errors.Is(err, io.EOF):
-			return ""
-		case done:
-			// The tokenizer reads a stream of values, or refuses what
-			// follows the object: either way there is more than one.
-			return "trailing data after the JSON object"
-		case err != nil:
-			return problem(err)
-		case n == 0 && tok.Kind() != '{':
-			return "the body must be a JSON object"
-		case tok.Kind() == 'n':
-			return "member " + pointer(dec.StackPointer()) + " is null: omit it instead"
-		}
-		done = dec.StackDepth() == 0
-	}
-}
-
-// problem describes a decoding error without echoing request data (the
-// library's messages may quote input).
-func problem(err error) string {
-	var syn *jsontext.SyntacticError
-	var sem *json.SemanticError
-	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "the body is truncated"
-	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
-		return "duplicate member " + pointer(syn.JSONPointer)
-	case errors.As(err, &syn):
-		return fmt.Sprintf("malformed JSON at byte %d (syntax, invalid UTF-8 or an invalid escape)", syn.ByteOffset)
-	case errors.Is(err, json.ErrUnknownName) && errors.As(err, &sem):
-		return "unknown member " + pointer(sem.JSONPointer)
-	case errors.As(err, &sem) && sem.JSONPointer == "":
-		return "the body must be a JSON object"
-	case errors.As(err, &sem):
-		return "member " + pointer(sem.JSONPointer) + " must be " + kindOf(sem.GoType)
-	}
-	return "the body is not the documented JSON"
-}
-
-// pointer renders a JSON pointer for a message: the client's own member
-// names, bounded and sanitised.
-func pointer(p jsontext.Pointer) string {
-	if p == "" {
-		return "(top level)"
-	}
-	return Sanitize(string(p), 128)
-}
-
-// kindOf names the JSON kind a Go type is decoded from.
-func kindOf(t reflect.Type) string {
-	if t == nil {
-		return "of another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	}
-	return "of another type"
 }

@@ -1,7 +1,7 @@
 // Package trust owns the integrity and authenticity checks for guest
 // modules: sha256 pins, ed25519 key files and detached signature files. It
 // needs no Wasm engine — it imports the standard library and the plugins'
-// strict JSON decoder (plugins/internal/strictjson) only — so the
+// strict JSON decoder (plugins/strictjson) only — so the
 // configuration loader, the CLI and the engine share one implementation.
 //
 // # Scheme (caphost-guest-signature-v1)
@@ -20,7 +20,7 @@
 // Decoding is strict: at most MaxSignatureFileBytes; exact, case-sensitive
 // member names, no unknown, duplicate, missing, empty or null member, valid
 // UTF-8 without lone surrogates, nothing after the object (the rules of
-// plugins/internal/strictjson); lower-case hex, standard base64 of exactly
+// plugins/strictjson); lower-case hex, standard base64 of exactly
 // 64 bytes.
 //
 // Keys are PEM files: a public key is a `PUBLIC KEY` block (PKIX), a private

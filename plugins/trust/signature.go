@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/caphost/caphost/plugins/internal/strictjson"
+	"github.com/caphost/caphost/plugins/strictjson"
 )
 
 // Format is the format field of a v1 signature file and the domain
@@ -96,7 +96,7 @@ func (s Signature) Marshal() []byte {
 
 // ParseSignature strictly decodes a v1 signature file: exactly one JSON
 // object with exactly the members format, key, sha256 and signature, all
-// non-empty strings, by the rules of plugins/internal/strictjson (exact
+// non-empty strings, by the rules of plugins/strictjson (exact
 // names, no unknown or duplicate member, valid UTF-8, no null, nothing after
 // the object). Errors wrap ErrMalformedSignature (ErrTooLarge as well when
 // over the size bound).

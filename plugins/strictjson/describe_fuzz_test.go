@@ -21,7 +21,7 @@ import (
 // is built on, so a fuzz worker starts in milliseconds.
 
 func describeSeeds(tb testing.TB) [][]byte {
-	files, err := filepath.Glob(filepath.Join("..", "..", "..", "abi", "testdata", "describe", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "abi", "testdata", "describe", "*.json"))
 	require.NoError(tb, err)
 	require.NotEmpty(tb, files)
 	var out [][]byte
@@ -34,7 +34,7 @@ func describeSeeds(tb testing.TB) [][]byte {
 }
 
 func TestParseDescriptionValidFile(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "abi", "testdata", "describe", "valid.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "abi", "testdata", "describe", "valid.json"))
 	require.NoError(t, err)
 	d, err := plugins.ParseDescription(b)
 	require.NoError(t, err)

@@ -1,7 +1,8 @@
-// Package strictjson is the one JSON decoder for documents the plugins
-// packages read from an untrusted party outside HTTP: a guest's describe
-// output (package plugins, for both flavours) and detached signature
-// documents (plugins/trust). It is github.com/go-json-experiment/json (the
+// Package strictjson is the one JSON decoder for documents caphost reads
+// from an untrusted party: a guest's describe output (package plugins, for
+// both flavours), detached signature documents (plugins/trust) and HTTP
+// request bodies (host/httpjson, which adds the size bound and the HTTP
+// error). It is github.com/go-json-experiment/json (the
 // design of encoding/json/v2) with every leniency of encoding/json turned
 // off, so two readers can never see one document differently:
 //
