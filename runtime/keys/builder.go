@@ -367,6 +367,15 @@ func appendParts(buf []byte, parts [][]byte) []byte {
 // sum digests buf (st's scratch buffer, possibly grown), wipes it and
 // returns st to vm's pool.
 func (st *digestState) sum(vm *versionMaterial, buf []byte) digestHex {
+	var raw [sha256.Size]byte
+	st.sumRaw(vm, buf, &raw)
+	var out digestHex
+	hex.Encode(out[:], raw[:])
+	return out
+}
+
+// sumRaw is sum without the hex encoding.
+func (st *digestState) sumRaw(vm *versionMaterial, buf []byte, out *[sha256.Size]byte) {
 	if st.mac == nil {
 		st.sum256 = sha256.Sum256(buf)
 	} else {
@@ -374,8 +383,7 @@ func (st *digestState) sum(vm *versionMaterial, buf []byte) digestHex {
 		st.mac.Write(buf)
 		st.mac.Sum(st.sum256[:0])
 	}
-	var out digestHex
-	hex.Encode(out[:], st.sum256[:])
+	*out = st.sum256
 	// Parts may be personal data: do not leave them in pooled memory, and
 	// do not keep a buffer grown by a 16 KiB request alive in the pool.
 	clear(buf)
@@ -385,7 +393,6 @@ func (st *digestState) sum(vm *versionMaterial, buf []byte) digestHex {
 		st.buf = make([]byte, 0, 256)
 	}
 	vm.pool.Put(st)
-	return out
 }
 
 func appendField(buf []byte, v string) []byte {

@@ -172,7 +172,7 @@ func TestBuildValidation(t *testing.T) {
 
 func TestKindAllowlists(t *testing.T) {
 	want := map[Capability][]string{
-		CapCache:   {"entry", "refresh-lease", "generation"},
+		CapCache:   {"entry", "refresh-lease", "generation", "channel"},
 		CapRate:    {"bucket", "window", "log", "dedup", "concurrency"},
 		CapLease:   {"owner"},
 		CapFence:   {"owner", "counter"},

@@ -7,7 +7,7 @@ type Capability string
 
 // The closed set of capabilities.
 const (
-	CapCache   Capability = "cache"   // cache region entries and region generations
+	CapCache   Capability = "cache"   // cache region entries, region generations, the invalidation-hint channel
 	CapRate    Capability = "rate"    // rate-limit state; Region carries policy id and revision
 	CapLease   Capability = "lease"   // efficiency (owner-token) leases
 	CapFence   Capability = "fence"   // fenced leases: owner plus no-TTL fencing counter
@@ -41,6 +41,7 @@ func (c Capability) groups() []kindGroup {
 		return []kindGroup{
 			{"entry", []string{"entry", "refresh-lease"}},
 			{"generation", []string{"generation"}},
+			{"channel", []string{"channel"}},
 		}
 	case CapRate:
 		// Counters, buckets, logs and the evaluation-id dedup record of one
@@ -92,6 +93,8 @@ func (c Capability) groupOf(kind string) string {
 			return "entry"
 		case "generation":
 			return "generation"
+		case "channel":
+			return "channel"
 		}
 	case CapRate:
 		switch kind {

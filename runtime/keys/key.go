@@ -8,6 +8,13 @@
 // per-capability allowlist. Callers hold a Key value, never a string, so no
 // exported API elsewhere can accept a pre-rendered key.
 //
+// A family of keys that one atomic program must touch together and that must
+// still spread over the Cluster (a cache region: a generation per shard and
+// the entries of that shard) uses a sharded layout (PrepareSharded): the
+// region is split into a fixed number of shards, each with an anchor key,
+// and every member carries its shard anchor's hash tag, so "exactly one hash
+// tag" still holds while no region becomes one hot slot.
+//
 // What may change here: new capabilities or kinds (extend the allowlists in
 // capability.go), bounds within the documented limits, and new readable HMAC
 // versions through configuration. The canonical digest encoding and the key

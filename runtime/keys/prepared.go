@@ -126,16 +126,8 @@ func (p *Prepared) Kinds() []string { return append([]string(nil), p.kinds...) }
 // capacity); a new one allocates the text of every key (one allocation)
 // and its memo entry.
 func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
-	switch {
-	case len(parts) == 0:
-		return dst, specErr("Parts", "at least one identifying part is required")
-	case len(parts) > MaxParts:
-		return dst, specErr("Parts", strconv.Itoa(len(parts))+" parts, at most "+strconv.Itoa(MaxParts)+" allowed")
-	}
-	for i, part := range parts {
-		if len(part) > MaxPartBytes {
-			return dst, specErr("Parts["+strconv.Itoa(i)+"]", strconv.Itoa(len(part))+" bytes, at most "+strconv.Itoa(MaxPartBytes)+" allowed")
-		}
+	if err := checkParts(parts); err != nil {
+		return dst, err
 	}
 	h1, h2, memoize := p.memo.hash(parts)
 	if memoize {

@@ -94,3 +94,41 @@ func TestClusterAgreesOnSlots(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "CROSSSLOT")
 }
+
+// TestClusterShardedLayout checks on a real Cluster that an anchor and its
+// members are usable in one multi-key command (so one program can read a
+// shard's generation with an entry), and that a region's anchors spread
+// over the primaries rather than one hot slot.
+func TestClusterShardedLayout(t *testing.T) {
+	c := redistest.StartCluster(t)
+	cl := c.Admin()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	p := cacheShards(t, newTestBuilder(t), "products", 16)
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := 0; i < 40; i++ {
+		loc, err := p.Locate(randParts(r, 3, 16))
+		require.NoError(t, err)
+		ks := members(t, p, loc, "0123456789abcdef")
+		wire := []string{p.AnchorOf(loc).Redis()}
+		for _, k := range ks {
+			wire = append(wire, k.Redis())
+		}
+		for _, w := range wire {
+			slot, err := cl.ClusterKeySlot(ctx, w).Result()
+			require.NoError(t, err)
+			require.Equal(t, int64(p.AnchorOf(loc).Slot()), slot)
+		}
+		n, err := cl.Exists(ctx, wire...).Result()
+		require.NoError(t, err, "anchor and members must share a slot")
+		require.Zero(t, n)
+	}
+	nodes := map[string]bool{}
+	for i := 0; i < p.Shards(); i++ {
+		addr, err := cl.MasterForKey(ctx, p.Anchor(i).Redis())
+		require.NoError(t, err)
+		nodes[addr.Options().Addr] = true
+	}
+	assert.Len(t, nodes, len(c.Primaries()), "16 shards of one region all on a subset of the primaries")
+}
