@@ -331,3 +331,23 @@ func TestState(t *testing.T) {
 	assert.Equal(t, "EXPIRED", envelope.Expired.String())
 	assert.Equal(t, "INVALID_FRESHNESS", envelope.Freshness(0).String())
 }
+
+func TestTombstone(t *testing.T) {
+	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	ts := envelope.NewTombstone(id)
+	require.Len(t, ts, envelope.TombstoneLen)
+	assert.Equal(t, append([]byte{0xC5, 'T', 'M', 'B', 1}, id[:]...), ts)
+	assert.True(t, envelope.IsTombstone(ts))
+	for name, b := range map[string][]byte{
+		"short":     ts[:envelope.TombstoneLen-1],
+		"long":      append(append([]byte(nil), ts...), 0),
+		"version 2": append([]byte{0xC5, 'T', 'M', 'B', 2}, id[:]...),
+		"envelope":  append([]byte{0xC5, 'C', 'A', 'P', 1}, id[:]...),
+		"empty":     nil,
+	} {
+		assert.False(t, envelope.IsTombstone(b), name)
+	}
+	// An entry decoder never reads a tombstone as an entry.
+	_, err := envelope.Decode(ts, envelope.Limits{MaxEncodedBytes: 1 << 10, MaxCodecIDBytes: 64, MaxPayloadBytes: 1 << 10, MaxCompressionRatio: 8})
+	assert.ErrorIs(t, err, envelope.UnknownEnvelope)
+}
