@@ -87,6 +87,7 @@ func (r Reason) String() string {
 	return "INVALID_REASON"
 }
 
+// Error returns "cache flight: " and the name; it never carries a key.
 func (r Reason) Error() string { return "cache flight: " + r.String() }
 
 // Is matches the class sentinels: ErrOverloaded for the four refusals a
@@ -104,6 +105,7 @@ func (r Reason) Is(target error) bool {
 // class is the type of the class sentinels.
 type class uint8
 
+// Error names the class.
 func (c class) Error() string {
 	if c == ErrOverloaded {
 		return "cache flight: overloaded"

@@ -88,6 +88,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error names the panic value's type only, never its text.
 func (e *PanicError) Error() string {
 	if e.Value == nil {
 		return "cache flight: the load called runtime.Goexit"

@@ -59,6 +59,7 @@ func (c Category) String() string {
 	return "INVALID_CATEGORY"
 }
 
+// Error returns "cache hint: " and the name.
 func (c Category) Error() string { return "cache hint: " + c.String() }
 
 // Is makes ErrFuture match ErrStale.
@@ -72,6 +73,7 @@ type Error struct {
 	Reason   string
 }
 
+// Error returns the category and the fixed reason.
 func (e *Error) Error() string { return "cache hint: " + e.Category.String() + ": " + e.Reason }
 
 // Is matches the Category (and, through it, ErrStale for ErrFuture).
