@@ -2,7 +2,10 @@ package programs
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -47,4 +50,106 @@ func BenchmarkCompareAndDelete(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCachePut runs cache-put-v2 in each condition on one private
+// server, a 1 KiB envelope, both modes, and reports the server's own time
+// per call (INFO commandstats usec per EVALSHA or FCALL, reset before each
+// case) beside the client-side ns/op.
+func BenchmarkCachePut(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	require.NoError(b, Deploy(ctx, cat, s.Admin()))
+	payload := strings.Repeat("p", 1024)
+	f := shardedEntry(b, testBuilder(b), "bench-put")
+	gen := []byte("bench-generation-0001")
+	require.NoError(b, s.Admin().Set(ctx, f.anchor().Redis(), gen, 0).Err())
+	entry := f.entry(b, gen)
+	envA, envB := revEnvelope(b, 1, payload), revEnvelope(b, 2, strings.Repeat("q", 1024))
+	tomb := randomTombstone()
+	type step struct {
+		value []byte
+		cond  CacheCondition
+		obs   CacheObservation
+	}
+	cases := []struct {
+		name  string
+		want  CachePutStatus
+		setup []byte // the entry before the first call
+		next  func(i int) step
+	}{
+		{"any", CachePutStored, nil, func(int) step { return step{envA, CacheConditionAny, NoObservation()} }},
+		{"invalidate-tombstone", CachePutStored, envA, func(int) step { return step{tomb, CacheConditionAny, NoObservation()} }},
+		{"newer-stored", CachePutStored, nil, func(i int) step {
+			return step{revEnvelope(b, uint64(i+1), payload), CacheConditionNewerSourceRevision, NoObservation()}
+		}},
+		// Equal length: the full GET for sameValue runs (the worst case).
+		{"newer-not-newer", CachePutNotNewer, revEnvelope(b, 1<<40, payload), func(int) step {
+			return step{envA, CacheConditionNewerSourceRevision, NoObservation()}
+		}},
+		{"observed-value-stored", CachePutStored, envA, func(i int) step {
+			if i%2 == 0 {
+				return step{envB, CacheConditionAny, ObservedValue(int64(len(envA)), envA)}
+			}
+			return step{envA, CacheConditionAny, ObservedValue(int64(len(envB)), envB)}
+		}},
+		{"observed-absent-changed", CachePutObservationChanged, envB, func(int) step {
+			return step{envA, CacheConditionNewerSourceRevision, ObservedAbsent()}
+		}},
+	}
+	client := standaloneClient(b, s)
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(b, err)
+		command := "evalsha"
+		if mode == policy.ProgramsFunctionsProvisioned {
+			command = "fcall"
+		}
+		for _, c := range cases {
+			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
+				require.NoError(b, s.Admin().Del(ctx, entry.Redis()).Err())
+				if c.setup != nil {
+					require.NoError(b, s.Admin().Set(ctx, entry.Redis(), c.setup, time.Hour).Err())
+				}
+				require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					st := c.next(i)
+					i++
+					r, err := e.CachePut(ctx, f.anchor(), entry, CachePutRequest{Captured: gen, Value: st.value,
+						TTL: time.Hour, Condition: st.cond, Observation: st.obs})
+					if err != nil || r.Status != c.want {
+						b.Fatal(r.Status, err)
+					}
+				}
+				b.ReportMetric(serverMicrosPerCall(b, s, command), "server-µs/op")
+			})
+		}
+	}
+}
+
+// serverMicrosPerCall reads usec_per_call of command from INFO
+// commandstats (lower case, as Redis names it).
+func serverMicrosPerCall(b *testing.B, s *redistest.Server, command string) float64 {
+	b.Helper()
+	info, err := s.Admin().Info(context.Background(), "commandstats").Result()
+	require.NoError(b, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(b, err)
+				return f
+			}
+		}
+	}
+	b.Fatalf("no commandstats for %s", command)
+	return 0
 }

@@ -2,11 +2,12 @@ package programs
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // the observation digest cache-put-v2 compares
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,28 +24,71 @@ import (
 )
 
 // cacheFacades adapts the cache programs' typed facades to the vectors.
+// cache-put-v2 takes [captured, value, ttl, condition, observation?] and
+// yields [pttlMillis, sameValue, previous name, generation].
 func cacheFacades() map[string]facadeCall {
 	return map[string]facadeCall{
-		"cache-read-bounded-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			n, err := fixtureInt(a[0])
-			if err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.CacheReadBounded(ctx, ks[0], int(n))
-			return r.Status.String(), r.Outcome(), []any{string(r.Value), r.Length}, err
-		},
-		"cache-put-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		"cache-put-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			g, err1 := fixtureBytes(a[0])
 			v, err2 := fixtureBytes(a[1])
 			n, err3 := fixtureInt(a[2])
 			c, err4 := fixtureBytes(a[3])
-			if err := firstErr(err1, err2, err3, err4); err != nil {
+			obs := NoObservation()
+			var err5 error
+			if len(a) > 4 {
+				obs, err5 = fixtureObservation(a[4])
+			}
+			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
 				return "", 0, nil, err
 			}
-			r, err := e.CachePut(ctx, ks[0], ks[1], g, v, time.Duration(n)*time.Millisecond, CacheCondition(c))
-			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL), b2i(r.SameValue)}, err
+			r, err := e.CachePut(ctx, ks[0], ks[1], CachePutRequest{Captured: g, Value: v,
+				TTL: time.Duration(n) * time.Millisecond, Condition: CacheCondition(c), Observation: obs})
+			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL), b2i(r.SameValue), r.Previous.String(), string(r.Generation)}, err
 		},
 	}
+}
+
+// fixtureObservation reads an observation fixture: "none", "absent", or
+// {"value"|"tombstone": bytes fixture, "length": n (default: the bytes'
+// length), "digest": true (pass only the prefix's SHA-1, as a refresh token
+// does)}.
+func fixtureObservation(v any) (CacheObservation, error) {
+	switch x := v.(type) {
+	case string:
+		switch x {
+		case "none":
+			return NoObservation(), nil
+		case "absent":
+			return ObservedAbsent(), nil
+		}
+	case map[string]any:
+		raw, tomb := x["tombstone"]
+		if !tomb {
+			raw = x["value"]
+		}
+		b, err := fixtureBytes(raw)
+		if err != nil {
+			return CacheObservation{}, err
+		}
+		length := int64(len(b))
+		if l, ok := x["length"]; ok {
+			if length, err = fixtureInt(l); err != nil {
+				return CacheObservation{}, err
+			}
+		}
+		if x["digest"] == true {
+			d := sha1.Sum(b[:min(len(b), CacheObservedPrefixBytes)]) //nolint:gosec // see the import
+			if tomb {
+				return ObservedTombstoneDigest(length, d), nil
+			}
+			return ObservedValueDigest(length, d), nil
+		}
+		if tomb {
+			return ObservedTombstone(length, b), nil
+		}
+		return ObservedValue(length, b), nil
+	}
+	return CacheObservation{}, fmt.Errorf("unsupported observation fixture %#v", v)
 }
 
 // fixtureT0 is the written-at time of every fixture envelope, so a fixture
@@ -122,11 +166,20 @@ func randomGeneration(t testing.TB) []byte {
 	return g
 }
 
-// twoHosts returns executors on two separate go-redis clients (two host
-// instances) for one mode, with the library deployed when needed.
+func randomTombstone() []byte {
+	var id [16]byte
+	for i := range id {
+		id[i] = byte(rand.Uint32())
+	}
+	return envelope.NewTombstone(id)
+}
+
+// hostPair is two host instances sharing one Redis: each has its own
+// go-redis client (its lookups read through it) and its own executor.
 type hostPair struct {
-	a, b  *Executor
-	admin redis.UniversalClient
+	a, b   *Executor
+	ca, cb redis.UniversalClient
+	admin  redis.UniversalClient
 }
 
 func twoHosts(t *testing.T, mode policy.ProgramMode, admin redis.UniversalClient, newClient func() redis.UniversalClient) hostPair {
@@ -136,71 +189,165 @@ func twoHosts(t *testing.T, mode policy.ProgramMode, admin redis.UniversalClient
 	if mode == policy.ProgramsFunctionsProvisioned {
 		require.NoError(t, Deploy(ctx, cat, admin))
 	}
-	a, err := NewExecutor(cat, mode, newClient())
+	h := hostPair{ca: newClient(), cb: newClient(), admin: admin}
+	var err error
+	h.a, err = NewExecutor(cat, mode, h.ca)
 	require.NoError(t, err)
-	b, err := NewExecutor(cat, mode, newClient())
+	h.b, err = NewExecutor(cat, mode, h.cb)
 	require.NoError(t, err)
-	return hostPair{a: a, b: b, admin: admin}
+	return h
 }
 
-// checkPutInterleavings runs the program-level races on two host
-// instances sharing one Redis: a loader that captured generation G meets an
-// invalidation before its put; two writers with revisions 5 and 7 in either
-// order; many concurrent writers with random revisions.
+// observe is a host's lookup of an entry, reduced to what its later write
+// is conditioned on (the cache keeps the length and a 384-byte prefix).
+func observe(ctx context.Context, t *testing.T, c redis.UniversalClient, entry keys.Key) CacheObservation {
+	t.Helper()
+	v, err := c.Get(ctx, entry.Redis()).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return ObservedAbsent()
+	}
+	require.NoError(t, err)
+	prefix := v[:min(len(v), CacheObservedPrefixBytes)]
+	if envelope.IsTombstone(v) {
+		return ObservedTombstone(int64(len(v)), prefix)
+	}
+	return ObservedValue(int64(len(v)), prefix)
+}
+
+// shardAt initialises tag's shard generation through host a and returns
+// the family and the generation (what a lookup captures).
+func shardAt(ctx context.Context, t *testing.T, h hostPair, tag string) (shardFamily, []byte) {
+	t.Helper()
+	f := shardedEntry(t, testBuilder(t), tag)
+	r, err := h.a.RegionGenerationInit(ctx, f.anchor(), randomGeneration(t))
+	require.NoError(t, err)
+	require.Equal(t, GenerationInitInitialized, r.Status)
+	return f, r.Generation
+}
+
+func (h hostPair) put(ctx context.Context, t *testing.T, e *Executor, f shardFamily, gen, value []byte, cond CacheCondition, obs CacheObservation) CachePutResult {
+	t.Helper()
+	r, err := e.CachePut(ctx, f.anchor(), f.entry(t, gen), CachePutRequest{Captured: gen, Value: value, TTL: time.Minute, Condition: cond, Observation: obs})
+	require.NoError(t, err)
+	return r
+}
+
+func (h hostPair) stored(ctx context.Context, t *testing.T, k keys.Key) []byte {
+	t.Helper()
+	v, err := h.admin.Get(ctx, k.Redis()).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// checkPutInterleavings runs the cache protocol's races with two host
+// instances on one Redis, each step on the host that takes it in
+// production: (a) a load that captured a generation meets a region
+// invalidation; (b, c) a load that observed the entry meets a per-key
+// invalidation or another writer; (d) an observed tombstone expires;
+// (e) writers with revisions race; (f) a put whose reply was lost is
+// repeated.
 func checkPutInterleavings(t *testing.T, h hostPair, tag string) {
 	ctx := context.Background()
-	b := testBuilder(t)
 
-	t.Run("loader-vs-invalidation", func(t *testing.T) {
-		gk, ek := regionKeys(t, b, tag+"/invalidation")
-		first := randomGeneration(t)
-		init, err := h.a.RegionGenerationInit(ctx, gk, first)
-		require.NoError(t, err)
-		require.Equal(t, GenerationInitInitialized, init.Status)
-		// Host A's lookup misses and captures the generation (init on an
-		// existing region returns it: EXISTING, never a default).
-		captured, err := h.a.RegionGenerationInit(ctx, gk, randomGeneration(t))
-		require.NoError(t, err)
-		require.Equal(t, GenerationInitExisting, captured.Status)
-		require.Equal(t, first, captured.Generation)
+	t.Run("a-generation-moved", func(t *testing.T) {
+		f, captured := shardAt(ctx, t, h, tag+"/moved")
 		// Host B invalidates the region while A loads from the source.
-		bump, err := h.b.RegionGenerationBump(ctx, gk, randomGeneration(t), []byte("op-1"))
+		fresh := randomGeneration(t)
+		bump, err := h.b.RegionGenerationBump(ctx, f.anchor(), fresh, []byte("op-1"))
 		require.NoError(t, err)
 		require.Equal(t, GenerationBumpBumped, bump.Status)
-		// A's put to the captured (now dead) generation writes nothing.
 		for _, cond := range []CacheCondition{CacheConditionAny, CacheConditionNewerSourceRevision} {
-			r, err := h.a.CachePut(ctx, gk, ek, captured.Generation, revEnvelope(t, 5, "stale"), time.Minute, cond)
-			require.NoError(t, err)
+			r := h.put(ctx, t, h.a, f, captured, revEnvelope(t, 5, "stale"), cond, ObservedAbsent())
 			assert.Equal(t, CachePutGenerationMoved, r.Status, cond)
 			assert.Equal(t, certainty.Conflict, r.Outcome())
+			assert.Equal(t, fresh, r.Generation, "the put reports the generation that replaced the captured one")
+			assert.Equal(t, CachePreviousUnknown, r.Previous)
 			assert.False(t, r.SameValue)
 		}
-		n, err := h.admin.Exists(ctx, ek.Redis()).Result()
-		require.NoError(t, err)
-		assert.Zero(t, n, "nothing written under a moved generation")
-		// A load that captured the new generation stores.
-		r, err := h.a.CachePut(ctx, gk, ek, bump.Generation, revEnvelope(t, 6, "fresh"), time.Minute, CacheConditionNewerSourceRevision)
-		require.NoError(t, err)
+		assert.Nil(t, h.stored(ctx, t, f.entry(t, captured)), "nothing written under a moved generation")
+		// A retries in the generation the put reported, without reading again.
+		r := h.put(ctx, t, h.a, f, fresh, revEnvelope(t, 6, "fresh"), CacheConditionNewerSourceRevision, ObservedAbsent())
 		assert.Equal(t, CachePutStored, r.Status)
-		assert.Equal(t, uint64(6), storedRevision(ctx, t, h.admin, ek))
-		// The generation disappears (eviction, a flush): never read as 0.
-		require.NoError(t, h.admin.Del(ctx, gk.Redis()).Err())
-		r, err = h.b.CachePut(ctx, gk, ek, bump.Generation, revEnvelope(t, 9, "x"), time.Minute, CacheConditionAny)
-		require.NoError(t, err)
+		assert.Equal(t, uint64(6), storedRevision(ctx, t, h.admin, f.entry(t, fresh)))
+		// The generation disappears (eviction, a flush): never read as a default.
+		require.NoError(t, h.admin.Del(ctx, f.anchor().Redis()).Err())
+		r = h.put(ctx, t, h.b, f, fresh, revEnvelope(t, 9, "x"), CacheConditionAny, NoObservation())
 		assert.Equal(t, CachePutGenerationMissing, r.Status)
-		assert.Equal(t, uint64(6), storedRevision(ctx, t, h.admin, ek), "nothing written without a generation")
+		assert.Equal(t, uint64(6), storedRevision(ctx, t, h.admin, f.entry(t, fresh)), "nothing written without a generation")
+	})
+
+	t.Run("b-absent-then-tombstone", func(t *testing.T) {
+		f, gen := shardAt(ctx, t, h, tag+"/absent-tombstone")
+		entry := f.entry(t, gen)
+		seen := observe(ctx, t, h.ca, entry) // A's lookup misses
+		require.Equal(t, ObservedAbsent(), seen)
+		// B invalidates the key: a tombstone in the entry's place.
+		tomb := randomTombstone()
+		r := h.put(ctx, t, h.b, f, gen, tomb, CacheConditionAny, NoObservation())
+		require.Equal(t, CachePutStored, r.Status)
+		assert.Equal(t, CachePreviousAbsent, r.Previous, "an invalidation of an absent entry is ALREADY_ABSENT")
+		// A's load, which began before the invalidation, must not land.
+		for _, cond := range []CacheCondition{CacheConditionAny, CacheConditionNewerSourceRevision} {
+			r = h.put(ctx, t, h.a, f, gen, revEnvelope(t, 5, "loaded"), cond, seen)
+			assert.Equal(t, CachePutObservationChanged, r.Status, cond)
+			assert.Equal(t, certainty.Conflict, r.Outcome())
+			assert.False(t, r.SameValue)
+			assert.Equal(t, CachePreviousTombstone, r.Previous)
+		}
+		assert.Equal(t, tomb, h.stored(ctx, t, entry), "the tombstone stays")
+	})
+
+	t.Run("c-value-then-replaced", func(t *testing.T) {
+		f, gen := shardAt(ctx, t, h, tag+"/value-replaced")
+		entry := f.entry(t, gen)
+		require.Equal(t, CachePutStored, h.put(ctx, t, h.b, f, gen, revEnvelope(t, 1, "v1"), CacheConditionAny, NoObservation()).Status)
+		seen := observe(ctx, t, h.ca, entry) // A reads v1 (say, to refresh it)
+		replacement := revEnvelope(t, 2, "v2")
+		r := h.put(ctx, t, h.b, f, gen, replacement, CacheConditionAny, NoObservation())
+		require.Equal(t, CachePutStored, r.Status)
+		assert.Equal(t, CachePreviousEnvelope, r.Previous)
+		r = h.put(ctx, t, h.a, f, gen, revEnvelope(t, 3, "v3"), CacheConditionAny, seen)
+		assert.Equal(t, CachePutObservationChanged, r.Status)
+		assert.False(t, r.SameValue)
+		assert.Equal(t, CachePreviousEnvelope, r.Previous)
+		assert.Equal(t, replacement, h.stored(ctx, t, entry))
+		// Observing the replacement, A's write applies (quarantine and
+		// refresh are owner-safe, not blocked forever).
+		r = h.put(ctx, t, h.a, f, gen, randomTombstone(), CacheConditionAny, observe(ctx, t, h.ca, entry))
+		assert.Equal(t, CachePutStored, r.Status)
+		assert.Equal(t, CachePreviousEnvelope, r.Previous)
+	})
+
+	t.Run("d-tombstone-expired", func(t *testing.T) {
+		f, gen := shardAt(ctx, t, h, tag+"/tombstone-expired")
+		entry := f.entry(t, gen)
+		tomb := randomTombstone()
+		r, err := h.b.CachePut(ctx, f.anchor(), entry, CachePutRequest{Captured: gen, Value: tomb, TTL: 30 * time.Millisecond,
+			Condition: CacheConditionAny})
+		require.NoError(t, err)
+		require.Equal(t, CachePutStored, r.Status)
+		seen := observe(ctx, t, h.ca, entry) // A's lookup meets the tombstone: a miss
+		require.Equal(t, ObservedTombstone(int64(len(tomb)), tomb), seen)
+		// The tombstone expires (EXISTS expires it lazily once its TTL passed).
+		require.Eventually(t, func() bool { return h.admin.Exists(ctx, entry.Redis()).Val() == 0 }, 5*time.Second, 10*time.Millisecond)
+		r = h.put(ctx, t, h.a, f, gen, revEnvelope(t, 4, "after"), CacheConditionNewerSourceRevision, seen)
+		assert.Equal(t, CachePutStored, r.Status)
+		assert.Equal(t, CachePreviousAbsent, r.Previous)
+		// A new invalidation (another tombstone) is not the one observed.
+		require.Equal(t, CachePutStored, h.put(ctx, t, h.b, f, gen, randomTombstone(), CacheConditionAny, NoObservation()).Status)
+		r = h.put(ctx, t, h.a, f, gen, revEnvelope(t, 5, "late"), CacheConditionAny, seen)
+		assert.Equal(t, CachePutObservationChanged, r.Status)
+		assert.Equal(t, CachePreviousTombstone, r.Previous)
 	})
 
 	for _, order := range [][2]uint64{{5, 7}, {7, 5}} {
-		t.Run(fmt.Sprintf("writers-%d-then-%d", order[0], order[1]), func(t *testing.T) {
-			gk, ek := regionKeys(t, b, fmt.Sprintf("%s/order-%d-%d", tag, order[0], order[1]))
-			gen := randomGeneration(t)
-			_, err := h.a.RegionGenerationInit(ctx, gk, gen)
-			require.NoError(t, err)
-			r1, err := h.a.CachePut(ctx, gk, ek, gen, revEnvelope(t, order[0], "first"), time.Minute, CacheConditionNewerSourceRevision)
-			require.NoError(t, err)
-			r2, err := h.b.CachePut(ctx, gk, ek, gen, revEnvelope(t, order[1], "second"), time.Minute, CacheConditionNewerSourceRevision)
-			require.NoError(t, err)
+		t.Run(fmt.Sprintf("e-writers-%d-then-%d", order[0], order[1]), func(t *testing.T) {
+			f, gen := shardAt(ctx, t, h, fmt.Sprintf("%s/order-%d-%d", tag, order[0], order[1]))
+			r1 := h.put(ctx, t, h.a, f, gen, revEnvelope(t, order[0], "first"), CacheConditionNewerSourceRevision, NoObservation())
+			r2 := h.put(ctx, t, h.b, f, gen, revEnvelope(t, order[1], "second"), CacheConditionNewerSourceRevision, NoObservation())
 			assert.Equal(t, CachePutStored, r1.Status)
 			if order[1] > order[0] {
 				assert.Equal(t, CachePutStored, r2.Status)
@@ -208,20 +355,18 @@ func checkPutInterleavings(t *testing.T, h hostPair, tag string) {
 				assert.Equal(t, CachePutNotNewer, r2.Status)
 				assert.False(t, r2.SameValue)
 			}
-			assert.Equal(t, uint64(7), storedRevision(ctx, t, h.admin, ek), "7 stays")
+			assert.Equal(t, uint64(7), storedRevision(ctx, t, h.admin, f.entry(t, gen)), "7 stays")
 		})
 	}
 
-	t.Run("concurrent-writers", func(t *testing.T) {
-		gk, ek := regionKeys(t, b, tag+"/concurrent")
-		gen := randomGeneration(t)
-		_, err := h.a.RegionGenerationInit(ctx, gk, gen)
-		require.NoError(t, err)
+	t.Run("e-concurrent-writers", func(t *testing.T) {
+		f, gen := shardAt(ctx, t, h, tag+"/concurrent")
+		entry := f.entry(t, gen)
 		const writers, puts = 8, 40
 		var (
 			wg      sync.WaitGroup
 			mu      sync.Mutex
-			max     uint64
+			highest uint64
 			stored  = map[uint64]int{}
 			failure error
 		)
@@ -236,14 +381,13 @@ func checkPutInterleavings(t *testing.T, h hostPair, tag string) {
 				rng := rand.New(rand.NewPCG(uint64(w), 42))
 				for range puts {
 					rev := rng.Uint64N(1 << 40) // both 32-bit halves vary
-					r, err := ex.CachePut(ctx, gk, ek, gen, revEnvelope(t, rev, "w"+strconv.Itoa(w)), time.Minute, CacheConditionNewerSourceRevision)
+					r, err := ex.CachePut(ctx, f.anchor(), entry, CachePutRequest{Captured: gen,
+						Value: revEnvelope(t, rev, "w"+strconv.Itoa(w)), TTL: time.Minute, Condition: CacheConditionNewerSourceRevision})
 					mu.Lock()
 					if err != nil && failure == nil {
 						failure = err
 					}
-					if rev > max {
-						max = rev
-					}
+					highest = max(highest, rev)
 					if err == nil && r.Status == CachePutStored {
 						stored[rev]++
 					}
@@ -253,27 +397,25 @@ func checkPutInterleavings(t *testing.T, h hostPair, tag string) {
 		}
 		wg.Wait()
 		require.NoError(t, failure)
-		assert.Equal(t, max, storedRevision(ctx, t, h.admin, ek), "the highest revision wins whatever the interleaving")
-		assert.Equal(t, 1, stored[max])
+		assert.Equal(t, highest, storedRevision(ctx, t, h.admin, entry), "the highest revision wins whatever the interleaving")
+		assert.Equal(t, 1, stored[highest])
 	})
 
-	t.Run("repeat-after-timeout", func(t *testing.T) {
-		gk, ek := regionKeys(t, b, tag+"/repeat")
-		gen := randomGeneration(t)
-		_, err := h.a.RegionGenerationInit(ctx, gk, gen)
-		require.NoError(t, err)
+	t.Run("f-repeat-after-timeout", func(t *testing.T) {
+		f, gen := shardAt(ctx, t, h, tag+"/repeat")
 		env := revEnvelope(t, 11, "once")
-		r, err := h.a.CachePut(ctx, gk, ek, gen, env, time.Minute, CacheConditionNewerSourceRevision)
-		require.NoError(t, err)
+		// Each write as the cache sends it; the reply is lost and the
+		// caller repeats the same bytes.
+		r := h.put(ctx, t, h.a, f, gen, env, CacheConditionNewerSourceRevision, ObservedAbsent())
 		require.Equal(t, CachePutStored, r.Status)
-		// The reply was lost; the caller repeats the same bytes.
-		r, err = h.a.CachePut(ctx, gk, ek, gen, env, time.Minute, CacheConditionNewerSourceRevision)
-		require.NoError(t, err)
+		r = h.put(ctx, t, h.a, f, gen, env, CacheConditionNewerSourceRevision, ObservedAbsent())
+		assert.Equal(t, CachePutObservationChanged, r.Status)
+		assert.True(t, r.SameValue, "OBSERVATION_CHANGED with sameValue: the first attempt applied")
+		r = h.put(ctx, t, h.a, f, gen, env, CacheConditionNewerSourceRevision, NoObservation())
 		assert.Equal(t, CachePutNotNewer, r.Status)
 		assert.True(t, r.SameValue, "NOT_NEWER with sameValue: the first attempt applied")
 		// Another writer's equal revision with other bytes is not ours.
-		r, err = h.b.CachePut(ctx, gk, ek, gen, revEnvelope(t, 11, "other"), time.Minute, CacheConditionNewerSourceRevision)
-		require.NoError(t, err)
+		r = h.put(ctx, t, h.b, f, gen, revEnvelope(t, 11, "other"), CacheConditionNewerSourceRevision, NoObservation())
 		assert.Equal(t, CachePutNotNewer, r.Status)
 		assert.False(t, r.SameValue)
 	})
@@ -299,6 +441,48 @@ func TestCachePutInterleavingsCluster(t *testing.T) {
 	}
 }
 
+// TestCachePutRepeatAfterRealTimeout loses a put's reply for real: a proxy
+// forwards the call to Redis and holds the answer back until the client
+// times out (INDETERMINATE). Repeating the same call then reports the
+// first attempt as applied, in both modes.
+func TestCachePutRepeatAfterRealTimeout(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	ctx := context.Background()
+	cat := mustCatalog(t)
+	require.NoError(t, Deploy(ctx, cat, s.Admin()))
+	require.NoError(t, LoadScripts(ctx, cat, s.Admin()))
+	proxy := redistest.NewProxy(t, s.Addr())
+	user, pass := s.AdminUser()
+	c := redis.NewClient(&redis.Options{
+		Addr: proxy.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1, PoolSize: 2,
+		DialTimeout: 2 * time.Second, ReadTimeout: 200 * time.Millisecond, WriteTimeout: time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := NewExecutor(cat, mode, c)
+			require.NoError(t, err)
+			f := shardedEntry(t, testBuilder(t), "real-timeout-"+string(mode))
+			gen := randomGeneration(t)
+			_, err = e.RegionGenerationInit(ctx, f.anchor(), gen)
+			require.NoError(t, err)
+			req := CachePutRequest{Captured: gen, Value: revEnvelope(t, 3, "lost reply"), TTL: time.Minute,
+				Condition: CacheConditionNewerSourceRevision, Observation: ObservedAbsent()}
+			proxy.Stall()
+			_, err = e.CachePut(ctx, f.anchor(), f.entry(t, gen), req)
+			proxy.Passthrough()
+			require.Error(t, err)
+			assert.Equal(t, certainty.Indeterminate, certainty.Classify(err, true), "%v", err)
+			entry := f.entry(t, gen)
+			require.Eventually(t, func() bool { return s.Admin().Exists(ctx, entry.Redis()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+			r, err := e.CachePut(ctx, f.anchor(), f.entry(t, gen), req)
+			require.NoError(t, err)
+			assert.Equal(t, CachePutObservationChanged, r.Status)
+			assert.True(t, r.SameValue, "the repeat finds the first attempt's bytes")
+		})
+	}
+}
+
 // TestCachePutRefusesCrossSlotKeys: generation and entry must share a slot;
 // the facade refuses before sending, on standalone too, so a key layout bug
 // shows before it meets a Cluster.
@@ -310,121 +494,102 @@ func TestCachePutRefusesCrossSlotKeys(t *testing.T) {
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, c)
 	require.NoError(t, err)
 	b := testBuilder(t)
-	gk, _ := regionKeys(t, b, "cross")
+	anchor := shardedEntry(t, b, "cross").anchor()
 	var other keys.Key
-	for i := 0; ; i++ {
-		ks := vectorKeys(t, b, "cross-"+strconv.Itoa(i), 1)
-		if ks[0].Slot() != gk.Slot() {
-			other = ks[0]
-			break
+	for i := 0; other.IsZero(); i++ {
+		if k := vectorKeys(t, b, "cross-"+strconv.Itoa(i), 1)[0]; k.Slot() != anchor.Slot() {
+			other = k
 		}
 	}
-	_, err = e.CachePut(context.Background(), gk, other, randomGeneration(t), revEnvelope(t, 1, "x"), time.Minute, CacheConditionAny)
+	_, err = e.CachePut(context.Background(), anchor, other, CachePutRequest{Captured: randomGeneration(t),
+		Value: revEnvelope(t, 1, "x"), TTL: time.Minute, Condition: CacheConditionAny})
 	require.ErrorIs(t, err, ErrCrossSlot)
 	assert.Empty(t, rec.take(), "nothing sent")
 }
 
-// TestCacheReadBoundedReplyIsBounded stores values far larger than the
-// bound and measures, through a byte-counting proxy, what the reads put on
-// the wire: TOO_LARGE costs a few dozen bytes whatever the stored size, a
-// FOUND at the bound costs the value plus framing, and a plain GET of the
-// same key (the control) costs the whole value.
-func TestCacheReadBoundedReplyIsBounded(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	ctx := context.Background()
-	cat := mustCatalog(t)
-	require.NoError(t, Deploy(ctx, cat, s.Admin()))
-	proxy := redistest.NewProxy(t, s.Addr())
-	user, pass := s.AdminUser()
-	c := redis.NewClient(&redis.Options{
-		Addr: proxy.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	require.NoError(t, c.Ping(ctx).Err())
-	k := vectorKeys(t, testBuilder(t), "bounded-read", 1)[0]
-	const stored = 8 << 20
-	require.NoError(t, s.Admin().Set(ctx, k.Redis(), strings.Repeat("v", stored), time.Minute).Err())
-	down := func(f func()) int64 {
-		_, before := proxy.Bytes()
-		f()
-		_, after := proxy.Bytes()
-		return after - before
+// TestCachePutRefusesInconsistentReplies feeds the decoder replies that
+// are well-formed tuples but contradict themselves or the request: each
+// is ErrIncompatible, never a success.
+func TestCachePutRefusesInconsistentReplies(t *testing.T) {
+	captured := []byte("generation-aaaaaaaa")
+	req := CachePutRequest{Captured: captured, TTL: time.Minute}
+	mk := func(status, pttl, same, prev int64, gen string) *reply {
+		r := &reply{status: status, n: 4}
+		r.ints[0], r.ints[1], r.ints[2] = pttl, same, prev
+		r.raw[3] = []byte(gen)
+		return r
 	}
-	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
-		e, err := NewExecutor(cat, mode, c)
-		require.NoError(t, err)
-		// Warm up (the first evalsha call loads the script).
-		_, err = e.CacheReadBounded(ctx, k, MaxCacheValueBytes)
-		require.NoError(t, err)
-		var r CacheReadResult
-		n := down(func() {
-			r, err = e.CacheReadBounded(ctx, k, MaxCacheValueBytes)
-			require.NoError(t, err)
-		})
-		assert.Equal(t, CacheReadTooLarge, r.Status, mode)
-		assert.True(t, r.TooLarge())
-		assert.Equal(t, int64(stored), r.Length)
-		assert.Nil(t, r.Value)
-		assert.Less(t, n, int64(64), "%s: a TOO_LARGE reply of an 8 MiB value is %d bytes", mode, n)
-		t.Logf("%s: TOO_LARGE reply for an %d-byte value: %d bytes on the wire", mode, stored, n)
+	good := map[string]*reply{
+		"stored":           mk(1, 60000, 1, 0, ""),
+		"moved":            mk(3, 0, 0, 0, "generation-bbbbbbbb"),
+		"not-newer-same":   mk(4, 0, 1, 1, ""),
+		"changed":          mk(5, 0, 0, 0, ""),
+		"changed-same":     mk(5, 0, 1, 2, ""),
+		"unreadable-other": mk(6, 0, 0, 3, ""),
+		"invalid":          mk(8, 0, 0, 0, ""),
 	}
-	// At the bound: FOUND, the reply is the value plus framing.
-	require.NoError(t, s.Admin().Set(ctx, k.Redis(), strings.Repeat("w", MaxCacheValueBytes), time.Minute).Err())
-	e, err := NewExecutor(cat, policy.ProgramsFunctionsProvisioned, c)
+	for name, r := range good {
+		_, err := cachePutResult("cache-put-v2", r, req)
+		assert.NoError(t, err, name)
+	}
+	res, err := cachePutResult("cache-put-v2", mk(1, 60000, 1, 2, ""), req)
 	require.NoError(t, err)
-	var r CacheReadResult
-	n := down(func() {
-		r, err = e.CacheReadBounded(ctx, k, MaxCacheValueBytes)
-		require.NoError(t, err)
-	})
-	assert.Equal(t, CacheReadFound, r.Status)
-	assert.Len(t, r.Value, MaxCacheValueBytes)
-	assert.LessOrEqual(t, n, int64(MaxCacheValueBytes+64))
-	t.Logf("FOUND reply of a %d-byte value: %d bytes on the wire", MaxCacheValueBytes, n)
-	// One byte over: TOO_LARGE again.
-	require.NoError(t, s.Admin().Append(ctx, k.Redis(), "w").Err())
-	r, err = e.CacheReadBounded(ctx, k, MaxCacheValueBytes)
+	assert.Equal(t, CachePreviousTombstone, res.Previous, "wire 2 is a tombstone")
+	assert.Equal(t, time.Minute, res.PTTL)
+	res, err = cachePutResult("cache-put-v2", mk(3, 0, 0, 0, "generation-bbbbbbbb"), req)
 	require.NoError(t, err)
-	assert.Equal(t, CacheReadTooLarge, r.Status)
-	assert.Equal(t, int64(MaxCacheValueBytes+1), r.Length)
-	// Control: a plain GET of an 8 MiB value puts all of it on the wire.
-	require.NoError(t, s.Admin().Set(ctx, k.Redis(), strings.Repeat("v", stored), time.Minute).Err())
-	n = down(func() { require.NoError(t, c.Get(ctx, k.Redis()).Err()) })
-	assert.Greater(t, n, int64(stored))
-	t.Logf("control: GET of the %d-byte value: %d bytes on the wire", stored, n)
+	assert.Equal(t, CachePreviousUnknown, res.Previous)
+	assert.Equal(t, []byte("generation-bbbbbbbb"), res.Generation)
+
+	bad := map[string]*reply{
+		"stored-other-ttl":         mk(1, 59999, 1, 0, ""),
+		"stored-not-same":          mk(1, 60000, 0, 0, ""),
+		"stored-with-generation":   mk(1, 60000, 1, 0, "generation-bbbbbbbb"),
+		"missing-with-generation":  mk(2, 0, 0, 0, "generation-bbbbbbbb"),
+		"missing-with-previous":    mk(2, 0, 0, 1, ""),
+		"moved-without-generation": mk(3, 0, 0, 0, ""),
+		"moved-to-captured":        mk(3, 0, 0, 0, string(captured)),
+		"moved-short-generation":   mk(3, 0, 0, 0, "short"),
+		"moved-with-previous":      mk(3, 0, 0, 1, "generation-bbbbbbbb"),
+		"not-newer-over-absent":    mk(4, 0, 0, 0, ""),
+		"not-newer-with-ttl":       mk(4, 60000, 0, 1, ""),
+		"changed-same-absent":      mk(5, 0, 1, 0, ""),
+		"unreadable-tombstone":     mk(6, 0, 0, 2, ""),
+		"unreadable-same":          mk(6, 0, 1, 1, ""),
+		"wrong-type-same":          mk(7, 0, 1, 0, ""),
+		"same-not-boolean":         mk(5, 0, 2, 1, ""),
+		"previous-out-of-range":    mk(5, 0, 0, 4, ""),
+		"previous-negative":        mk(5, 0, 0, -1, ""),
+	}
+	for name, r := range bad {
+		_, err := cachePutResult("cache-put-v2", r, req)
+		require.ErrorIs(t, err, ErrIncompatible, name)
+		var ce *CompatibilityError
+		require.ErrorAs(t, err, &ce, name)
+		assert.Equal(t, "cache-put-v2", ce.Program)
+	}
 }
 
-// TestCacheReadBoundedCluster reads on every primary of a Cluster in both
-// modes (FCALL_RO needs the no-writes flag the library sets).
-func TestCacheReadBoundedCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	ctx := context.Background()
-	cat := mustCatalog(t)
-	require.NoError(t, Deploy(ctx, cat, cl.Admin()))
-	c := clusterClient(t, cl)
-	b := testBuilder(t)
-	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
-		e, err := NewExecutor(cat, mode, c)
-		require.NoError(t, err)
-		for i := range 12 {
-			k := vectorKeys(t, b, fmt.Sprintf("cluster-read-%s-%d", mode, i), 1)[0]
-			require.NoError(t, cl.Admin().Set(ctx, k.Redis(), strings.Repeat("z", 100+i), time.Minute).Err())
-			r, err := e.CacheReadBounded(ctx, k, 105)
-			require.NoError(t, err)
-			if 100+i <= 105 {
-				assert.Equal(t, CacheReadFound, r.Status)
-				assert.Len(t, r.Value, 100+i)
-			} else {
-				assert.Equal(t, CacheReadTooLarge, r.Status)
-				assert.Empty(t, r.Value)
-			}
-			assert.Equal(t, int64(100+i), r.Length)
-		}
+// TestCacheObservationDigest pins what the facade sends: the lower-hex
+// SHA-1 of exactly the first min(length, 384) bytes, whatever else the
+// caller passes; a prefix too short for its length sends no digest (the
+// program answers INVALID).
+func TestCacheObservationDigest(t *testing.T) {
+	long := make([]byte, 1000)
+	for i := range long {
+		long[i] = byte(i)
 	}
-	var fcallRO int64
-	for _, p := range cl.Primaries() {
-		fcallRO += p.CommandCalls(t, "fcall_ro")
-	}
-	assert.Equal(t, int64(12), fcallRO, "read-only program runs as FCALL_RO")
+	want := sha1.Sum(long[:CacheObservedPrefixBytes]) //nolint:gosec // see the import
+	assert.Equal(t, ObservedValueDigest(1000, want), ObservedValue(1000, long))
+	assert.Equal(t, ObservedValue(1000, long), ObservedValue(1000, long[:CacheObservedPrefixBytes]))
+	assert.Empty(t, ObservedValue(1000, long[:CacheObservedPrefixBytes-1]).digest)
+	short := sha1.Sum(long[:21]) //nolint:gosec // see the import
+	assert.Equal(t, ObservedTombstoneDigest(21, short), ObservedTombstone(21, long))
+	assert.Empty(t, ObservedValue(0, long).digest)
+	assert.Empty(t, ObservedValue(-1, long).digest)
+	assert.Equal(t, CacheObservation{}, NoObservation(), "the zero value observes nothing")
+	assert.Equal(t, "none", NoObservation().mode.wire())
+	assert.Equal(t, "absent", ObservedAbsent().mode.wire())
+	assert.Equal(t, "value", ObservedValue(1, long).mode.wire())
+	assert.Equal(t, "tombstone", ObservedTombstone(1, long).mode.wire())
 }

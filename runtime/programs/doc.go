@@ -25,11 +25,11 @@
 // once per call and are specified by the pure-Go reference
 // in internal/rateref; a formula change is a new program id there and here.
 //
-// The cache programs are the bounded read of one entry
-// (cache-read-bounded-v1: a value above the bound is typed by its length and
-// never sent) and its conditional write (cache-put-v1: to the captured region
-// generation only and, optionally, only when the envelope's source revision
-// is newer), both reading the host/cache/envelope header.
+// The cache's write is cache-put-v2: an envelope or a tombstone, to the
+// captured shard generation only and, optionally, only while the entry is
+// still what the lookup observed and only when the envelope's source
+// revision is newer; it reads the host/cache/envelope headers. The lookup's
+// read needs no program (runtime.Deployment.ReadScoped).
 //
 // A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
 // while the script lane is busy as one pipeline, each call keeping its own

@@ -3,12 +3,12 @@ package programs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,41 +54,49 @@ func vectorKeys(t testing.TB, b *keys.Builder, tag string, n int) []keys.Key {
 	return ks
 }
 
-// programKeys returns the keys a program's vectors run on: cache-put-v1
-// takes a region generation and an entry in one slot, every other program
-// two keys of the cache entry group.
+// programKeys returns the keys a program's vectors run on: cache-put-v2
+// takes a shard generation (the anchor) and an entry of that shard, every
+// other program two keys of the cache entry group.
 func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key {
 	t.Helper()
-	if program == "cache-put-v1" {
-		g, e := regionKeys(t, b, tag)
-		return []keys.Key{g, e}
+	if program == "cache-put-v2" {
+		f := shardedEntry(t, b, tag)
+		return []keys.Key{f.anchor(), f.entry(t, []byte("vector-scope"))}
 	}
 	return vectorKeys(t, b, tag, 2)
 }
 
-// regionKeys returns a region generation key and an entry key in the same
-// Cluster slot. The key builder keeps the generation and entry kinds in
-// separate co-location groups today, so one Group call cannot render them
-// together; until the cache's key layout co-locates them (a runtime/keys
-// change), the test searches entry parts for one whose slot equals the
-// generation's: a real generation key and a real entry key that Cluster
-// accepts in one script call (about 16k HMACs, a few milliseconds).
-func regionKeys(t testing.TB, b *keys.Builder, tag string) (generation, entry keys.Key) {
+// shardFamily is one located resource of a sharded cache region: its
+// shard's generation key (the anchor) and its member keys per scope, built
+// by keys.Builder.PrepareSharded exactly as the cache builds them, so the
+// anchor and every member share a Cluster slot by construction.
+type shardFamily struct {
+	layout *keys.Sharded
+	loc    keys.Location
+}
+
+// shardedEntry locates tag in a region of its own (the region name is a
+// digest of tag), so two tests never share an anchor and their anchors
+// spread over the Cluster's slots.
+func shardedEntry(t testing.TB, b *keys.Builder, tag string) shardFamily {
 	t.Helper()
-	spec := keys.Spec{Capability: keys.CapCache, Region: "programs", KeyVersion: 1, Kind: "generation", Parts: [][]byte{[]byte(tag)}}
-	g, err := b.Build(spec)
+	sum := sha256.Sum256([]byte(tag))
+	layout, err := b.PrepareSharded(keys.ShardSpec{Capability: keys.CapCache, Region: "r-" + hex.EncodeToString(sum[:8]),
+		KeyVersion: 1, Shards: 4, AnchorKind: "generation", MemberKinds: []string{"entry", "refresh-lease"}})
 	require.NoError(t, err)
-	spec.Kind = "entry"
-	for i := 0; i < 1<<20; i++ {
-		spec.Parts = [][]byte{[]byte(tag), []byte(strconv.Itoa(i))}
-		e, err := b.Build(spec)
-		require.NoError(t, err)
-		if e.Slot() == g.Slot() {
-			return g, e
-		}
-	}
-	t.Fatal("no entry key found in the generation's slot")
-	return keys.Key{}, keys.Key{}
+	loc, err := layout.Locate([][]byte{[]byte(tag)})
+	require.NoError(t, err)
+	return shardFamily{layout: layout, loc: loc}
+}
+
+func (f shardFamily) anchor() keys.Key { return f.layout.AnchorOf(f.loc) }
+
+// entry returns the entry key under scope (a generation).
+func (f shardFamily) entry(t testing.TB, scope []byte) keys.Key {
+	t.Helper()
+	ks, err := f.layout.AppendMembers(nil, f.loc, scope)
+	require.NoError(t, err)
+	return ks[0]
 }
 
 // recorder is a go-redis hook recording command names ("evalsha",
@@ -248,8 +256,9 @@ func loadVectors(t testing.TB) []vectorFile {
 }
 
 // fixtureBytes turns a fixture value into bytes: a string, {"fill": c,
-// "len": n}, {"sha1Of": text} (the lower-hex revision of text), {"hex": h},
-// {"envelopeGolden": name} (host/cache/envelope/testdata/<name>.hex) or
+// "len": n} (with "prefixHex": h, those bytes first, then the fill up to n
+// bytes in all), {"sha1Of": text} (the lower-hex revision of text),
+// {"hex": h}, {"envelopeGolden": name} (host/cache/envelope/testdata/<name>.hex) or
 // {"envelope": {...}} (see fixtureEnvelope).
 func fixtureBytes(v any) ([]byte, error) {
 	switch x := v.(type) {
@@ -281,7 +290,16 @@ func fixtureBytes(v any) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			return bytes.Repeat([]byte(c), int(l)), nil
+			var prefix []byte
+			if h, ok := x["prefixHex"].(string); ok {
+				if prefix, err = hex.DecodeString(h); err != nil {
+					return nil, err
+				}
+			}
+			if int64(len(prefix)) > l {
+				return nil, fmt.Errorf("fill prefix longer than %d bytes", l)
+			}
+			return append(prefix, bytes.Repeat([]byte(c), int(l)-len(prefix))...), nil
 		}
 	}
 	return nil, fmt.Errorf("unsupported fixture bytes %#v", v)

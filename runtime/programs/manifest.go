@@ -86,7 +86,7 @@ type KeySpec struct {
 
 // Argument types.
 const (
-	ArgOpaqueBytes = "opaque-bytes" // minBytes..maxBytes arbitrary bytes
+	ArgOpaqueBytes = "opaque-bytes" // minBytes..maxBytes arbitrary bytes (minBytes may be 0)
 	ArgInteger     = "integer"      // canonical decimal, min..max
 	ArgLowerHex    = "lower-hex"    // [0-9a-f], minBytes..maxBytes
 )
@@ -413,8 +413,10 @@ func (a ArgSpec) validateBounds(maxTTL int64) string {
 		if a.MinBytes == nil || a.MaxBytes == nil {
 			return "minBytes and maxBytes are required"
 		}
-		if *a.MinBytes < 1 || *a.MaxBytes < *a.MinBytes || *a.MaxBytes > maxValueBytes {
-			return fmt.Sprintf("byte bounds must satisfy 1 <= minBytes <= maxBytes <= %d", maxValueBytes)
+		// minBytes 0 admits an empty argument: the encoding of "not
+		// applicable" for an argument that only some modes use.
+		if *a.MinBytes < 0 || *a.MaxBytes < max(*a.MinBytes, 1) || *a.MaxBytes > maxValueBytes {
+			return fmt.Sprintf("byte bounds must satisfy 0 <= minBytes <= maxBytes, 1 <= maxBytes <= %d", maxValueBytes)
 		}
 	case ArgInteger:
 		if a.MinBytes != nil || a.MaxBytes != nil {

@@ -6,69 +6,38 @@ package programs
 
 import "github.com/caphost/caphost/runtime/certainty"
 
-// CacheReadStatus is the status enum of cache-read-bounded-v1.
-type CacheReadStatus uint8
-
-// Statuses of cache-read-bounded-v1 (codes as in the manifest).
-const (
-	// CacheReadFound is FOUND (code 1, APPLIED): the whole value, at most
-	// the requested maximum, is in the result.
-	CacheReadFound CacheReadStatus = iota + 1
-	// CacheReadAbsent is ABSENT (code 2, NOT_APPLIED).
-	CacheReadAbsent
-	// CacheReadTooLarge is TOO_LARGE (code 3, REJECTED): the stored value is
-	// longer than the maximum; only its length was sent.
-	CacheReadTooLarge
-	// CacheReadWrongType is WRONG_TYPE (code 4, REJECTED).
-	CacheReadWrongType
-	// CacheReadInvalid is INVALID (code 5, REJECTED).
-	CacheReadInvalid
-)
-
-func cacheReadStatuses() []statusDef {
-	return []statusDef{
-		{"FOUND", certainty.Applied},
-		{"ABSENT", certainty.NotApplied},
-		{"TOO_LARGE", certainty.Rejected},
-		{"WRONG_TYPE", certainty.Rejected},
-		{"INVALID", certainty.Rejected},
-	}
-}
-
-// String returns the manifest name of the status.
-func (s CacheReadStatus) String() string { return statusName(cacheReadStatuses(), uint8(s)) }
-
-// Outcome returns the certainty the status reports.
-func (s CacheReadStatus) Outcome() certainty.Outcome {
-	return statusOutcome(cacheReadStatuses(), uint8(s))
-}
-
-// CachePutStatus is the status enum of cache-put-v1.
+// CachePutStatus is the status enum of cache-put-v2.
 type CachePutStatus uint8
 
-// Statuses of cache-put-v1 (codes as in the manifest).
+// Statuses of cache-put-v2 (codes as in the manifest).
 const (
 	// CachePutStored is STORED (code 1, APPLIED).
 	CachePutStored CachePutStatus = iota + 1
 	// CachePutGenerationMissing is GENERATION_MISSING (code 2, NOT_APPLIED):
-	// the region generation key does not exist (never read as 0); nothing
-	// was written.
+	// the shard generation key does not exist (never read as a default);
+	// nothing was written.
 	CachePutGenerationMissing
 	// CachePutGenerationMoved is GENERATION_MOVED (code 3, CONFLICT): the
-	// region was invalidated after the generation was captured; nothing was
-	// written.
+	// shard was invalidated after the generation was captured; nothing was
+	// written and the result carries the current generation.
 	CachePutGenerationMoved
 	// CachePutNotNewer is NOT_NEWER (code 4, CONFLICT): under
 	// newer-source-revision the stored entry's source revision is >= the
 	// new one; nothing was written.
 	CachePutNotNewer
-	// CachePutStoredUnreadable is STORED_UNREADABLE (code 5, REJECTED): under
-	// newer-source-revision the stored value has no v1/v2 envelope header,
-	// so no order can be established; nothing was written.
+	// CachePutObservationChanged is OBSERVATION_CHANGED (code 5, CONFLICT):
+	// the entry is no longer what the lookup observed (an invalidation's
+	// tombstone or another writer came in between); nothing was written.
+	CachePutObservationChanged
+	// CachePutStoredUnreadable is STORED_UNREADABLE (code 6, REJECTED): under
+	// newer-source-revision the stored value is neither a readable envelope
+	// nor a tombstone, so no order can be established; nothing was written.
 	CachePutStoredUnreadable
-	// CachePutWrongType is WRONG_TYPE (code 6, REJECTED).
+	// CachePutWrongType is WRONG_TYPE (code 7, REJECTED): a key holds
+	// another Redis type, or the generation key a string that is no
+	// generation (outside 16..128 bytes).
 	CachePutWrongType
-	// CachePutInvalid is INVALID (code 7, REJECTED).
+	// CachePutInvalid is INVALID (code 8, REJECTED).
 	CachePutInvalid
 )
 
@@ -78,6 +47,7 @@ func cachePutStatuses() []statusDef {
 		{"GENERATION_MISSING", certainty.NotApplied},
 		{"GENERATION_MOVED", certainty.Conflict},
 		{"NOT_NEWER", certainty.Conflict},
+		{"OBSERVATION_CHANGED", certainty.Conflict},
 		{"STORED_UNREADABLE", certainty.Rejected},
 		{"WRONG_TYPE", certainty.Rejected},
 		{"INVALID", certainty.Rejected},
@@ -406,9 +376,7 @@ func (s SetIfAbsentStatus) Outcome() certainty.Outcome {
 // program has no facade.
 func facadeStatuses(id string) []statusDef {
 	switch id {
-	case "cache-read-bounded-v1":
-		return cacheReadStatuses()
-	case "cache-put-v1":
+	case "cache-put-v2":
 		return cachePutStatuses()
 	case "cache-refresh-claim-v1":
 		return refreshClaimStatuses()
