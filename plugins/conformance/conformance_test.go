@@ -42,16 +42,14 @@ func TestReferenceGuestsConform(t *testing.T) {
 	// Checks that must be among each kind's results, so the suite is known
 	// to have exercised the kind rather than passed vacuously.
 	expected := map[string][]string{
-		"codec": {
-			"[codec] codec user-profile: encode/decode round trip at the write version",
-			"[codec] codec user-profile: readable versions are accepted",
-			"[codec] codec user-profile: garbage decodes as corrupt",
-			"[codec] codec user-profile: unknown versions are schema-mismatch",
-			"[codec] codec user-profile: unknown schema is not-found",
-		},
+		"codec": codecChecks("user-profile", "product", "search-page"),
 		"cache-region": {
 			"[cache-region] region products: canonicalize answers bounded key parts",
 			"[cache-region] region products: canonicalize and admit are deterministic",
+			"[cache-region] region products: admit answers",
+			"[cache-region] region products: unknown region is not-found",
+			"[cache-region] region search-results: canonicalize answers bounded key parts",
+			"[cache-region] region search-results: canonicalize and admit are deterministic",
 			"[cache-region] region search-results: admit answers",
 			"[cache-region] region search-results: unknown region is not-found",
 		},
@@ -99,18 +97,61 @@ func TestReferenceGuestsConform(t *testing.T) {
 	}
 }
 
-// The codec refuses the suite's generic sample values (a profile needs id,
-// name, email and locale), so only its bundled codec_encode vector lets the
-// round-trip check run.
+// codecChecks lists the suite's five checks for each schema.
+func codecChecks(schemas ...string) []string {
+	var out []string
+	for _, s := range schemas {
+		p := "[codec] codec " + s + ": "
+		out = append(out, p+"encode/decode round trip at the write version", p+"readable versions are accepted",
+			p+"garbage decodes as corrupt", p+"unknown versions are schema-mismatch", p+"unknown schema is not-found")
+	}
+	return out
+}
+
+// Every schema of the codec refuses the suite's generic sample values ({},
+// null, "", 0: a profile, a product and a search page each need members), so
+// only the bundled codec_encode vectors let the round-trip checks run.
 func TestCodecRoundTripUsesBundledSamples(t *testing.T) {
 	ctx := context.Background()
 	m := load(t, "codec")
-	const check = "[codec] codec user-profile: encode/decode round trip at the write version"
 	plain := conformance.Run(ctx, m)
-	assert.Equal(t, plugins.CheckSkip, checksOf(plain)[check], plain.Summary())
 	wasm, _ := bundled(t, "codec")
 	rep := conformance.RunWithSelfTest(ctx, m, wasm)
-	assert.Equal(t, plugins.CheckPass, checksOf(rep)[check], rep.Summary())
+	for _, s := range []string{"user-profile", "product", "search-page"} {
+		check := "[codec] codec " + s + ": encode/decode round trip at the write version"
+		assert.Equal(t, plugins.CheckSkip, checksOf(plain)[check], plain.Summary())
+		assert.Equal(t, plugins.CheckPass, checksOf(rep)[check], rep.Summary())
+	}
+}
+
+// The reference guests are one product: every region guests/cache-region
+// declares is stored with a schema guests/codec declares, and that schema
+// writes payloads the region's max_bytes can hold (the bundled product and
+// search-page samples).
+func TestReferenceRegionsHaveTheirCodecs(t *testing.T) {
+	ctx := context.Background()
+	codec, regions := load(t, "codec"), load(t, "cache-region")
+	schemas := map[string]bool{}
+	for _, c := range codec.Description().Codecs {
+		schemas[c.SchemaID] = true
+	}
+	f, err := vectors.ReadFile(filepath.Join("..", "..", "guests", "codec", "selftest.json"))
+	require.NoError(t, err)
+	for _, r := range regions.Description().Regions {
+		require.True(t, schemas[r.Codec], "region %s: codec %q is not declared by guests/codec", r.ID, r.Codec)
+		sampled := false
+		for _, v := range f.Vectors {
+			req, ok := v.Request.(*abi.CodecEncodeRequest)
+			if !ok || req.Schema != r.Codec || v.Status != abi.CodeOK {
+				continue
+			}
+			enc, err := plugins.CodecEncode(ctx, codec, req)
+			require.NoError(t, err, v.Name)
+			assert.LessOrEqual(t, int64(len(enc.Payload)), r.MaxBytes, v.Name)
+			sampled = true
+		}
+		assert.True(t, sampled, "region %s: guests/codec bundles no %s sample", r.ID, r.Codec)
+	}
 }
 
 // TestWrongGuestFailsPrecisely runs the suite on testdata/guests/wrongans,
