@@ -1,9 +1,15 @@
 // Command cache-region is the reference cache-region guest: region "products"
-// (product detail by id and locale, stale-if-error, stored with codec
-// "product") and region "search-results" (query
-// results, short TTLs, no stale serving). It canonicalises request attributes
-// into bounded logical key parts and decides admission; keys, HMACs, TTL
-// enforcement and Redis stay in the host.
+// (product detail by id and locale, stale-if-error, a process-local L1,
+// stored with codec "product") and region "search-results" (query results,
+// short TTLs, no stale serving, stored with codec "search-page"); both codecs
+// are guests/codec's. It canonicalises request attributes into bounded
+// logical key parts and decides admission; keys, HMACs, TTL enforcement and
+// Redis stay in the host.
+//
+// Attributes are what the host's HTTP sidecar passes for
+// GET /v1/cache/{region}/{key}: the path key as attribute "key" (a product id,
+// a search query), each query parameter as an attribute of its name
+// ("locale", "page").
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o cache-region.wasm ./guests/cache-region
 package main
@@ -30,8 +36,12 @@ const maxQuery = 256
 func Module() *guest.Module {
 	return &guest.Module{Name: "cache-region", Regions: []guest.CacheRegion{
 		{
-			Decl: abi.RegionDecl{ID: "products", KeyVersion: 1, SoftTTLMs: 60_000, HardTTLMs: 600_000,
-				NegativeTTLMs: 5_000, JitterPercent: 10, StaleIfError: true, MaxBytes: 64 << 10, Codec: "product"},
+			// Product detail is read far more often than it changes: an L1
+			// absorbs hot products, the soft TTL bounds how long a price
+			// change takes to show, and stale-if-error serves the last
+			// price while the catalogue is down, up to the hard TTL.
+			Decl: abi.RegionDecl{ID: "products", KeyVersion: 1, SoftTTLMs: 30_000, HardTTLMs: 600_000,
+				NegativeTTLMs: 5_000, JitterPercent: 10, StaleIfError: true, L1: true, MaxBytes: 64 << 10, Codec: "product"},
 			Canonicalize: Products,
 			Admit:        admitUnder(64 << 10),
 		},
@@ -53,11 +63,12 @@ func attr(attrs []abi.Attr, name string) string {
 	return ""
 }
 
-// Products keys a product by id and locale. The id must be a short
-// alphanumeric token; the locale defaults to "en" so equivalent requests share
-// an entry.
+// Products keys a product by id (attribute "key") and locale. The id must be
+// a short alphanumeric token; the locale defaults to "en" so equivalent
+// requests share an entry. The parts are what they were when the id came as
+// attribute "id", so entries written then stay valid (key version 1).
 func Products(attrs []abi.Attr) ([]string, error) {
-	id := attr(attrs, "id")
+	id := attr(attrs, "key")
 	if id == "" || len(id) > 64 || strings.IndexFunc(id, func(r rune) bool {
 		return r > unicode.MaxASCII || !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-')
 	}) >= 0 {
@@ -73,10 +84,10 @@ func Products(attrs []abi.Attr) ([]string, error) {
 	return []string{id, locale}, nil
 }
 
-// Search keys a results page by the normalised query (case- and
-// whitespace-insensitive) and page number.
+// Search keys a results page by the normalised query (attribute "key"; case-
+// and whitespace-insensitive) and page number.
 func Search(attrs []abi.Attr) ([]string, error) {
-	q := strings.Join(strings.Fields(strings.ToLower(attr(attrs, "q"))), " ")
+	q := strings.Join(strings.Fields(strings.ToLower(attr(attrs, "key"))), " ")
 	if q == "" || len(q) > maxQuery {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "query must be 1-%d bytes", maxQuery)
 	}

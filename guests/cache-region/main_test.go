@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,19 +24,54 @@ func call(t *testing.T, d *guest.Dispatcher, e abi.Export, req abi.Message, resp
 func TestCanonicalize(t *testing.T) {
 	d, err := guest.NewDispatcher(Module())
 	require.NoError(t, err)
-	var resp abi.CanonicalizeResponse
-	require.NoError(t, call(t, d, abi.ExportCacheCanonicalize, &abi.CanonicalizeRequest{Region: "products",
-		Attrs: []abi.Attr{{Name: "id", Value: "sku-42"}}}, &resp))
-	assert.Equal(t, []string{"sku-42", "en"}, resp.Parts)
-	require.NoError(t, call(t, d, abi.ExportCacheCanonicalize, &abi.CanonicalizeRequest{Region: "search-results",
-		Attrs: []abi.Attr{{Name: "q", Value: "  Red   SHOES "}}}, &resp))
-	assert.Equal(t, []string{"red shoes", "1"}, resp.Parts)
+	for _, tc := range []struct {
+		region string
+		attrs  []abi.Attr
+		want   []string // nil: refused as invalid-request
+	}{
+		// The sidecar's attributes: the path key as "key", query parameters
+		// by name; unknown ones do not change the key.
+		{"products", []abi.Attr{{Name: "key", Value: "sku-42"}}, []string{"sku-42", "en"}},
+		{"products", []abi.Attr{{Name: "key", Value: "SKU-42"}, {Name: "locale", Value: "de-CH"}, {Name: "utm", Value: "x"}}, []string{"SKU-42", "de-ch"}},
+		{"products", []abi.Attr{{Name: "key", Value: "../etc"}}, nil},
+		{"products", []abi.Attr{{Name: "key", Value: strings.Repeat("a", 65)}}, nil},
+		{"products", []abi.Attr{{Name: "key", Value: "SKU-42"}, {Name: "locale", Value: strings.Repeat("a", 17)}}, nil},
+		{"products", []abi.Attr{{Name: "id", Value: "sku-42"}}, nil}, // the former attribute name
+		{"search-results", []abi.Attr{{Name: "key", Value: "  Red   SHOES "}}, []string{"red shoes", "1"}},
+		{"search-results", []abi.Attr{{Name: "key", Value: "red shoes"}, {Name: "page", Value: "12"}}, []string{"red shoes", "12"}},
+		{"search-results", []abi.Attr{{Name: "key", Value: "red shoes"}, {Name: "page", Value: "10000"}}, nil},
+		{"search-results", []abi.Attr{{Name: "key", Value: "red shoes"}, {Name: "page", Value: "-1"}}, nil},
+		{"search-results", []abi.Attr{{Name: "key", Value: strings.Repeat("q", maxQuery+1)}}, nil},
+		{"search-results", []abi.Attr{{Name: "key", Value: " \t "}}, nil},
+		{"search-results", []abi.Attr{{Name: "q", Value: "red shoes"}}, nil}, // the former attribute name
+	} {
+		var resp abi.CanonicalizeResponse
+		err := call(t, d, abi.ExportCacheCanonicalize, &abi.CanonicalizeRequest{Region: tc.region, Attrs: tc.attrs}, &resp)
+		if tc.want == nil {
+			require.ErrorIs(t, err, abi.CodeInvalidRequest, "%s %v", tc.region, tc.attrs)
+			continue
+		}
+		require.NoError(t, err, "%s %v", tc.region, tc.attrs)
+		assert.Equal(t, tc.want, resp.Parts, "%s %v", tc.region, tc.attrs)
+	}
 
-	err = call(t, d, abi.ExportCacheCanonicalize, &abi.CanonicalizeRequest{Region: "products",
-		Attrs: []abi.Attr{{Name: "id", Value: "../etc"}}}, &resp)
-	require.ErrorIs(t, err, abi.CodeInvalidRequest)
+	var resp abi.CanonicalizeResponse
 	err = call(t, d, abi.ExportCacheCanonicalize, &abi.CanonicalizeRequest{Region: "nope"}, &resp)
 	require.ErrorIs(t, err, abi.CodeNotFound)
+}
+
+// The declarations the host's cache reads: products asks for an L1 (it is
+// not strict, so the host grants it) and both regions name guests/codec's
+// schemas.
+func TestDeclarations(t *testing.T) {
+	d := Module().Description()
+	require.NoError(t, d.Validate())
+	require.Len(t, d.Regions, 2)
+	p, s := d.Regions[0], d.Regions[1]
+	assert.Equal(t, abi.RegionDecl{ID: "products", KeyVersion: 1, SoftTTLMs: 30_000, HardTTLMs: 600_000,
+		NegativeTTLMs: 5_000, JitterPercent: 10, StaleIfError: true, L1: true, MaxBytes: 64 << 10, Codec: "product"}, p)
+	assert.Equal(t, abi.RegionDecl{ID: "search-results", KeyVersion: 1, SoftTTLMs: 5_000, HardTTLMs: 30_000,
+		NegativeTTLMs: 1_000, JitterPercent: 20, MaxBytes: 256 << 10, Codec: "search-page"}, s)
 }
 
 func TestAdmit(t *testing.T) {
