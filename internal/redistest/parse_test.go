@@ -35,6 +35,14 @@ func TestParsersGolden(t *testing.T) {
 		assert.Equal(t, want, got, cmd)
 	}
 	assert.Equal(t, g.ClientList, countClients(readTestdata(t, "client_list.txt")))
+	us, err := parseMicrosPerCall(info, "ACL|SETUSER")
+	require.NoError(t, err)
+	assert.Equal(t, 15.0, us)
+	us, err = parseMicrosPerCall(info, "keys")
+	require.NoError(t, err)
+	assert.Zero(t, us, "never called")
+	_, err = parseMicrosPerCall("cmdstat_get:calls=1,usec_per_call=x\r\n", "get")
+	assert.Error(t, err)
 }
 
 func FuzzParseCommandCalls(f *testing.F) {

@@ -387,28 +387,75 @@ func commandCalls(c *redis.Client, command string) (int64, error) {
 // parseCommandCalls extracts calls+rejected_calls for one command from an
 // INFO commandstats reply; an absent command has 0 calls.
 func parseCommandCalls(info, command string) (int64, error) {
+	fields, err := commandStat(info, command)
+	if err != nil || fields == "" {
+		return 0, err
+	}
+	var total int64
+	for _, field := range strings.Split(fields, ",") {
+		k, v, ok := strings.Cut(field, "=")
+		if !ok || (k != "calls" && k != "rejected_calls") {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || total > math.MaxInt64-n {
+			return 0, fmt.Errorf("bad commandstats field %q", field)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// MicrosPerCall returns the server's own time per executed call of command
+// (usec_per_call in INFO commandstats; 0 for a command never called), for
+// benchmarks that report server time beside client time. Reset the
+// counters with CONFIG RESETSTAT on Admin before measuring.
+func (s *Server) MicrosPerCall(t testing.TB, command string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	info, err := s.admin.Info(ctx, "commandstats").Result()
+	if err == nil {
+		var us float64
+		if us, err = parseMicrosPerCall(info, command); err == nil {
+			return us
+		}
+	}
+	t.Fatalf("redistest: %s: INFO commandstats: %v", s.Addr(), err)
+	return 0
+}
+
+// parseMicrosPerCall extracts usec_per_call for one command from an INFO
+// commandstats reply; an absent command has 0.
+func parseMicrosPerCall(info, command string) (float64, error) {
+	fields, err := commandStat(info, command)
+	if err != nil || fields == "" {
+		return 0, err
+	}
+	for _, field := range strings.Split(fields, ",") {
+		if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+			us, err := strconv.ParseFloat(v, 64)
+			if err != nil || us < 0 {
+				return 0, fmt.Errorf("bad commandstats field %q", field)
+			}
+			return us, nil
+		}
+	}
+	return 0, fmt.Errorf("no usec_per_call for %s", command)
+}
+
+// commandStat returns the fields of command's line in an INFO
+// commandstats reply ("calls=1,usec=5,..."), or "" when it has none.
+func commandStat(info, command string) (string, error) {
 	prefix := "cmdstat_" + strings.ToLower(command) + ":"
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, prefix) {
-			continue
+		if fields, ok := strings.CutPrefix(line, prefix); ok {
+			return fields, nil
 		}
-		var total int64
-		for _, field := range strings.Split(line[len(prefix):], ",") {
-			k, v, ok := strings.Cut(field, "=")
-			if !ok || (k != "calls" && k != "rejected_calls") {
-				continue
-			}
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || total > math.MaxInt64-n {
-				return 0, fmt.Errorf("bad commandstats field %q", field)
-			}
-			total += n
-		}
-		return total, nil
 	}
-	return 0, sc.Err()
+	return "", sc.Err()
 }
 
 // ConnectedClients returns the number of client connections other than the

@@ -2,7 +2,6 @@ package programs
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,31 +124,8 @@ func BenchmarkCachePut(b *testing.B) {
 						b.Fatal(r.Status, err)
 					}
 				}
-				b.ReportMetric(serverMicrosPerCall(b, s, command), "server-µs/op")
+				b.ReportMetric(s.MicrosPerCall(b, command), "server-µs/op")
 			})
 		}
 	}
-}
-
-// serverMicrosPerCall reads usec_per_call of command from INFO
-// commandstats (lower case, as Redis names it).
-func serverMicrosPerCall(b *testing.B, s *redistest.Server, command string) float64 {
-	b.Helper()
-	info, err := s.Admin().Info(context.Background(), "commandstats").Result()
-	require.NoError(b, err)
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":")
-		if !ok {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				require.NoError(b, err)
-				return f
-			}
-		}
-	}
-	b.Fatalf("no commandstats for %s", command)
-	return 0
 }
