@@ -20,6 +20,17 @@ import (
 // key, the shape `make bench` measures.
 func benchDeployment(b *testing.B) (*Deployment, keys.Key, *redistest.Server) {
 	b.Helper()
+	dep, kb, srv := benchRuntime(b)
+	k, err := kb.Build(keys.Spec{Capability: keys.CapProbe, Region: "bench", KeyVersion: 1, Kind: "probe", Parts: [][]byte{[]byte("hot")}})
+	require.NoError(b, err)
+	require.NoError(b, dep.SetWithTTL(context.Background(), k, make([]byte, 256), time.Hour))
+	return dep, k, srv
+}
+
+// benchRuntime is one private server behind a deployment whose regular
+// lane has room for 32 callers, and the runtime's key builder.
+func benchRuntime(b *testing.B) (*Deployment, *keys.Builder, *redistest.Server) {
+	b.Helper()
 	srv := redistest.StartStandalone(b)
 	d := testDeployment("bench", standalone(srv.Addr()))
 	d.Lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
@@ -28,10 +39,7 @@ func benchDeployment(b *testing.B) (*Deployment, keys.Key, *redistest.Server) {
 	b.Cleanup(func() { _ = r.Close(context.Background()) })
 	dep, err := r.Role(policy.RoleCoordination)
 	require.NoError(b, err)
-	k, err := r.Keys().Build(keys.Spec{Capability: keys.CapProbe, Region: "bench", KeyVersion: 1, Kind: "probe", Parts: [][]byte{[]byte("hot")}})
-	require.NoError(b, err)
-	require.NoError(b, dep.SetWithTTL(context.Background(), k, make([]byte, 256), time.Hour))
-	return dep, k, srv
+	return dep, r.Keys(), srv
 }
 
 // BenchmarkDeploymentGet is the guarded GET end to end (network included).
@@ -43,29 +51,42 @@ func BenchmarkDeploymentGet(b *testing.B) {
 	runGets(b, func() error {
 		_, _, err := dep.Get(ctx, k)
 		return err
-	})
+	}, nil)
 }
 
 // runGets runs get on 1 goroutine and on 32 (the two `make bench` points).
-func runGets(b *testing.B, get func() error) {
-	b.Run("g1", func(b *testing.B) {
+// measure, when not nil, starts before each measured run, and the function
+// it returns reports after it (the server's figures of that run).
+func runGets(b *testing.B, get func() error, measure func(b *testing.B) (report func())) {
+	run := func(b *testing.B, loop func()) {
 		b.ReportAllocs()
-		for b.Loop() {
-			if err := get(); err != nil {
-				b.Fatal(err)
-			}
+		report := func() {}
+		if measure != nil {
+			report = measure(b)
 		}
-	})
-	b.Run("g32", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetParallelism((32 + goruntime.GOMAXPROCS(0) - 1) / goruntime.GOMAXPROCS(0))
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+		loop()
+		report()
+	}
+	b.Run("g1", func(b *testing.B) {
+		run(b, func() {
+			for b.Loop() {
 				if err := get(); err != nil {
-					b.Error(err)
-					return
+					b.Fatal(err)
 				}
 			}
+		})
+	})
+	b.Run("g32", func(b *testing.B) {
+		b.SetParallelism((32 + goruntime.GOMAXPROCS(0) - 1) / goruntime.GOMAXPROCS(0))
+		run(b, func() {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := get(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	})
 }
@@ -81,7 +102,7 @@ func BenchmarkPlainGet(b *testing.B) {
 	runGets(b, func() error {
 		_, err := c.Get(ctx, wire).Bytes()
 		return err
-	})
+	}, nil)
 }
 
 // hookChain is the admission hook and the guard of the regular lane around

@@ -1,0 +1,153 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// MaxScopedReadBytes bounds ReadScoped's maxBytes: 1 MiB, the catalog's
+// value cap (programs.MaxCacheValueBytes).
+const MaxScopedReadBytes = 1 << 20
+
+var (
+	// ErrWrongType is matched (errors.Is) by a ReadScoped error whose anchor
+	// or member holds another Redis type than a string. The server answered:
+	// the error's certainty is REJECTED, never an unavailability, and the
+	// key is not absent either (the cache treats it as a corrupt entry).
+	ErrWrongType = errors.New("redis key holds another type than a string")
+	// ErrCrossSlot is matched by a ReadScoped error whose anchor and member
+	// are in different Cluster slots; nothing was sent (REJECTED), on
+	// standalone as well, so a key layout bug shows before a Cluster does.
+	ErrCrossSlot error = rejectedError("anchor and member are in different hash slots")
+
+	errScopedMaxBytes  = certainty.Wrap("read-scoped", rejectedError("maxBytes must be within 1..1048576"), false)
+	errScopedCrossSlot = certainty.Wrap("read-scoped", ErrCrossSlot, false)
+)
+
+// ScopedRead is what ReadScoped saw: an anchor (a cache shard's generation)
+// and one member built under a scope (an entry under the generation the
+// caller last saw).
+type ScopedRead struct {
+	// Anchor is the anchor's value; nil when absent (AnchorFound false).
+	Anchor []byte
+	// AnchorFound reports that the anchor exists.
+	AnchorFound bool
+	// Length is the member's length (0 when absent).
+	Length int64
+	// Found reports that the member exists. An empty string reads as
+	// absent: nothing caphost writes there is empty (cache-put-v2 refuses
+	// an empty value).
+	Found bool
+	// Value is the member's bytes when Found and Length <= maxBytes; nil
+	// otherwise (too large: nothing kept, and at most maxBytes+1 bytes
+	// were read).
+	Value []byte
+}
+
+// ReadScoped reads, in one pipeline on the regular lane, the anchor's value
+// (GET) and the member's length (STRLEN) and at most maxBytes+1 of its
+// bytes (GETRANGE 0 maxBytes), so the reply is bounded by construction and
+// an oversized member is typed by its length without loading it.
+//
+// maxBytes is 1..MaxScopedReadBytes, and maxBytes+1 must fit the lane's
+// reply budget (budgets.max-reply-bytes, 1 MiB by default): otherwise the
+// guard refuses the GETRANGE, and with it the pipeline, before anything is
+// sent (REJECTED). anchor and member must share a slot (ErrCrossSlot,
+// before sending). A non-string anchor or member is an error matching
+// ErrWrongType; every other failure is a *certainty.Error, as in ops.go.
+//
+// The three commands are not atomic (a pipeline, not MULTI): another
+// client's write may run between them. The result is still a linearizable
+// read for the cache's protocol because members are scoped by the anchor:
+// an entry key is built under a generation, and every write to it
+// (cache-put-v2) checks atomically that the anchor still holds that
+// generation. A member therefore changes only while the anchor equals its
+// scope; once the anchor moves, no write reaches the old scope's members
+// again (generations are random and never return), and only expiry or
+// eviction can still remove them. So when the anchor read here equals the
+// scope, either it had not moved by the GETRANGE (the pair read is the
+// store's state at that instant) or it moved in between and the member was
+// frozen from that moment (the pair is the state just before the move), or
+// the frozen member has since expired, which reads as a miss whose fill
+// cache-put-v2 refuses as GENERATION_MOVED. When the anchor differs from
+// the scope, the member belongs to a dead generation and the caller
+// discards it. Within the member, the GETRANGE is the later command and
+// decides: its bytes are the value, their count the Length when they fit,
+// an empty reply absence; STRLEN only types a member too large to read (if
+// the two disagree, the member was rewritten between them, and Length is
+// then at least maxBytes+1, all an oversized member's caller uses).
+func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
+	switch {
+	case anchor.IsZero() || member.IsZero():
+		return ScopedRead{}, errZeroKey
+	case anchor.Slot() != member.Slot():
+		return ScopedRead{}, errScopedCrossSlot
+	case maxBytes < 1 || maxBytes > MaxScopedReadBytes:
+		return ScopedRead{}, errScopedMaxBytes
+	}
+	p := d.regular.client.Pipeline()
+	gen := p.Get(ctx, anchor.Redis())
+	n := p.StrLen(ctx, member.Redis())
+	head := p.GetRange(ctx, member.Redis(), 0, int64(maxBytes))
+	// Every command carries its own error (a refusal or a transport
+	// failure is set on each), which scopedResult reads.
+	_, _ = p.Exec(ctx)
+	return scopedResult(gen, n, head, maxBytes)
+}
+
+// scopedResult turns ReadScoped's three replies into a ScopedRead. A
+// failure other than a wrong type wins, so a WRONGTYPE on one command is
+// never mistaken for the whole read having been answered.
+func scopedResult(gen *redis.StringCmd, n *redis.IntCmd, head *redis.StringCmd, maxBytes int) (ScopedRead, error) {
+	cmds := [...]redis.Cmder{gen, n, head}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !wrongType(err) {
+			return ScopedRead{}, certainty.Wrap("read-scoped", err, false)
+		}
+	}
+	switch {
+	case wrongType(gen.Err()):
+		return ScopedRead{}, wrongTypeError("anchor", gen.Err())
+	case wrongType(n.Err()):
+		return ScopedRead{}, wrongTypeError("member", n.Err())
+	case wrongType(head.Err()):
+		return ScopedRead{}, wrongTypeError("member", head.Err())
+	}
+	var r ScopedRead
+	if gen.Err() == nil {
+		r.Anchor, r.AnchorFound = []byte(gen.Val()), true
+	}
+	v := head.Val()
+	switch {
+	case len(v) == 0:
+		// Absent (or emptied since the STRLEN): not found.
+	case len(v) <= maxBytes:
+		r.Found, r.Length, r.Value = true, int64(len(v)), []byte(v)
+	case len(v) == maxBytes+1:
+		r.Found, r.Length = true, max(n.Val(), int64(len(v)))
+	default:
+		// GETRANGE 0 maxBytes cannot return more; a server or proxy that
+		// does is not trusted with the rest of the read either.
+		return ScopedRead{}, &certainty.Error{Outcome: certainty.Rejected, Op: "read-scoped", Code: "reply",
+			Cause: fmt.Errorf("GETRANGE 0 %d answered %d bytes", maxBytes, len(v))}
+	}
+	return r, nil
+}
+
+// wrongType reports a WRONGTYPE server reply (wrapped or not).
+func wrongType(err error) bool {
+	return err != nil && certainty.Reason(err, false) == "WRONGTYPE"
+}
+
+// wrongTypeError keeps the server's answer (REJECTED, code WRONGTYPE) and
+// adds ErrWrongType for errors.Is.
+func wrongTypeError(which string, err error) error {
+	return &certainty.Error{Outcome: certainty.Rejected, Op: "read-scoped", Code: "WRONGTYPE",
+		Cause: fmt.Errorf("%w: the %s: %w", ErrWrongType, which, err)}
+}
