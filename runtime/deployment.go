@@ -18,6 +18,7 @@ type Deployment struct {
 	lanes    map[policy.Lane]*lane
 	regular  *lane // lanes[LaneRegular], kept apart: the hot path skips a map lookup
 	programs *programs.Executor
+	ps       *pubsubHost // the Pub/Sub facade's runtime state (pubsub.go)
 }
 
 // lane is one client and its guard.

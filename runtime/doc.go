@@ -14,9 +14,10 @@
 // by tests; relaxing one needs a proof that no write can be sent twice.
 // probe.go is the startup probe; operate.go the operator actions on the
 // program catalog; ops.go the typed single-key primitives (GET, SET PX,
-// UNLINK) that capabilities build on.
+// UNLINK) that capabilities build on; pubsub.go the Pub/Sub facade (sharded
+// Publish and Subscribe on the pubsub lane, with exact up/down states).
 //
 // No exported API takes a raw command or a key string, and no go-redis client
 // escapes the package: capabilities use typed facades (Deployment.Programs,
-// Deployment.Get/SetWithTTL/Delete).
+// Deployment.Get/SetWithTTL/Delete, Deployment.Publish/Subscribe).
 package runtime

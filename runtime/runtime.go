@@ -77,6 +77,7 @@ type Runtime struct {
 	// closes each exactly once.
 	registry []*registered
 	drain    time.Duration
+	subs     *subscriptions // live Pub/Sub subscriptions; Close ends them
 	// progs, mode and bindings are kept for the startup probe.
 	progs    *programs.Catalog
 	mode     policy.ProgramMode
@@ -127,7 +128,7 @@ func New(ctx context.Context, cfg policy.RedisConfig, opts ...Option) (*Runtime,
 	}
 
 	r := &Runtime{log: o.log, gate: newGate(), keys: kb, roles: make(map[policy.Role]*Deployment),
-		progs: progs, mode: cfg.Programs.Mode, bindings: cfg.Roles}
+		progs: progs, mode: cfg.Programs.Mode, bindings: cfg.Roles, subs: newSubscriptions()}
 	byID := make(map[string]*Deployment)
 	for _, role := range sortedRoles(cfg.Roles) {
 		b := cfg.Roles[role]
@@ -169,6 +170,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 	mode policy.ProgramMode, namespace string, obs Observer) (*Deployment, error) {
 	d := &Deployment{id: dc.ID, topology: dc.Topology.TopologyKind(), lanes: make(map[policy.Lane]*lane)}
 	cluster := d.topology == policy.TopologyCluster
+	dial := &pubsubDial{}
 	for _, l := range policy.Lanes() {
 		lc := dc.Lanes[l]
 		g, err := guard.New(guard.Config{
@@ -185,6 +187,9 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 		install := func(c interface{ AddHook(redis.Hook) }) {
 			c.AddHook(adm)
 			c.AddHook(g)
+			if l == policy.LanePubSub {
+				c.AddHook(dial)
+			}
 		}
 		client, err := newClient(dc, l, func(node *redis.Client) { install(node) })
 		if err != nil {
@@ -195,6 +200,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 		d.lanes[l] = &lane{name: l, client: client, guard: g}
 	}
 	d.regular = d.lanes[policy.LaneRegular]
+	d.ps = newPubsubHost(r, dc, dial)
 	ex, err := programs.NewExecutor(progs, mode, d.lanes[policy.LaneScript].client)
 	if err != nil {
 		return nil, fmt.Errorf("%w: deployment %s: %w", ErrConfig, dc.ID, err)
@@ -239,6 +245,11 @@ func (r *Runtime) Close(ctx context.Context) error {
 
 func (r *Runtime) close(ctx context.Context) error {
 	idle := r.gate.drain()
+	// Subscriptions hold no gate slot (one that lives for the whole run
+	// would keep the gate from ever idling): DRAINING ends them here and
+	// they are waited for within the same budget.
+	subs := r.subs.end()
+	deadline := time.Now().Add(r.drain)
 	t := time.NewTimer(r.drain)
 	defer t.Stop()
 	var errs []error
@@ -252,6 +263,10 @@ func (r *Runtime) close(ctx context.Context) error {
 		n := r.gate.inFlight()
 		r.log.Warn("redis runtime: close context ended, closing with calls in flight", "in_flight", n)
 		errs = append(errs, fmt.Errorf("%w: %d calls in flight: %w", ErrDrainTimeout, n, ctx.Err()))
+	}
+	if err := waitEnded(ctx, subs, time.Until(deadline)); err != nil {
+		r.log.Warn("redis runtime: closing with subscription handlers still running")
+		errs = append(errs, err)
 	}
 	errs = append(errs, r.closeClients())
 	r.gate.setClosed()

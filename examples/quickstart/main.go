@@ -70,14 +70,17 @@ const (
 	adminUser = "demo-admin"
 	// Every lane: CLIENT SETNAME on connect (client-name), PING (health, probe).
 	connRules = "+client|setname +ping"
-	appRules  = "~ca:demo:dev:* " + connRules +
+	appRules  = "~ca:demo:dev:* &ca:demo:dev:* " + connRules +
 		// regular lane: the probe's ephemeral write/read
 		" +set +get +del" +
 		// script lane: catalog programs by digest, in both program modes
 		" +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
 		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
 		" +time +type +incrby +pttl +pexpire +strlen +getrange +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
-		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore"
+		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
+		// pubsub lane: the runtime's Pub/Sub facade (the cache's invalidation
+		// hints) uses sharded Pub/Sub on channels under the namespace (&...)
+		" +spublish +ssubscribe"
 	// The admin lane touches no key: the probe's ROLE, INFO, CONFIG GET
 	// (maxmemory-policy, appendfsync, save) and ACL GETUSER default (is the
 	// default user enabled), and programs deploy | verify in

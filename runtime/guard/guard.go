@@ -295,8 +295,9 @@ func (g *Guard) reject(e *commands.Entry, reason Reason, format string, a ...any
 // Check runs the pre-send admission on args (go-redis cmd.Args()) without
 // sending anything; it returns nil when the command would be admitted. It
 // is the gate for traffic go-redis writes without hooks: PubSub's
-// SUBSCRIBE, PSUBSCRIBE and UNSUBSCRIBE go straight to the connection, so
-// the runtime's pub/sub facade must Check them before calling Subscribe.
+// SUBSCRIBE, SSUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go straight to
+// the connection, so the runtime's pub/sub facade (runtime/pubsub.go)
+// Checks each one before sending it.
 func (g *Guard) Check(args []any) error {
 	var e commands.Entry
 	if rej := g.check(&e, args); rej != nil {
@@ -331,8 +332,9 @@ func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
 	if err != nil {
 		return g.reject(e, ReasonMalformed, "key positions: %s", argsReason(err))
 	}
+	var chans []int
 	if e.Channels.Kind != commands.KeysNone { // only Pub/Sub commands have channels
-		chans, err := e.ChannelPositions(args)
+		chans, err = e.ChannelPositions(args)
 		if err != nil {
 			return g.reject(e, ReasonMalformed, "channel positions: %s", argsReason(err))
 		}
@@ -347,14 +349,13 @@ func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
 			return g.reject(e, ReasonNamespace, "key argument %d is outside the namespace", i)
 		}
 	}
-	// 6. Cluster: one slot for multi-key commands.
-	if g.cluster && len(keys) > 1 {
-		first := hashslot.Of(argString(args[keys[0]]))
-		for _, i := range keys[1:] {
-			if hashslot.Of(argString(args[i])) != first {
-				return g.reject(e, ReasonCrossSlot, "keys span more than one hash slot")
-			}
-		}
+	// 6. Cluster: one slot for multi-key commands, and for the channels of
+	// sharded Pub/Sub, which hash to slots like keys.
+	if g.cluster && len(keys) > 1 && !sameSlot(args, keys) {
+		return g.reject(e, ReasonCrossSlot, "keys span more than one hash slot")
+	}
+	if g.cluster && len(chans) > 1 && shardedChannels(e) && !sameSlot(args, chans) {
+		return g.reject(e, ReasonCrossSlot, "shard channels span more than one hash slot")
 	}
 	// 7. TTL duty for key-creating writes.
 	switch e.CreatesKey {
@@ -383,6 +384,28 @@ func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
 		}
 	}
 	return nil
+}
+
+// sameSlot reports whether the arguments at positions hash to one Cluster slot.
+func sameSlot(args []any, positions []int) bool {
+	first := hashslot.Of(argString(args[positions[0]]))
+	for _, i := range positions[1:] {
+		if hashslot.Of(argString(args[i])) != first {
+			return false
+		}
+	}
+	return true
+}
+
+// shardedChannels reports whether e is sharded Pub/Sub (Redis 7.0): its
+// channels belong to the slot they hash to, and one SSUBSCRIBE spanning two
+// slots would be refused by the server with CROSSSLOT after it was sent.
+func shardedChannels(e *commands.Entry) bool {
+	switch e.Name {
+	case "SPUBLISH", "SSUBSCRIBE", "SUNSUBSCRIBE":
+		return true
+	}
+	return false
 }
 
 func argsReason(err error) string {

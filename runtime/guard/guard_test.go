@@ -218,6 +218,32 @@ func TestPubSubChannels(t *testing.T) {
 	assert.Equal(t, ReasonNamespace, rejection(t, g.Check([]any{"publish", "other", "hi"})).Reason)
 }
 
+// Sharded Pub/Sub channels carry the namespace like every channel and, on
+// Cluster, hash to one slot like the keys of one command: a cross-slot
+// SSUBSCRIBE is refused here instead of by the server after sending.
+func TestShardedPubSubChannels(t *testing.T) {
+	cluster, _ := newGuard(t, func(c *Config) { c.Lane = policy.LanePubSub; c.Cluster = true })
+	plain, _ := newGuard(t, func(c *Config) { c.Lane = policy.LanePubSub })
+	regular, _ := newGuard(t, func(c *Config) { c.Cluster = true })
+	a, b := ns+"{a}:ch", ns+"{b}:ch" // slots 15495 and 3300
+	for _, g := range []*Guard{cluster, plain} {
+		require.NoError(t, g.Check([]any{"spublish", a, "hi"}))
+		require.NoError(t, g.Check([]any{"ssubscribe", a}))
+		require.NoError(t, g.Check([]any{"ssubscribe", a, ns + "{a}:other"}), "one slot")
+		require.NoError(t, g.Check([]any{"sunsubscribe"}))
+		assert.Equal(t, ReasonNamespace, rejection(t, g.Check([]any{"spublish", "other", "hi"})).Reason)
+		assert.Equal(t, ReasonNamespace, rejection(t, g.Check([]any{"ssubscribe", a, "other"})).Reason)
+		assert.Equal(t, ReasonNamespace, rejection(t, g.Check([]any{"ssubscribe", ns})).Reason, "the bare namespace is no channel")
+		assert.Equal(t, ReasonMalformed, rejection(t, g.Check([]any{"ssubscribe"})).Reason)
+		assert.Equal(t, ReasonMalformed, rejection(t, g.Check([]any{"spublish", a, "x", "y"})).Reason)
+	}
+	assert.Equal(t, ReasonCrossSlot, rejection(t, cluster.Check([]any{"ssubscribe", a, b})).Reason)
+	require.NoError(t, plain.Check([]any{"ssubscribe", a, b}), "slots mean nothing outside Cluster")
+	require.NoError(t, cluster.Check([]any{"subscribe", a, b}), "classic channels do not hash to slots")
+	assert.Equal(t, ReasonWrongLane, rejection(t, regular.Check([]any{"spublish", a, "hi"})).Reason)
+	assert.Equal(t, ReasonWrongLane, rejection(t, regular.Check([]any{"ssubscribe", a})).Reason)
+}
+
 // The order is part of the contract: a command with several defects reports
 // the earliest check.
 func TestAdmissionOrder(t *testing.T) {
