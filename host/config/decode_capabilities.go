@@ -2,6 +2,7 @@ package config
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/caphost/caphost/host/internal/builtin"
@@ -88,7 +89,7 @@ func (d *decoder) capabilities(caps map[string]any, cfg *Config, selected map[po
 		}
 		for k, v := range block {
 			if k != "provider" && k != "redis-role" {
-				c.Raw[k] = v
+				c.Raw[k] = d.resolveSecrets(p+"."+k, v)
 			}
 		}
 		cfg.Capabilities[name] = c
@@ -120,4 +121,39 @@ func (c Capability) ModuleBlock(cfg *Config) module.Block {
 		Path: "capabilities." + c.Name, Provider: c.Provider, Role: c.RedisRole,
 		RoleRequired: cfg.Redis.Roles[c.RedisRole].Required, Raw: c.Raw, GuestModules: mods,
 	}
+}
+
+// SecretPrefix starts every secret reference.
+const SecretPrefix = "secret://"
+
+// resolveSecrets returns v with every string that is a secret reference
+// (SecretPrefix) replaced by its resolved policy.Secret, at any depth, so a
+// capability reads secrets with strict.Reader.Secret and never resolves one
+// itself. A reference that does not resolve is a problem at its path and
+// is left out (the capability then sees the field as absent and may report
+// it missing too).
+func (d *decoder) resolveSecrets(path string, v any) any {
+	switch x := v.(type) {
+	case string:
+		if !strings.HasPrefix(x, SecretPrefix) {
+			return x
+		}
+		if _, sec, ok := d.secret(path, x); ok {
+			return sec
+		}
+		return nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = d.resolveSecrets(path+"."+k, e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = d.resolveSecrets(path+"["+strconv.Itoa(i)+"]", e)
+		}
+		return out
+	}
+	return v
 }

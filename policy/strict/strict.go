@@ -81,6 +81,25 @@ func (r *Reader) Str(path string, v any) (string, bool) {
 	return "", false
 }
 
+// Secret returns v as resolved secret material. host/config resolves every
+// secret reference (a string starting with secret://) in a capability block
+// before the capability decodes it, so a secret field holds a policy.Secret;
+// any other string there is a literal secret and is refused without being
+// echoed.
+func (r *Reader) Secret(path string, v any) (policy.Secret, bool) {
+	switch s := v.(type) {
+	case nil:
+		return policy.Secret{}, false
+	case policy.Secret:
+		return s, true
+	case string:
+		r.Add(path, policy.RuleSecretLiteral, "literal secrets are not accepted; use secret://env/NAME or secret://file/PATH")
+		return policy.Secret{}, false
+	}
+	r.Add(path, policy.RuleType, "must be a secret reference, got %s", Kind(v))
+	return policy.Secret{}, false
+}
+
 // Int returns v as a 32-bit integer: YAML integers, integral floats and
 // decimal strings (environment overrides arrive as strings).
 func (r *Reader) Int(path string, v any) (int, bool) {

@@ -69,3 +69,20 @@ func TestKnownBoundsEchoedKey(t *testing.T) {
 	require.Len(t, r.Problems, 1)
 	assert.LessOrEqual(t, len(r.Problems[0].Path), len("x.")+maxKeyEcho+3)
 }
+
+func TestSecret(t *testing.T) {
+	var r Reader
+	s, ok := r.Secret("a", policy.NewSecret([]byte("material")))
+	assert.True(t, ok)
+	assert.Equal(t, []byte("material"), s.Reveal())
+	_, ok = r.Secret("b", nil)
+	assert.False(t, ok)
+	_, ok = r.Secret("c", "plain-text-password")
+	assert.False(t, ok)
+	_, ok = r.Secret("d", 42)
+	assert.False(t, ok)
+	require.Len(t, r.Problems, 2)
+	assert.Equal(t, policy.RuleSecretLiteral, r.Problems[0].Rule)
+	assert.NotContains(t, r.Problems[0].Message, "plain-text-password")
+	assert.Equal(t, policy.RuleType, r.Problems[1].Rule)
+}
