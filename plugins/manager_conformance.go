@@ -325,9 +325,9 @@ func conformRegion(ctx context.Context, g Guest, rep *ConformanceReport) {
 	const k = abi.KindCacheRegion
 	attrSets := [][]abi.Attr{
 		nil,
-		{{Name: "id", Value: "42"}},
-		{{Name: "id", Value: "42"}, {Name: "locale", Value: "en"}, {Name: "variant", Value: "b"}},
-		{{Name: "id", Value: strings.Repeat("x", abi.MaxValueBytes)}},
+		{{Name: "key", Value: "42"}},
+		{{Name: "key", Value: "42"}, {Name: "locale", Value: "en"}, {Name: "variant", Value: "b"}},
+		{{Name: "key", Value: strings.Repeat("x", abi.MaxValueBytes)}},
 		{{Name: "conformance-unknown", Value: "\u00e9\u00e8"}},
 	}
 	// Every region's inputs are repeated interleaved with every other

@@ -25,7 +25,7 @@ func TestInspect(t *testing.T) {
 	assert.Contains(t, in.Exports, "caphost_abi_version()->i32")
 	assert.Contains(t, in.Imports, "wasi_snapshot_preview1.random_get(i32,i32)->i32")
 	require.Len(t, in.Declarations, 2)
-	assert.Contains(t, in.Declarations[0], "cache-region products key-version 1 ttl soft 60000ms hard 600000ms negative 5000ms")
+	assert.Contains(t, in.Declarations[0], "cache-region products key-version 1 ttl soft 30000ms hard 600000ms negative 5000ms")
 
 	_, err = Inspect(ctx, []byte("not wasm"), Options{})
 	var ge *plugins.GuestError
