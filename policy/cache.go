@@ -362,7 +362,11 @@ func CompileCacheRegions(decls []CacheRegionDecl, o CacheCompileOptions) (*Cache
 		return p
 	}
 	checkBounds(o.Bounds, o.PathPrefix, &ps)
-	checkOps(o.Defaults, o.PathPrefix, &ps)
+	n := len(ps)
+	checkOps(o.Defaults, strings.TrimSuffix(o.PathPrefix, ".regions")+".defaults", &ps)
+	// A region's overrides start from the defaults: their problems are
+	// reported once, at the defaults.
+	defaultsOK := len(ps) == n
 	if len(decls) > CacheMaxRegions {
 		ps.Add(o.PathPrefix, RuleCacheCount, "%d regions, at most %d", len(decls), CacheMaxRegions)
 	}
@@ -378,7 +382,7 @@ func CompileCacheRegions(decls []CacheRegionDecl, o CacheCompileOptions) (*Cache
 			continue
 		}
 		seen[d.ID] = d.Source
-		p, ok := compileRegion(d, o, at, &ps)
+		p, ok := compileRegion(d, o, at, defaultsOK, &ps)
 		if ok {
 			set.byID[d.ID] = p
 			set.ids = append(set.ids, d.ID)
@@ -396,7 +400,7 @@ func CompileCacheRegions(decls []CacheRegionDecl, o CacheCompileOptions) (*Cache
 	return set, nil
 }
 
-func compileRegion(d CacheRegionDecl, o CacheCompileOptions, at func(id, field string) string, ps *Problems) (CacheRegionPolicy, bool) {
+func compileRegion(d CacheRegionDecl, o CacheCompileOptions, at func(id, field string) string, defaultsOK bool, ps *Problems) (CacheRegionPolicy, bool) {
 	n := len(*ps)
 	guest := strings.HasPrefix(d.Source, "guest:")
 	b := o.Bounds
@@ -408,7 +412,9 @@ func compileRegion(d CacheRegionDecl, o CacheCompileOptions, at func(id, field s
 	}
 	if d.Ops != nil {
 		p.Ops = *d.Ops
-		checkOps(p.Ops, at(d.ID, ""), ps)
+		if defaultsOK {
+			checkOps(p.Ops, at(d.ID, ""), ps)
+		}
 	}
 	if p.Consistency == "" {
 		p.Consistency = CacheBoundedStaleness

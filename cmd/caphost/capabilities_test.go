@@ -72,10 +72,10 @@ func TestCheckRunsTheCapabilityDecoder(t *testing.T) {
 }
 
 func TestCheckRejectsUnimplementedCapability(t *testing.T) {
-	path := capFile(t, "127.0.0.1:1", "  cache: {provider: redis, redis-role: cache, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
+	path := capFile(t, "127.0.0.1:1", "  session: {provider: redis, redis-role: coordination, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
 	code, out, _ := cli(t, "check", "--config", path)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "capabilities.cache: capability cache is not implemented by this host yet (implemented: rate-limit) [capability.unimplemented]")
+	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache) [capability.unimplemented]")
 	assert.Contains(t, out, "1 problem(s)")
 }
 
@@ -113,7 +113,9 @@ func TestCapabilitiesCommand(t *testing.T) {
 		GuestKinds []struct{ Kind, Readiness string } `json:"guest-kinds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Capabilities, 1)
+	require.Len(t, doc.Capabilities, 2, "every capability this host implements, in registration order")
+	assert.Equal(t, "cache", doc.Capabilities[1].Capability)
+	assert.Equal(t, "disabled", doc.Capabilities[1].State, "no cache block: nothing built")
 	c := doc.Capabilities[0]
 	assert.Equal(t, "rate-limit", c.Capability)
 	assert.Equal(t, "active", c.State)

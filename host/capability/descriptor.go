@@ -30,6 +30,23 @@ const (
 	// GuaranteeBoundedPermits: at most the configured number of permits are
 	// held at once, each with a bounded lease and a host-minted owner token.
 	GuaranteeBoundedPermits Guarantee = "bounded-permits"
+	// GuaranteeMissNotOutage: a miss, an outage, an unreadable schema and a
+	// corrupt entry are distinct outcomes; a codec or programming error is
+	// never answered as a miss.
+	GuaranteeMissNotOutage Guarantee = "miss-distinct-from-outage"
+	// GuaranteeGuardedWrites: a cache write lands only in the generation and
+	// on the entry state its lookup observed, atomically, so an invalidation
+	// that raced a load wins.
+	GuaranteeGuardedWrites Guarantee = "invalidation-wins-over-refill"
+	// GuaranteeBoundedSourceLoad: concurrent misses of a key share one
+	// source load per process (bounded single-flight), one across hosts
+	// while the refresh lease holds, all behind a bounded source bulkhead.
+	GuaranteeBoundedSourceLoad Guarantee = "bounded-source-load"
+	// GuaranteeBoundedStaleness: no value is served past its hard expiry; an
+	// in-process copy never outlives its Redis entry's hard expiry or the
+	// region's L1 age cap, and is dropped when invalidation hints may have
+	// been lost.
+	GuaranteeBoundedStaleness Guarantee = "bounded-staleness"
 )
 
 // NonGuarantee is something a capability explicitly does not promise, so
@@ -53,6 +70,17 @@ const (
 	// server's clock; a server clock step beyond the policy's clamp is
 	// refused (CLOCK_UNSAFE) rather than absorbed.
 	NonGuaranteeClockIndependence NonGuarantee = "clock-independence"
+	// NonGuaranteeDurability: cache entries may be evicted or lost at any
+	// time, and invalidation hints are best effort (TTLs and generations are
+	// the recovery boundary).
+	NonGuaranteeDurability NonGuarantee = "durability"
+	// NonGuaranteeSourceAtomicity: the source of truth and the cache are not
+	// updated as one; invalidate after the source commits.
+	NonGuaranteeSourceAtomicity NonGuarantee = "cache-source-atomicity"
+	// NonGuaranteeSingleLoader: under failover, a partition or a lease that
+	// expires mid-load, two hosts may load one key; loaders must be
+	// read-only or idempotent.
+	NonGuaranteeSingleLoader NonGuarantee = "single-loader-across-failover"
 )
 
 // FailureMode is what a capability does when its backing service cannot

@@ -10,6 +10,7 @@
 package builtin
 
 import (
+	"github.com/caphost/caphost/host/cache"
 	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/ratelimit"
 )
@@ -18,6 +19,7 @@ import (
 func Capabilities() []module.Info {
 	return []module.Info{
 		ratelimit.CapabilityInfo(),
+		cache.CapabilityInfo(),
 	}
 }
 

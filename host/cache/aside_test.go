@@ -1,0 +1,314 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/cache/flight"
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// TestStampedeOneLoadPerProcess: N goroutines missing one cold key share
+// one source load; the single-flight map is empty afterwards.
+func TestStampedeOneLoadPerProcess(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, nil), newClock(), nil)
+	r := in.region(t, "items")
+	rg := in.c.state.Load().regions["items"]
+	ctx, key := ctxT(t), Parts("cold")
+	const n = 64
+	var loads atomic.Int32
+	release := make(chan struct{})
+	results := make([]Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+				loads.Add(1)
+				if !await(ctx, release) {
+					return Cancelled(), nil
+				}
+				return Loaded([]byte("value"), SourceRevision(1)), nil
+			})
+			assert.NoError(t, err)
+			results[i] = res
+		}()
+	}
+	// Release the load only once every caller is attached to it.
+	require.Eventually(t, func() bool { return rg.flight.Stats().Waiters == n }, 20*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	assert.Equal(t, int32(1), loads.Load())
+	shared := 0
+	for _, res := range results {
+		assert.Equal(t, LoadedFromSource, res.Kind)
+		assert.Equal(t, []byte("value"), res.Value)
+		if res.Shared {
+			shared++
+		}
+	}
+	assert.Equal(t, n-1, shared)
+	assert.Zero(t, rg.flight.Stats().InFlight, "the single-flight map never becomes a cache")
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Hit, lk.Kind)
+}
+
+// TestStampedeOneLoadAcrossInstances: two hosts, 16 callers each, on one
+// cold key: one source load in all, through the refresh lease; the host
+// that did not get the lease waits, bounded, and reads the holder's value.
+func TestStampedeOneLoadAcrossInstances(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	topo := &policy.Standalone{Endpoint: srv.Addr()}
+	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
+		o.LeaseTTL, o.LeaseWait = 10*time.Second, 10*time.Second
+	})
+	clk := newClock()
+	ins := []*instance{newInstance(t, topo, cfg, clk, nil), newInstance(t, topo, cfg, clk, nil)}
+	contended := func() float64 {
+		sum := 0.0
+		for _, in := range ins {
+			sum += metric(t, in.reg, "caphost_cache_refresh_leases_total", map[string]string{"region": "items", "result": "contended"})
+		}
+		return sum
+	}
+	ctx, key := ctxT(t), Parts("hot")
+	var loads atomic.Int32
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		r := in.region(t, "items")
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := r.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+					loads.Add(1)
+					// Hold the load until the other host found the lease taken.
+					for contended() < 1 {
+						time.Sleep(time.Millisecond)
+					}
+					return Loaded([]byte("hot"), SourceRevision(1)), nil
+				})
+				assert.NoError(t, err)
+				assert.Equal(t, []byte("hot"), res.Value)
+			}()
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), loads.Load(), "one source load across both hosts")
+	assert.Equal(t, 1.0, contended())
+}
+
+// TestStaleWhileRevalidateAcrossInstances: while one host refreshes a
+// stale hot key under the lease, the other serves the stale value at once.
+func TestStaleWhileRevalidateAcrossInstances(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	topo := &policy.Standalone{Endpoint: srv.Addr()}
+	clk := newClock()
+	a := newInstance(t, topo, testConfig(t, nil), clk, nil).region(t, "items")
+	b := newInstance(t, topo, testConfig(t, nil), clk, nil).region(t, "items")
+	ctx, key := ctxT(t), Parts("swr")
+	_, err := a.Record(ctx, key, []byte("v1"), RecordMeta{})
+	require.NoError(t, err)
+	clk.Advance(11 * time.Second) // past the soft TTL, before the hard one
+
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan Result, 1)
+	go func() {
+		res, err := a.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+			close(started)
+			if !await(ctx, release) {
+				return Cancelled(), nil
+			}
+			return Loaded([]byte("v2"), SourceRevision(2)), nil
+		})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	<-started
+	res, err := b.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+		t.Error("the contender must not load")
+		return Loaded(nil, Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, StaleHit, res.Kind)
+	assert.Equal(t, []byte("v1"), res.Value)
+	assert.Greater(t, res.StaleAge, time.Duration(0))
+	close(release)
+	res = <-done
+	assert.Equal(t, LoadedFromSource, res.Kind)
+	assert.Equal(t, Recorded, res.Record)
+	lk, err := b.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Fresh, lk.Freshness)
+	assert.Equal(t, []byte("v2"), lk.Value)
+}
+
+// TestSourceOutcomes covers every loader outcome against a missing and a
+// stale entry: negative caching only for an authoritative absence,
+// stale-if-error only for a transient failure and only before the hard
+// expiry, nothing cached for a failure, an unclassified error or a panic
+// passed on as they are.
+func TestSourceOutcomes(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, nil), clk, nil)
+	r := in.region(t, "items")
+	noSIE := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(d *policy.CacheRegionDecl, _ *policy.CacheOps) {
+		d.StaleIfError = false
+	}), clk, nil).region(t, "items")
+	boom := errors.New("boom")
+	load := func(o LoadOutcome, err error) Loader {
+		return func(context.Context) (LoadOutcome, error) { return o, err }
+	}
+	ctx := ctxT(t)
+	i := 0
+	fresh := func() Key { i++; return Parts("outcome", fmt.Sprint(i)) }
+	stale := func(rg *Region) Key {
+		k := fresh()
+		_, err := rg.Record(ctx, k, []byte("old"), RecordMeta{})
+		require.NoError(t, err)
+		return k
+	}
+
+	k := fresh()
+	res, err := r.GetOrLoad(ctx, k, load(AuthoritativeAbsent("not-found", Revision{}), nil))
+	require.NoError(t, err)
+	assert.Equal(t, AuthoritativeAbsence, res.Kind)
+	assert.Equal(t, Recorded, res.Record)
+	res, err = r.GetOrLoad(ctx, k, load(Loaded([]byte("x"), Revision{}), nil))
+	require.NoError(t, err)
+	assert.Equal(t, AuthoritativeAbsence, res.Kind, "the negative entry answers")
+	assert.True(t, res.FromCache)
+
+	for name, o := range map[string]LoadOutcome{
+		"transient": TransientFailure("timeout", boom),
+		"permanent": PermanentFailure("bad-request", boom),
+		"cancelled": Cancelled(),
+	} {
+		k := fresh()
+		_, err := r.GetOrLoad(ctx, k, load(o, nil))
+		var se *SourceError
+		require.ErrorAs(t, err, &se, name)
+		lk, err := r.Lookup(ctx, k)
+		require.NoError(t, err)
+		assert.Equal(t, Miss, lk.Kind, "%s is never cached", name)
+	}
+
+	k = fresh()
+	_, err = r.GetOrLoad(ctx, k, load(LoadOutcome{}, boom))
+	assert.Same(t, boom, err, "an unclassified error is passed on as it is")
+	_, err = r.GetOrLoad(ctx, k, func(context.Context) (LoadOutcome, error) { panic("loader bug") })
+	var pe *flight.PanicError
+	assert.ErrorAs(t, err, &pe)
+	lk, err := r.Lookup(ctx, k)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind)
+
+	// Stale entries: only a transient failure falls back, only with
+	// stale-if-error, only before the hard expiry.
+	ks, kp, kn := stale(r), stale(r), stale(noSIE)
+	clk.Advance(11 * time.Second)
+	res, err = r.GetOrLoad(ctx, ks, load(TransientFailure("timeout", boom), nil))
+	require.NoError(t, err)
+	assert.Equal(t, StaleFallback, res.Kind)
+	assert.Equal(t, []byte("old"), res.Value)
+	_, err = r.GetOrLoad(ctx, kp, load(PermanentFailure("gone", boom), nil))
+	assert.Error(t, err, "a permanent failure never serves stale data")
+	_, err = noSIE.GetOrLoad(ctx, kn, load(TransientFailure("timeout", boom), nil))
+	assert.Error(t, err, "no stale-if-error without the region's consent")
+	clk.Advance(time.Minute)
+	_, err = r.GetOrLoad(ctx, ks, load(TransientFailure("timeout", boom), nil))
+	assert.Error(t, err, "never past the hard expiry")
+	clk.Advance(-time.Minute - 11*time.Second)
+}
+
+// TestSingleFlightAndBulkheadBounds: one waiter too many and one load too
+// many are overloads, never unbounded queues; a stale value stands in
+// where there is one.
+func TestSingleFlightAndBulkheadBounds(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
+		o.FlightWaiters, o.SourceLoads, o.SourceQueued = 2, 1, 0
+		o.LeaseWait = 0
+	})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, clk, nil)
+	r := in.region(t, "items")
+	rg := in.c.state.Load().regions["items"]
+	ctx := ctxT(t)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	slow := func(ctx context.Context) (LoadOutcome, error) {
+		select {
+		case <-release:
+			return Loaded([]byte("v"), Revision{}), nil
+		case <-ctx.Done():
+			return Cancelled(), nil
+		}
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.GetOrLoad(ctx, Parts("busy"), slow)
+			assert.NoError(t, err)
+		}()
+	}
+	require.Eventually(t, func() bool { return rg.flight.Stats().Waiters == 2 }, 10*time.Second, time.Millisecond)
+	_, err := r.GetOrLoad(ctx, Parts("busy"), slow)
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "flight-waiters", oe.Reason)
+	_, err = r.GetOrLoad(ctx, Parts("other"), slow)
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "source-full", oe.Reason, "one source load at a time, no queue")
+
+	_, err = r.Record(ctx, Parts("stale"), []byte("old"), RecordMeta{})
+	require.NoError(t, err)
+	clk.Advance(11 * time.Second)
+	res, err := r.GetOrLoad(ctx, Parts("stale"), slow)
+	require.NoError(t, err)
+	assert.Equal(t, StaleFallback, res.Kind, "a full bulkhead serves stale where it can")
+	clk.Advance(-11 * time.Second)
+	once.Do(func() { close(release) })
+	wg.Wait()
+}
+
+// TestRedisDownServesFromSource: with Redis gone a lookup is Unavailable
+// (never a miss) and GetOrLoad answers from the source, degraded, without
+// writing.
+func TestRedisDownServesFromSource(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, nil), newClock(), nil).region(t, "items")
+	ctx := ctxT(t)
+	_, err := r.Record(ctx, Parts("k"), []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	srv.Kill()
+	lk, err := r.Lookup(ctx, Parts("k"))
+	require.NoError(t, err)
+	assert.Equal(t, Unavailable, lk.Kind)
+	assert.Equal(t, Down, lk.Unavailable)
+	res, err := r.GetOrLoad(ctx, Parts("k"), func(context.Context) (LoadOutcome, error) {
+		return Loaded([]byte("from-source"), Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, DegradedSource, res.Kind)
+	assert.Equal(t, []byte("from-source"), res.Value)
+	o, err := r.Record(ctx, Parts("k"), []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	assert.Contains(t, []RecordOutcome{DegradedUnavailable, Indeterminate}, o)
+}

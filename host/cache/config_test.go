@@ -1,0 +1,144 @@
+package cache
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/caphost/caphost/policy"
+)
+
+func decodeYAML(t *testing.T, block string, guests bool) (Config, error) {
+	t.Helper()
+	var raw map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(block), &raw))
+	delete(raw, "provider")
+	delete(raw, "redis-role")
+	return Decode(ProviderRedis, policy.RoleCache, raw, guests)
+}
+
+func problems(t *testing.T, err error) map[string]policy.Rule {
+	t.Helper()
+	var ve *policy.ValidationError
+	require.True(t, errors.As(err, &ve), "want a *ValidationError, got %v", err)
+	out := map[string]policy.Rule{}
+	for _, p := range ve.Problems {
+		out[p.Path] = p.Rule
+	}
+	return out
+}
+
+func TestDecodeExample(t *testing.T) {
+	cfg, err := decodeYAML(t, example, false)
+	require.NoError(t, err)
+	require.Len(t, cfg.Regions, 1)
+	r := cfg.Regions[0]
+	assert.Equal(t, "products", r.ID)
+	assert.Equal(t, policy.CacheBuiltinCodec, r.Codec)
+	assert.Equal(t, 30*time.Second, r.SoftTTL)
+	assert.Equal(t, 5*time.Minute, r.HardTTL)
+	assert.Equal(t, 10*time.Second, r.NegativeTTL)
+	assert.Nil(t, r.Ops, "no override: the defaults apply")
+	assert.Equal(t, policy.DefaultCacheOps(), cfg.Defaults)
+}
+
+// TestDecodeReportsEveryProblem: unknown keys (also case variants), wrong
+// types, out-of-range values, a literal where a secret belongs and an L1
+// region without a hint secret are all reported, at once, at their paths.
+func TestDecodeReportsEveryProblem(t *testing.T) {
+	_, err := decodeYAML(t, `
+defaults:
+  shards: 0
+  single-flight: {max-keys: 10, Max-Waiters: 3}
+  refresh-lease: {ttl: 100ms, wait: 1s}
+bounds: {max-jitter: 0.9, l1: maybe}
+hints: {hmac: "literal-secret-value-that-is-long-enough", window: 1h}
+regions:
+  products:
+    ttl: {hard: 5m, soft: 10m}
+    codec: product
+    l1: true
+    stampede: global-lock
+    shards: 300
+  Bad_Id:
+    ttl: {hard: 1m}
+  no-ttl: {codec: bytes}
+  typo: {ttl: {hard: 1m}, jiter: 0.1}
+`, false)
+	ps := problems(t, err)
+	for path, rule := range map[string]policy.Rule{
+		"capabilities.cache.defaults.shards":                    policy.RuleType,
+		"capabilities.cache.defaults.single-flight.Max-Waiters": policy.RuleUnknownKey,
+		"capabilities.cache.defaults.refresh-lease.wait":        policy.RuleCacheOps,
+		"capabilities.cache.bounds.max-jitter":                  policy.RuleCacheBounds,
+		"capabilities.cache.bounds.l1":                          policy.RuleType,
+		"capabilities.cache.hints.hmac":                         policy.RuleSecretLiteral,
+		"capabilities.cache.hints.window":                       policy.RuleCacheHints,
+		"capabilities.cache.regions.products.ttl.soft":          policy.RuleCacheTTL,
+		"capabilities.cache.regions.products.codec":             policy.RuleCacheCodec,
+		"capabilities.cache.regions.products.stampede":          policy.RuleCacheStampede,
+		"capabilities.cache.regions.products.shards":            policy.RuleType,
+		"capabilities.cache.regions":                            policy.RuleCacheID,
+		"capabilities.cache.regions.no-ttl.ttl":                 policy.RuleCacheTTL,
+		"capabilities.cache.regions.typo.jiter":                 policy.RuleUnknownKey,
+	} {
+		assert.Equal(t, rule, ps[path], "%s in %v", path, ps)
+	}
+	assert.NotContains(t, err.Error(), "literal-secret-value", "a rejected literal is never echoed")
+}
+
+func TestDecodeHints(t *testing.T) {
+	block := map[string]any{
+		"hints":   map[string]any{"hmac": policy.NewSecret([]byte("0123456789abcdef0123456789abcdef")), "window": "10s"},
+		"regions": map[string]any{"p": map[string]any{"ttl": map[string]any{"hard": "1m"}, "l1": true}},
+	}
+	cfg, err := Decode(ProviderRedis, "", block, false)
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, cfg.HintWindow)
+	assert.Equal(t, policy.RoleCache, cfg.Role)
+	assert.Equal(t, 32, cfg.HintSecret.Len())
+
+	delete(block, "hints")
+	_, err = Decode(ProviderRedis, "", block, false)
+	assert.Equal(t, policy.RuleCacheHints, problems(t, err)["capabilities.cache.hints.hmac"], "L1 needs a hint secret")
+
+	block["hints"] = map[string]any{"hmac": policy.NewSecret([]byte("short"))}
+	_, err = Decode(ProviderRedis, "", block, false)
+	assert.Equal(t, policy.RuleCacheHints, problems(t, err)["capabilities.cache.hints.hmac"], "a short secret is refused")
+}
+
+// TestDecodeGuestsMayDeclareRegions: with guest modules the block may hold
+// no region, and a configured region may name a codec a guest will
+// declare; without guests both are refused.
+func TestDecodeGuestsMayDeclareRegions(t *testing.T) {
+	_, err := decodeYAML(t, "defaults: {shards: 8}\n", true)
+	require.NoError(t, err)
+	_, err = decodeYAML(t, "defaults: {shards: 8}\n", false)
+	assert.Equal(t, policy.RuleCacheCount, problems(t, err)["capabilities.cache.regions"])
+	_, err = decodeYAML(t, "regions: {p: {ttl: {hard: 1m}, codec: product}}\n", true)
+	require.NoError(t, err)
+	_, err = decodeYAML(t, "regions: {p: {ttl: {hard: 1m}, codec: product}}\n", false)
+	assert.Equal(t, policy.RuleCacheCodec, problems(t, err)["capabilities.cache.regions.p.codec"])
+}
+
+func TestDecodeRegionOverridesOps(t *testing.T) {
+	cfg, err := decodeYAML(t, `
+defaults: {shards: 8, single-flight: {load-timeout: 3s}}
+regions:
+  p:
+    ttl: {hard: 1m}
+    shards: 32
+    l1-limits: {max-entries: 100, max-bytes: 65536, max-age: 2s}
+`, false)
+	require.NoError(t, err)
+	require.NotNil(t, cfg.Regions[0].Ops)
+	o := *cfg.Regions[0].Ops
+	assert.Equal(t, 32, o.Shards)
+	assert.Equal(t, 3*time.Second, o.LoadTimeout, "an override starts from the configured defaults")
+	assert.Equal(t, 100, o.L1.MaxEntries)
+	assert.Equal(t, 8, cfg.Defaults.Shards)
+}

@@ -1,0 +1,389 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/caphost/caphost/host/cache/envelope"
+	"github.com/caphost/caphost/host/cache/l1"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// observedPrefix is how much of a stored value an observation keeps: every
+// envelope header, including its 128-bit digest over the payload, fits,
+// so an equal prefix and an equal length mean the same envelope.
+const observedPrefix = programs.CacheObservedPrefixBytes
+
+// maxReadAttempts bounds how often one lookup follows a moved generation.
+const maxReadAttempts = 3
+
+// entryRef is where an entry lives: its location, the generation its keys
+// were built under and the keys.
+type entryRef struct {
+	loc   keys.Location
+	gen   []byte
+	entry keys.Key
+	lease keys.Key
+}
+
+// obsMode is what a lookup found at the entry key.
+type obsMode uint8
+
+const (
+	obsNone obsMode = iota // nothing observed (no conditional write possible)
+	obsAbsent
+	obsValue
+	obsTombstone
+)
+
+// observation is what a lookup saw, so that a later write (the cache-aside
+// refill, a quarantine) applies only if the entry is still that: a
+// per-key invalidation or another writer in between refuses the write.
+type observation struct {
+	mode   obsMode
+	length int64
+	prefix []byte
+	// digest, when set, replaces prefix (an observation carried by a
+	// refresh token holds only the prefix's digest).
+	digest *[20]byte
+	ref    entryRef
+}
+
+// condition returns the cache-put-v2 observation of o.
+func (o observation) condition() programs.CacheObservation {
+	switch {
+	case o.mode == obsAbsent:
+		return programs.ObservedAbsent()
+	case o.mode == obsValue && o.digest != nil:
+		return programs.ObservedValueDigest(o.length, *o.digest)
+	case o.mode == obsValue:
+		return programs.ObservedValue(o.length, o.prefix)
+	case o.mode == obsTombstone && o.digest != nil:
+		return programs.ObservedTombstoneDigest(o.length, *o.digest)
+	case o.mode == obsTombstone:
+		return programs.ObservedTombstone(o.length, o.prefix)
+	}
+	return programs.NoObservation()
+}
+
+// Lookup reads key's entry: from L1 when the region has one and holds a
+// fresh copy, else from Redis in one round trip (the shard's generation
+// and at most the region's bound of the entry). Errors are caller mistakes
+// (ErrUnknownRegion, ErrInvalidKey), codec and programming errors
+// (ErrCorrupt, *CodecError: the entry is quarantined) and ctx's; an
+// outage is the Unavailable outcome, never an error and never a miss.
+func (r *Region) Lookup(ctx context.Context, key Key) (Lookup, error) {
+	rg, err := r.current()
+	if err != nil {
+		return Lookup{}, err
+	}
+	start := time.Now()
+	lk, err := r.c.lookup(ctx, rg, key)
+	rg.m.lookup(lk, err, time.Since(start))
+	return lk, err
+}
+
+func (c *Cache) lookup(ctx context.Context, r *region, key Key) (Lookup, error) {
+	loc, err := c.locate(ctx, r, key)
+	if err != nil {
+		return Lookup{}, err
+	}
+	if lk, ok := c.fromL1(r, loc); ok {
+		return lk, nil
+	}
+	return c.lookupL2(ctx, r, loc)
+}
+
+// locate canonicalises key (for a guest region) and digests its parts.
+func (c *Cache) locate(ctx context.Context, r *region, key Key) (keys.Location, error) {
+	if err := key.check(r.pol.Canonicalize); err != nil {
+		return keys.Location{}, err
+	}
+	var parts [][]byte
+	if r.pol.Canonicalize {
+		var err error
+		if parts, err = r.guest.canonicalize(ctx, key.attrs); err != nil {
+			return keys.Location{}, err
+		}
+	} else {
+		parts = make([][]byte, len(key.parts))
+		for i, p := range key.parts {
+			parts[i] = []byte(p)
+		}
+	}
+	loc, err := r.layout.Locate(parts)
+	if err != nil {
+		return keys.Location{}, keyErr("the parts are out of bounds")
+	}
+	return loc, nil
+}
+
+// members returns the entry and lease keys of loc in generation gen.
+func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
+	var buf [2]keys.Key
+	ks, err := r.layout.AppendMembers(buf[:0], loc, gen)
+	if err != nil {
+		return entryRef{}, err
+	}
+	return entryRef{loc: loc, gen: gen, entry: ks[0], lease: ks[1]}, nil
+}
+
+// fromL1 serves a fresh L1 copy. L1 is consulted only while the hint
+// channel is up: without it an invalidation elsewhere could not reach it.
+// A stale copy is not served from L1: the L2 read gives the stale path the
+// observation its refresh needs.
+func (c *Cache) fromL1(r *region, loc keys.Location) (Lookup, bool) {
+	if r.l1 == nil || !c.hintsUp() {
+		return Lookup{}, false
+	}
+	gen := r.gens.get(loc.Shard())
+	if gen == nil {
+		return Lookup{}, false
+	}
+	ref, err := r.members(loc, gen)
+	if err != nil {
+		return Lookup{}, false
+	}
+	e, ok := r.l1.Get(ref.entry)
+	now := c.clock()
+	if !ok || (!e.soft.IsZero() && !now.Before(e.soft)) {
+		return Lookup{}, false
+	}
+	lk := Lookup{Kind: Hit, Freshness: Fresh, SourceRevision: e.rev, WrittenAt: e.written, SoftExpiresAt: e.soft,
+		HardExpiresAt: e.hard, FromL1: true}
+	if e.negative {
+		lk.Kind = NegativeHit
+		lk.Freshness = 0
+	} else {
+		lk.Value = slices.Clone(e.value)
+	}
+	return lk, true
+}
+
+// lookupL2 reads loc from Redis and interprets the entry. A fresh hit or a
+// negative hit is copied into L1 (when the region has one and the hint
+// channel is up), unless an invalidation raced the read.
+func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (Lookup, error) {
+	useL1 := r.l1 != nil && c.hintsUp()
+	var ticket l1.Ticket
+	if useL1 {
+		ticket = r.l1.Ticket()
+	}
+	rd, ref, moved, err := c.read(ctx, r, loc)
+	if err != nil {
+		return c.readFailed(ctx, r, ref, err)
+	}
+	lk, entry, err := c.interpret(ctx, r, rd, ref, moved)
+	if err == nil && useL1 && entry != nil {
+		r.l1.Set(ticket, ref.entry, *entry, len(entry.value), entry.hard)
+	}
+	return lk, err
+}
+
+// read reads the shard generation and the entry built under the
+// generation this host last saw, in one round trip. When Redis holds
+// another generation (a region invalidation, or a first read), the view
+// is updated and the entry is read again under it; moved reports that.
+// A missing generation is never read as a default: a new random one is
+// created (SET NX semantics) and every older entry of the shard becomes
+// unreachable.
+func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime.ScopedRead, entryRef, bool, error) {
+	shard := loc.Shard()
+	anchor := r.layout.Anchor(shard)
+	moved := false
+	gen := r.gens.get(shard)
+	var (
+		rd  runtime.ScopedRead
+		ref entryRef
+	)
+	for attempt := 0; attempt < maxReadAttempts; attempt++ {
+		if gen == nil {
+			g, err := c.initGeneration(ctx, r, shard, nil)
+			if err != nil {
+				return rd, entryRef{loc: loc}, moved, err
+			}
+			gen = g
+		}
+		var err error
+		if ref, err = r.members(loc, gen); err != nil {
+			return rd, ref, moved, err
+		}
+		rd, err = c.dep.ReadScoped(ctx, anchor, ref.entry, r.readBound)
+		if err != nil {
+			return rd, ref, moved, err
+		}
+		switch {
+		case !rd.AnchorFound:
+			// Evicted or deleted: the old generation's entries are orphans.
+			g, err := c.initGeneration(ctx, r, shard, gen)
+			if err != nil {
+				return rd, ref, moved, err
+			}
+			gen, moved = g, true
+		case !bytes.Equal(rd.Anchor, gen):
+			r.gens.observe(shard, gen, rd.Anchor)
+			gen, moved = rd.Anchor, true
+		default:
+			return rd, ref, moved, nil
+		}
+	}
+	// The generation kept moving under us: whatever the entry holds is not
+	// provably current, so this is a miss in the latest generation seen.
+	ref, err := r.members(loc, gen)
+	return runtime.ScopedRead{AnchorFound: true, Anchor: gen}, ref, true, err
+}
+
+// initGeneration makes sure shard's generation key exists, creating a
+// random one if not, and records it. was is the view the caller found
+// missing in Redis (nil: no view).
+func (c *Cache) initGeneration(ctx context.Context, r *region, shard int, was []byte) ([]byte, error) {
+	res, err := c.exec.RegionGenerationInit(ctx, r.layout.Anchor(shard), newGeneration())
+	if err != nil {
+		return nil, err
+	}
+	switch res.Status {
+	case programs.GenerationInitInitialized, programs.GenerationInitExisting:
+	default:
+		return nil, corrupt("region-generation-init-v1 answered " + res.Status.String())
+	}
+	r.gens.observe(shard, was, res.Generation)
+	return res.Generation, nil
+}
+
+// readFailed maps a read failure: a wrong Redis type is a corrupt entry;
+// anything else the runtime reports is the Unavailable outcome.
+func (c *Cache) readFailed(ctx context.Context, r *region, ref entryRef, err error) (Lookup, error) {
+	switch {
+	case errors.Is(err, runtime.ErrWrongType):
+		return Lookup{}, corrupt("an entry or generation key holds another Redis type")
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return Lookup{}, ctx.Err()
+	}
+	return unavailable(err), nil
+}
+
+// unavailable is the Unavailable outcome of a runtime error.
+func unavailable(err error) Lookup {
+	o := certainty.Classify(err, false)
+	cat := Down
+	if o == certainty.OverloadedBeforeSend {
+		cat = Overloaded
+	}
+	return Lookup{Kind: Unavailable, Unavailable: cat, Certainty: o}
+}
+
+// interpret turns a read into an outcome. entry is what L1 may keep (a
+// fresh hit or a negative hit), else nil.
+func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved bool) (Lookup, *l1Entry, error) {
+	obs := observation{ref: ref, mode: obsAbsent}
+	if !rd.Found {
+		lk := Lookup{Kind: Miss, MissReason: Absent, obs: obs}
+		if moved {
+			lk.MissReason = Invalidated
+		}
+		return lk, nil, nil
+	}
+	obs.mode, obs.length = obsValue, rd.Length
+	obs.prefix = slices.Clone(rd.Value[:min(len(rd.Value), observedPrefix)])
+	if rd.Length > int64(r.lim.MaxEncodedBytes) {
+		if rd.Value == nil {
+			// Longer than the read bound: not a byte of it was kept, so it
+			// cannot be observed; a reload replaces it unconditionally.
+			obs = observation{ref: ref}
+		}
+		return c.incompatible(r, TooLarge, obs), nil, nil
+	}
+	raw := rd.Value
+	if envelope.IsTombstone(raw) {
+		obs.mode = obsTombstone
+		return Lookup{Kind: Miss, MissReason: Invalidated, obs: obs}, nil, nil
+	}
+	env, err := envelope.Decode(raw, r.lim)
+	switch {
+	case errors.Is(err, envelope.FutureVersion):
+		return c.incompatible(r, FutureVersion, obs), nil, nil
+	case errors.Is(err, envelope.RetiredVersion):
+		return c.incompatible(r, RetiredVersion, obs), nil, nil
+	case errors.Is(err, envelope.UnknownEnvelope):
+		return c.incompatible(r, UnknownEnvelope, obs), nil, nil
+	case errors.Is(err, envelope.TooLarge):
+		return c.incompatible(r, TooLarge, obs), nil, nil
+	case err != nil:
+		c.quarantine(ctx, r, obs, "envelope")
+		return Lookup{}, nil, corrupt("the stored envelope fails its checks")
+	}
+	now := c.clock()
+	state := env.State(now)
+	if state == envelope.Expired {
+		return Lookup{Kind: Miss, MissReason: Expired, obs: obs}, nil, nil
+	}
+	if env.CodecID != r.pol.Codec {
+		return c.incompatible(r, UnknownEnvelope, obs), nil, nil
+	}
+	lk := Lookup{SourceRevision: revisionOf(env), WrittenAt: env.WrittenAt, SoftExpiresAt: env.SoftExpiresAt,
+		HardExpiresAt: env.HardExpiresAt, obs: obs}
+	if env.Negative {
+		lk.Kind = NegativeHit
+		return lk, &l1Entry{negative: true, rev: lk.SourceRevision, written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt}, nil
+	}
+	switch {
+	case env.PayloadVersion > r.pol.CodecWrite:
+		return c.incompatible(r, FutureVersion, obs), nil, nil
+	case !slices.Contains(r.pol.CodecRead, env.PayloadVersion):
+		return c.incompatible(r, RetiredVersion, obs), nil, nil
+	}
+	value, err := r.codec.decode(ctx, env.PayloadVersion, env.Payload)
+	switch {
+	case errors.Is(err, errSchema):
+		return c.incompatible(r, RetiredVersion, obs), nil, nil
+	case errors.Is(err, errPayload):
+		c.quarantine(ctx, r, obs, "payload")
+		return Lookup{}, nil, corrupt("the region's codec cannot read the payload")
+	case err != nil:
+		var ce *CodecError
+		if errors.As(err, &ce) && ctx.Err() == nil {
+			c.quarantine(ctx, r, obs, "codec-failure")
+		}
+		return Lookup{}, nil, err
+	}
+	lk.Kind, lk.Value, lk.Freshness = Hit, value, Fresh
+	if state == envelope.Stale {
+		lk.Freshness = Stale
+		return lk, nil, nil
+	}
+	if env.PayloadVersion < r.pol.CodecWrite || env.EnvelopeVersion < envelope.Version {
+		c.rewrite(r, obs, env, value)
+	}
+	return lk, &l1Entry{value: slices.Clone(value), rev: lk.SourceRevision, written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt}, nil
+}
+
+// incompatible is the IncompatibleSchema outcome under r's policy.
+func (c *Cache) incompatible(r *region, cat SchemaCategory, obs observation) Lookup {
+	return Lookup{Kind: IncompatibleSchema, Schema: cat, SchemaPolicy: string(r.pol.Ops.SchemaPolicy), obs: obs}
+}
+
+func revisionOf(e envelope.Envelope) Revision {
+	if e.HasSourceRevision {
+		return SourceRevision(e.SourceRevision)
+	}
+	return Revision{}
+}
+
+// reloadable reports whether GetOrLoad may replace an unreadable entry.
+func (lk Lookup) reloadable() bool {
+	return lk.Kind == IncompatibleSchema && lk.SchemaPolicy == string(policy.CacheSchemaQuarantineAndReload)
+}
+
+// corruptError is ErrCorrupt with a fixed reason (never a byte of the value).
+type corruptError struct{ reason string }
+
+func corrupt(reason string) error            { return &corruptError{reason} }
+func (e *corruptError) Error() string        { return ErrCorrupt.Error() + ": " + e.reason }
+func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }

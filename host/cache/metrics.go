@@ -1,0 +1,310 @@
+package cache
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caphost/caphost/host/cache/flight"
+)
+
+// maxRegionLabels bounds the region label: ids come from configuration and
+// guests, and a guest swapping ids over and over must not grow series
+// without bound. Regions beyond it share the label "other".
+const maxRegionLabels = 256
+
+// metrics are the cache's instruments. Every label value is a region id of
+// a compiled policy set (bounded, see maxRegionLabels) or a closed enum of
+// this package: never a key, a value or a guest's detail.
+type metrics struct {
+	lookups       *prometheus.CounterVec   // region, outcome
+	results       *prometheus.CounterVec   // region, result
+	records       *prometheus.CounterVec   // region, outcome
+	notRecorded   *prometheus.CounterVec   // region, reason
+	invalidations *prometheus.CounterVec   // region, scope, outcome
+	sourceLoads   *prometheus.CounterVec   // region, result
+	sourceSeconds *prometheus.HistogramVec // region
+	stale         *prometheus.CounterVec   // region, reason
+	staleAge      *prometheus.HistogramVec // region
+	payload       *prometheus.HistogramVec // region, op
+	leases        *prometheus.CounterVec   // region, result
+	guestFailures *prometheus.CounterVec   // region, op
+	quarantines   *prometheus.CounterVec   // region, reason
+	rewrites      *prometheus.CounterVec   // region, result
+	hints         *prometheus.CounterVec   // direction, result
+
+	mu      sync.Mutex
+	regions map[string]*regionMetrics
+}
+
+// Closed label values.
+var (
+	lookupOutcomes = []string{"hit_fresh", "hit_stale", "negative_hit", "miss_absent", "miss_expired",
+		"miss_invalidated", "incompatible_schema", "unavailable", "overloaded", "error"}
+	hintResults = []string{"sent", "send_failed", "received", "rejected_forged", "rejected_stale",
+		"rejected_malformed", "ignored_own", "ignored_unknown_region", "subscription_down", "subscription_up"}
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	c := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caphost", Subsystem: "cache", Name: name, Help: help}, labels)
+	}
+	h := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "cache", Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	m := &metrics{
+		lookups:       c("lookups_total", "Cache lookups by region and outcome.", "region", "outcome"),
+		results:       c("get_or_load_total", "GetOrLoad results by region and result.", "region", "result"),
+		records:       c("records_total", "Cache writes by region and outcome.", "region", "outcome"),
+		notRecorded:   c("not_recorded_total", "Writes the region's policy refused, by reason.", "region", "reason"),
+		invalidations: c("invalidations_total", "Invalidations by region, scope (key, region) and outcome.", "region", "scope", "outcome"),
+		sourceLoads:   c("source_loads_total", "Source loads by region and classified result.", "region", "result"),
+		sourceSeconds: h("source_load_seconds", "Source load duration.", prometheus.ExponentialBuckets(0.0005, 4, 9), "region"),
+		stale:         c("stale_served_total", "Stale values served, by reason (revalidate, error, overload).", "region", "reason"),
+		staleAge:      h("stale_age_seconds", "How far past its soft expiry a served stale value was.", prometheus.ExponentialBuckets(0.1, 4, 9), "region"),
+		payload:       h("payload_bytes", "Payload sizes read and written.", prometheus.ExponentialBuckets(64, 4, 9), "region", "op"),
+		leases:        c("refresh_leases_total", "Refresh soft lease events by region.", "region", "result"),
+		guestFailures: c("guest_failures_total", "Codec, canonicaliser and admission guest failures.", "region", "op"),
+		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
+		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
+		hints:         c("hints_total", "L1 invalidation hints by direction and result.", "direction", "result"),
+		regions:       map[string]*regionMetrics{},
+	}
+	for _, r := range hintResults {
+		m.hints.WithLabelValues(hintDirection(r), r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, col := range []prometheus.Collector{m.lookups, m.results, m.records, m.notRecorded, m.invalidations,
+		m.sourceLoads, m.sourceSeconds, m.stale, m.staleAge, m.payload, m.leases, m.guestFailures, m.quarantines,
+		m.rewrites, m.hints} {
+		if err := reg.Register(col); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("cache: metrics already registered on this registry (one Cache per registry)")
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func hintDirection(result string) string {
+	switch result {
+	case "sent", "send_failed":
+		return "out"
+	case "subscription_down", "subscription_up":
+		return "subscription"
+	}
+	return "in"
+}
+
+func (m *metrics) hint(result string) { m.hints.WithLabelValues(hintDirection(result), result).Inc() }
+
+// region returns the instruments of region id, creating its series at zero.
+func (m *metrics) region(id string) *regionMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.regions[id]; ok {
+		return r
+	}
+	label := id
+	if len(m.regions) >= maxRegionLabels {
+		label = "other"
+	}
+	r := &regionMetrics{m: m, label: label}
+	for _, o := range lookupOutcomes {
+		m.lookups.WithLabelValues(label, o)
+	}
+	m.regions[id] = r
+	return r
+}
+
+// regionMetrics are one region's instruments.
+type regionMetrics struct {
+	m     *metrics
+	label string
+}
+
+func (r *regionMetrics) lookup(lk Lookup, err error, _ time.Duration) {
+	r.m.lookups.WithLabelValues(r.label, lookupOutcome(lk, err)).Inc()
+	if err == nil && lk.Kind == Hit {
+		r.m.payload.WithLabelValues(r.label, "read").Observe(float64(len(lk.Value)))
+	}
+}
+
+func lookupOutcome(lk Lookup, err error) string {
+	if err != nil {
+		return "error"
+	}
+	switch lk.Kind {
+	case Hit:
+		if lk.Freshness == Stale {
+			return "hit_stale"
+		}
+		return "hit_fresh"
+	case NegativeHit:
+		return "negative_hit"
+	case Miss:
+		switch lk.MissReason {
+		case Expired:
+			return "miss_expired"
+		case Invalidated:
+			return "miss_invalidated"
+		}
+		return "miss_absent"
+	case IncompatibleSchema:
+		return "incompatible_schema"
+	case Unavailable:
+		if lk.Unavailable == Overloaded {
+			return "overloaded"
+		}
+		return "unavailable"
+	}
+	return "error"
+}
+
+func (r *regionMetrics) result(res Result, err error) {
+	v := "error"
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		v = "overloaded"
+	case err == nil:
+		v = res.Kind.String()
+	}
+	r.m.results.WithLabelValues(r.label, v).Inc()
+	if err == nil && res.Kind == StaleHit {
+		r.stale("revalidate", res.StaleAge)
+	}
+}
+
+func (r *regionMetrics) record(o RecordOutcome, err error) {
+	v := "error"
+	if err == nil {
+		v = o.String()
+	}
+	r.m.records.WithLabelValues(r.label, v).Inc()
+}
+
+func (r *regionMetrics) notRecorded(reason string) {
+	r.m.notRecorded.WithLabelValues(r.label, reason).Inc()
+}
+
+func (r *regionMetrics) invalidation(scope string, o InvalidationOutcome, err error) {
+	v := "error"
+	if err == nil {
+		v = o.String()
+	}
+	r.m.invalidations.WithLabelValues(r.label, scope, v).Inc()
+}
+
+func (r *regionMetrics) sourceLoad(k loadKind, err error, d time.Duration) {
+	v := "unclassified"
+	if err == nil {
+		switch k {
+		case loadedKind:
+			v = "loaded"
+		case absentKind:
+			v = "absent"
+		case transientKind:
+			v = "transient"
+		case permanentKind:
+			v = "permanent"
+		case cancelledKind:
+			v = "cancelled"
+		default:
+			v = "invalid"
+		}
+	}
+	r.m.sourceLoads.WithLabelValues(r.label, v).Inc()
+	r.m.sourceSeconds.WithLabelValues(r.label).Observe(d.Seconds())
+}
+
+func (r *regionMetrics) stale(reason string, age time.Duration) {
+	r.m.stale.WithLabelValues(r.label, reason).Inc()
+	r.m.staleAge.WithLabelValues(r.label).Observe(age.Seconds())
+}
+
+func (r *regionMetrics) payloadBytes(op string, n int) {
+	r.m.payload.WithLabelValues(r.label, op).Observe(float64(n))
+}
+
+func (r *regionMetrics) lease(result string)    { r.m.leases.WithLabelValues(r.label, result).Inc() }
+func (r *regionMetrics) guestFailure(op string) { r.m.guestFailures.WithLabelValues(r.label, op).Inc() }
+func (r *regionMetrics) quarantine(reason string) {
+	r.m.quarantines.WithLabelValues(r.label, reason).Inc()
+}
+func (r *regionMetrics) rewrite(result string) { r.m.rewrites.WithLabelValues(r.label, result).Inc() }
+
+// collector reports the counters the regions' L1 and single-flight keep
+// themselves, read at scrape time from the current policy set.
+type collector struct {
+	c     *Cache
+	descs map[string]*prometheus.Desc
+}
+
+func newCollector(c *Cache) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("caphost_cache_"+name, help, labels, nil)
+	}
+	return &collector{c: c, descs: map[string]*prometheus.Desc{
+		"l1":           d("l1_events_total", "L1 events by region (hit, miss, stored, raced, refused, evicted_size, evicted_expiry, flush).", "region", "event"),
+		"l1_entries":   d("l1_entries", "Entries held in L1.", "region"),
+		"l1_bytes":     d("l1_bytes", "Bytes charged in L1.", "region"),
+		"flight":       d("single_flight_events_total", "Single-flight events by region (load, join, abandoned, timed_out, refused_keys, refused_waiters, panic).", "region", "event"),
+		"flight_keys":  d("single_flight_keys", "Keys loading now.", "region"),
+		"source_inuse": d("source_loads_in_flight", "Source loads holding a bulkhead permit.", "region"),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (k *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range k.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (k *collector) Collect(ch chan<- prometheus.Metric) {
+	st := k.c.state.Load()
+	if st == nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	for _, id := range st.set.IDs() {
+		r := st.regions[id]
+		label := r.m.label
+		if label == "other" {
+			continue // beyond maxRegionLabels: one series per region is kept only for labelled regions
+		}
+		if r.l1 != nil {
+			s := r.l1.Stats()
+			for ev, v := range map[string]uint64{"hit": s.Hits, "miss": s.Misses, "stored": s.Stored, "raced": s.Raced,
+				"refused": s.Refused, "evicted_size": s.EvictedSize, "evicted_expiry": s.EvictedExpiry, "flush": s.Flushes} {
+				counter(k.descs["l1"], v, label, ev)
+			}
+			gauge(k.descs["l1_entries"], s.Entries, label)
+			gauge(k.descs["l1_bytes"], s.Bytes, label)
+		}
+		fs := r.flight.Stats()
+		for ev, v := range flightEvents(fs) {
+			counter(k.descs["flight"], v, label, ev)
+		}
+		gauge(k.descs["flight_keys"], int64(fs.InFlight), label)
+		gauge(k.descs["source_inuse"], int64(r.source.Stats().InUse), label)
+	}
+}
+
+// flightEvents names a single-flight's counters.
+func flightEvents(s flight.Stats) map[string]uint64 {
+	return map[string]uint64{"load": s.Loads, "join": s.Joins, "abandoned": s.Abandoned, "timed_out": s.TimedOut,
+		"refused_keys": s.RefusedKeys, "refused_waiters": s.RefusedWaiters, "panic": s.Panics}
+}
