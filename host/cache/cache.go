@@ -105,6 +105,11 @@ func New(ctx context.Context, dep *runtime.Deployment, kb *keys.Builder, cfg Con
 		return nil, err
 	}
 	c.m = m
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(newCollector(c)); err != nil {
+			return nil, fmt.Errorf("cache: metrics: %w", err)
+		}
+	}
 	cp, err := c.compile(ctx, "", nil)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,78 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// TestClusterRegions runs a region over a real 3+3 Cluster from two hosts:
+// entries of many keys spread over the shards (each read is one slot: the
+// shard's generation and the entry), a region invalidation moves every
+// shard, and a racing refill loses to a per-key invalidation.
+func TestClusterRegions(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	topo := &policy.Cluster{Seeds: cl.Seeds()}
+	clk := newClock()
+	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) { o.Shards = 16 })
+	a := newInstance(t, topo, cfg, clk, nil).region(t, "items")
+	b := newInstance(t, topo, cfg, clk, nil).region(t, "items")
+	ctx := ctxT(t)
+	const n = 64
+	for i := range n {
+		o, err := a.Record(ctx, Parts(fmt.Sprint("k", i)), []byte(fmt.Sprint("v", i)), RecordMeta{})
+		require.NoError(t, err)
+		require.Equal(t, Recorded, o)
+	}
+	for i := range n {
+		lk, err := b.Lookup(ctx, Parts(fmt.Sprint("k", i)))
+		require.NoError(t, err)
+		require.Equal(t, Hit, lk.Kind)
+		require.Equal(t, []byte(fmt.Sprint("v", i)), lk.Value)
+	}
+	// The region spreads over the primaries: every one holds entries.
+	for _, p := range cl.Primaries() {
+		n, err := p.Admin().DBSize(ctx).Result()
+		require.NoError(t, err)
+		assert.Positive(t, n, "primary %s holds none of the region", p.Addr())
+	}
+
+	o, err := b.InvalidateRegion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, InvalidationDone, o)
+	for i := range n {
+		lk, err := a.Lookup(ctx, Parts(fmt.Sprint("k", i)))
+		require.NoError(t, err)
+		require.Equal(t, Miss, lk.Kind, "key %d survived the region invalidation", i)
+	}
+
+	key := Parts("raced")
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan Result, 1)
+	go func() {
+		res, err := a.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+			close(started)
+			if !await(ctx, release) {
+				return Cancelled(), nil
+			}
+			return Loaded([]byte("old"), Revision{}), nil
+		})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	<-started
+	_, err = b.Invalidate(ctx, key)
+	require.NoError(t, err)
+	close(release)
+	res := <-done
+	assert.Equal(t, NotRecordedCondition, res.Record)
+	lk, err := b.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind)
+}

@@ -1,0 +1,301 @@
+package cache
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/abi"
+	"github.com/caphost/caphost/host/cache/envelope"
+	"github.com/caphost/caphost/internal/guesttest"
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// th holds the built guests; set once by TestMain.
+var th *guesttest.Harness
+
+func TestMain(m *testing.M) {
+	os.Exit(guesttest.Main(m, guesttest.Options{Root: "../..", Race: raceEnabled, Set: func(h *guesttest.Harness) { th = h },
+		Guests: []guesttest.Guest{
+			{Name: "codec", Pkg: "guests/codec"},
+			{Name: "cache-region", Pkg: "guests/cache-region"},
+			{Name: "trapcodec", Pkg: "host/cache/testdata/guests/trapcodec"},
+		}}))
+}
+
+// testGuests serves guest modules to a Cache the way the host does.
+type testGuests struct {
+	mgr  *plugins.Manager
+	mods map[abi.Kind][]string
+}
+
+func (g *testGuests) Manager() *plugins.Manager         { return g.mgr }
+func (g *testGuests) ModulesOfKind(k abi.Kind) []string { return slices.Clone(g.mods[k]) }
+
+// loadGuests loads the named built guests (module name → built guest)
+// through a Manager with every check (self-test, conformance) on.
+func loadGuests(t testing.TB, mods map[string]string) *testGuests {
+	t.Helper()
+	ctx := context.Background()
+	eng, err := plugins.NewEngine(plugins.Config{CacheDir: th.CacheDir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eng.Close(ctx) })
+	g := &testGuests{mgr: plugins.NewManager(eng, plugins.ManagerOptions{Verify: plugins.AcceptAnyModule}),
+		mods: map[abi.Kind][]string{}}
+	t.Cleanup(func() { _ = g.mgr.Close(ctx) })
+	names := make([]string, 0, len(mods))
+	for n := range mods {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		// A generous call deadline: a loaded test machine must not turn a
+		// correct guest into a deadline failure.
+		require.NoError(t, g.mgr.Load(ctx, n, th.Wasm(mods[n]), plugins.Limits{CallTimeout: 5 * time.Second}))
+		require.NoError(t, g.mgr.Use(ctx, n, func(m plugins.Guest) error {
+			for _, k := range m.Description().Kinds {
+				g.mods[k] = append(g.mods[k], n)
+			}
+			return nil
+		}))
+	}
+	return g
+}
+
+// guestConfig declares no region: the cache-region guest does.
+func guestConfig() Config {
+	return Config{Role: policy.RoleCache, Defaults: policy.DefaultCacheOps(), Bounds: policy.DefaultCacheBounds(),
+		HintSecret: hintSecret, HintWindow: DefaultHintWindow}
+}
+
+const productV2 = `{"id":"sku-42","name":"Lamp","price_cents":1999,"currency":"EUR"}`
+
+// TestGuestRegionsAndCodec: a cache-region guest declares the regions and
+// canonicalises keys, a codec guest encodes and decodes payloads; the
+// host clamps and freezes the guest's policy.
+func TestGuestRegionsAndCodec(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	g := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), newClock(), g)
+	pol := in.c.Regions()
+	require.Len(t, pol, 2)
+	assert.Equal(t, "products", pol[0].ID)
+	assert.Equal(t, "guest:regions", pol[0].Source)
+	assert.Equal(t, "product", pol[0].Codec)
+	assert.Equal(t, uint32(2), pol[0].CodecWrite)
+	assert.True(t, pol[0].L1)
+	assert.True(t, pol[0].Canonicalize)
+	r := in.region(t, "products")
+	ctx := ctxT(t)
+
+	_, err := r.Lookup(ctx, Parts("sku-42"))
+	assert.ErrorIs(t, err, ErrInvalidKey, "a canonicalising region takes attributes")
+	_, err = r.Lookup(ctx, Attrs(Attr{"key", "../etc"}))
+	assert.ErrorIs(t, err, ErrInvalidKey, "the guest refuses the key")
+
+	o, err := r.Record(ctx, Attrs(Attr{"key", "sku-42"}, Attr{"locale", "DE"}), []byte(`{"currency":"EUR","price_cents":1999,"name":"Lamp","id":"sku-42"}`), RecordMeta{})
+	require.NoError(t, err)
+	require.Equal(t, Recorded, o)
+	lk, err := r.Lookup(ctx, Attrs(Attr{"key", "sku-42"}, Attr{"locale", "de"}))
+	require.NoError(t, err)
+	require.Equal(t, Hit, lk.Kind, "equivalent attributes share one entry")
+	assert.JSONEq(t, productV2, string(lk.Value))
+
+	_, err = r.Record(ctx, Attrs(Attr{"key", "sku-1"}), []byte(`{"id":"sku-1"}`), RecordMeta{})
+	assert.ErrorIs(t, err, ErrValueRefused)
+}
+
+// rawPut stores an envelope for key as another writer (an older or newer
+// host) would, through the same program.
+func rawPut(t testing.TB, in *instance, region string, key Key, env envelope.Envelope) {
+	t.Helper()
+	ctx := ctxT(t)
+	rg := in.c.state.Load().regions[region]
+	loc, err := in.c.locate(ctx, rg, key)
+	require.NoError(t, err)
+	ref, err := in.c.currentRef(ctx, rg, loc)
+	require.NoError(t, err)
+	b, err := envelope.Encode(env, rg.lim)
+	require.NoError(t, err)
+	res, err := in.c.exec.CachePut(ctx, rg.layout.AnchorOf(loc), ref.entry, programs.CachePutRequest{
+		Captured: ref.gen, Value: b, TTL: time.Minute, Condition: programs.CacheConditionAny})
+	require.NoError(t, err)
+	require.Equal(t, programs.CachePutStored, res.Status)
+}
+
+// rawGet reads key's stored envelope.
+func rawGet(t testing.TB, in *instance, region string, key Key) envelope.Envelope {
+	t.Helper()
+	ctx := ctxT(t)
+	rg := in.c.state.Load().regions[region]
+	loc, err := in.c.locate(ctx, rg, key)
+	require.NoError(t, err)
+	ref, err := in.c.currentRef(ctx, rg, loc)
+	require.NoError(t, err)
+	rd, err := in.c.dep.ReadScoped(ctx, rg.layout.AnchorOf(loc), ref.entry, rg.readBound)
+	require.NoError(t, err)
+	require.True(t, rd.Found)
+	env, err := envelope.Decode(rd.Value, rg.lim)
+	require.NoError(t, err)
+	return env
+}
+
+func productEnvelope(clk *clock, version uint32, payload string) envelope.Envelope {
+	return envelope.Envelope{CodecID: "product", PayloadVersion: version, WrittenAt: clk.Now(),
+		HardExpiresAt: clk.Now().Add(time.Minute), Payload: []byte(payload)}
+}
+
+// TestCodecUpgradesOnReadAndRewrites: an entry an older writer stored at
+// payload version 1 is read through the codec's upgrade and rewritten at
+// version 2 in the background, keeping its expiries.
+func TestCodecUpgradesOnReadAndRewrites(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	g := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	clk := newClock()
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), clk, g)
+	r := in.region(t, "products")
+	ctx, key := ctxT(t), Attrs(Attr{"key", "sku-7"})
+	old := productEnvelope(clk, 1, `{"id":"sku-7","name":"Lamp","price":"19.99","currency":"EUR"}`)
+	rawPut(t, in, "products", key, old)
+
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, Hit, lk.Kind)
+	assert.JSONEq(t, `{"id":"sku-7","name":"Lamp","price_cents":1999,"currency":"EUR"}`, string(lk.Value))
+	require.Eventually(t, func() bool { return rawGet(t, in, "products", key).PayloadVersion == 2 }, 10*time.Second, 5*time.Millisecond)
+	now := rawGet(t, in, "products", key)
+	assert.Equal(t, old.HardExpiresAt.UnixMilli(), now.HardExpiresAt.UnixMilli(), "the rewrite keeps the expiry")
+	require.Eventually(t, func() bool {
+		return metric(t, in.reg, "caphost_cache_rewrites_total", map[string]string{"region": "products", "result": "rewritten"}) == 1
+	}, 10*time.Second, time.Millisecond, "the rewrite is counted once it returns")
+}
+
+// TestIncompatibleSchemaIsNeverAMiss: a newer writer's payload version is
+// IncompatibleSchema; with fail-fast GetOrLoad neither loads nor
+// overwrites it; a corrupt payload is an error and is quarantined; a
+// codec guest that traps fails the lookup closed and quarantines the
+// entry — none of them is ever a miss.
+func TestIncompatibleSchemaIsNeverAMiss(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	g := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), clk, g)
+	r := in.region(t, "products")
+	ctx := ctxT(t)
+	never := func(context.Context) (LoadOutcome, error) {
+		t.Error("the loader must not run")
+		return Loaded(nil, Revision{}), nil
+	}
+
+	future := Attrs(Attr{"key", "future"})
+	rawPut(t, in, "products", future, productEnvelope(clk, 3, `{"from":"the future"}`))
+	lk, err := r.Lookup(ctx, future)
+	require.NoError(t, err)
+	assert.Equal(t, IncompatibleSchema, lk.Kind)
+	assert.Equal(t, FutureVersion, lk.Schema)
+	_, err = r.GetOrLoad(ctx, future, never)
+	var se *SchemaError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, uint32(3), rawGet(t, in, "products", future).PayloadVersion, "fail-fast never overwrites")
+
+	bad := Attrs(Attr{"key", "bad"})
+	rawPut(t, in, "products", bad, productEnvelope(clk, 2, `{"id":`))
+	_, err = r.Lookup(ctx, bad)
+	assert.ErrorIs(t, err, ErrCorrupt)
+	lk, err = r.Lookup(ctx, bad)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind, "quarantined: the next lookup misses and may reload")
+	assert.Equal(t, Invalidated, lk.MissReason)
+
+	trapper := loadGuests(t, map[string]string{"codec": "trapcodec", "regions": "cache-region"})
+	tin := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), clk, trapper)
+	tr := tin.region(t, "products")
+	trap := Attrs(Attr{"key", "trap"})
+	rawPut(t, tin, "products", trap, productEnvelope(clk, 2, `{"trap":1}`))
+	_, err = tr.GetOrLoad(ctx, trap, never)
+	var ce *CodecError
+	require.ErrorAs(t, err, &ce, "a trapping codec fails closed")
+	assert.Equal(t, "decode", ce.Op)
+	var ge *plugins.GuestError
+	require.ErrorAs(t, err, &ge)
+	assert.ErrorIs(t, err, plugins.ClassTrap)
+	assert.Equal(t, 1.0, metric(t, tin.reg, "caphost_cache_quarantines_total", map[string]string{"region": "products", "reason": "codec-failure"}))
+	lk, err = tr.Lookup(ctx, trap)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind, "the trapping entry was quarantined")
+}
+
+// TestQuarantineAndReload: with the quarantine-and-reload policy an
+// unreadable entry is replaced by the load, only while it is still the
+// entry observed.
+func TestQuarantineAndReload(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
+		o.SchemaPolicy = policy.CacheSchemaQuarantineAndReload
+	})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, clk, nil)
+	r := in.region(t, "items")
+	ctx, key := ctxT(t), Parts("retired")
+	rawPut(t, in, "items", key, envelope.Envelope{CodecID: policy.CacheBuiltinCodec, PayloadVersion: 9,
+		WrittenAt: clk.Now(), HardExpiresAt: clk.Now().Add(time.Minute), Payload: []byte("x")})
+	res, err := r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+		return Loaded([]byte("reloaded"), Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, LoadedFromSource, res.Kind)
+	assert.Equal(t, IncompatibleSchema, res.Lookup)
+	assert.Equal(t, Recorded, res.Record)
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("reloaded"), lk.Value)
+}
+
+// TestAdmissionGuest: the search-results region admits only results that
+// took at least 2 ms to load; a refused value is not stored and the
+// caller's result stands.
+func TestAdmissionGuest(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	g := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), newClock(), g)
+	r := in.region(t, "search-results")
+	ctx := ctxT(t)
+	page := []byte(`{"query":"red shoes","page":1,"ids":["a","b"]}`)
+	load := func(d time.Duration) Loader {
+		return func(context.Context) (LoadOutcome, error) {
+			time.Sleep(d)
+			return Loaded(page, Revision{}), nil
+		}
+	}
+	res, err := r.GetOrLoad(ctx, Attrs(Attr{"key", "red shoes"}), load(0))
+	require.NoError(t, err)
+	assert.Equal(t, LoadedFromSource, res.Kind)
+	assert.Equal(t, NotRecordedProviderPolicy, res.Record, "a fast load is not worth caching")
+	res, err = r.GetOrLoad(ctx, Attrs(Attr{"key", "blue shoes"}), load(3*time.Millisecond))
+	require.NoError(t, err)
+	assert.Equal(t, Recorded, res.Record)
+}
+
+// TestGuestSwapChecked: a codec guest swap that drops a codec a region
+// names is refused before it serves; the serving generation keeps serving.
+func TestGuestSwapChecked(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	g := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), newClock(), g)
+	var cand abi.Description
+	require.NoError(t, g.mgr.Use(context.Background(), "codec", func(m plugins.Guest) error { cand = *m.Description(); return nil }))
+	cand.Codecs = slices.DeleteFunc(slices.Clone(cand.Codecs), func(c abi.CodecDecl) bool { return c.SchemaID == "search-page" })
+	err := in.c.CheckSwap(context.Background(), "codec", &cand)
+	require.Error(t, err, "search-results names search-page, which the candidate no longer declares")
+	assert.Contains(t, err.Error(), "search-page")
+	require.NoError(t, in.c.Reload(context.Background()))
+	assert.Len(t, in.c.Regions(), 2)
+}

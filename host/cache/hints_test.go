@@ -1,0 +1,206 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/cache/hint"
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+func l1Config(t testing.TB) Config {
+	return testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
+		d.L1 = true
+		o.L1.MaxAge = time.Hour // only hints and expiries may end an L1 copy here
+	})
+}
+
+func waitHintsUp(t testing.TB, ins ...*instance) {
+	t.Helper()
+	for _, in := range ins {
+		require.Eventually(t, in.c.hintsUp, 10*time.Second, 5*time.Millisecond, "hint subscription never confirmed")
+	}
+}
+
+// TestL1CoherentAcrossInstances: two hosts hold a key in L1; a write or an
+// invalidation on one reaches the other's L1 through an authenticated
+// hint, and a region invalidation flushes it.
+func TestL1CoherentAcrossInstances(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	topo := &policy.Standalone{Endpoint: srv.Addr()}
+	clk := newClock()
+	ia, ib := newInstance(t, topo, l1Config(t), clk, nil), newInstance(t, topo, l1Config(t), clk, nil)
+	waitHintsUp(t, ia, ib)
+	a, b := ia.region(t, "items"), ib.region(t, "items")
+	ctx, key := ctxT(t), Parts("l1")
+
+	_, err := a.Record(ctx, key, []byte("v1"), RecordMeta{})
+	require.NoError(t, err)
+	// The first read comes from Redis and fills L1 — unless a's hint for
+	// its own write lands during that read, which drops the fill (it may
+	// predate the hint); a later read fills it.
+	var lk Lookup
+	require.Eventually(t, func() bool {
+		var err error
+		lk, err = b.Lookup(ctx, key)
+		return err == nil && lk.FromL1
+	}, 10*time.Second, time.Millisecond)
+	assert.Equal(t, []byte("v1"), lk.Value)
+	lk.Value[0] = 'X' // a caller's copy: L1 must not change
+	lk, err = b.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("v1"), lk.Value)
+
+	_, err = a.Record(ctx, key, []byte("v2"), RecordMeta{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lk, err := b.Lookup(ctx, key)
+		return err == nil && string(lk.Value) == "v2"
+	}, 10*time.Second, 5*time.Millisecond, "a write on a reaches b's L1")
+
+	_, err = a.Invalidate(ctx, key)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lk, err := b.Lookup(ctx, key)
+		return err == nil && lk.Kind == Miss
+	}, 10*time.Second, 5*time.Millisecond, "an invalidation on a reaches b's L1")
+
+	_, err = b.Record(ctx, key, []byte("v3"), RecordMeta{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // fill a's L1
+		lk, err := a.Lookup(ctx, key)
+		return err == nil && lk.FromL1 && string(lk.Value) == "v3"
+	}, 10*time.Second, time.Millisecond)
+	_, err = b.InvalidateRegion(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lk, err := a.Lookup(ctx, key)
+		return err == nil && lk.Kind == Miss
+	}, 10*time.Second, 5*time.Millisecond, "a region invalidation flushes a's L1")
+	assert.Positive(t, metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"result": "received"}))
+	assert.Positive(t, metric(t, ia.reg, "caphost_cache_hints_total", map[string]string{"result": "sent"}))
+}
+
+// TestForgedHintIgnored: a hint published on the channel without the hint
+// secret (or out of its window) is counted and changes nothing.
+func TestForgedHintIgnored(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	topo := &policy.Standalone{Endpoint: srv.Addr()}
+	clk := newClock()
+	in := newInstance(t, topo, l1Config(t), clk, nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx, key := ctxT(t), Parts("forge")
+	_, err := r.Record(ctx, key, []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	_, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+
+	rg := in.c.state.Load().regions["items"]
+	loc, err := in.c.locate(ctx, rg, key)
+	require.NoError(t, err)
+	msg := hint.Message{Kind: hint.KeyInvalidated, Region: "items", Sender: [16]byte{1}, IssuedAt: clk.Now(),
+		Location: loc.Digest(), Scope: rg.gens.get(loc.Shard())}
+	forger, err := hint.NewCodec([]byte("not-the-hint-secret-0123456789abcdef"), time.Minute, clk.Now)
+	require.NoError(t, err)
+	forged, err := forger.Seal(msg)
+	require.NoError(t, err)
+	genuine, err := hint.NewCodec(hintSecret.Reveal(), time.Minute, clk.Now)
+	require.NoError(t, err)
+	stale := msg
+	stale.IssuedAt = clk.Now().Add(-time.Hour)
+	old, err := genuine.Seal(stale)
+	require.NoError(t, err)
+	channel, err := in.rt.Keys().Build(hintChannelSpec())
+	require.NoError(t, err)
+	for _, m := range [][]byte{forged, old, []byte("garbage")} {
+		require.NoError(t, srv.Admin().SPublish(ctx, channel.Redis(), m).Err())
+	}
+	require.Eventually(t, func() bool {
+		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_forged"}) == 1 &&
+			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_stale"}) == 1 &&
+			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_malformed"}) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, lk.FromL1, "a rejected hint dropped nothing")
+
+	// The same hint, sealed with the secret and current, does drop it.
+	ok, err := genuine.Seal(msg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Admin().SPublish(ctx, channel.Redis(), ok).Err())
+	require.Eventually(t, func() bool {
+		lk, err := r.Lookup(ctx, key)
+		return err == nil && !lk.FromL1
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestL1FlushedWhileHintsAreDown: when the hint subscription drops, L1 is
+// flushed and bypassed (a hint may be lost meanwhile); once it is back,
+// L1 serves again.
+func TestL1FlushedWhileHintsAreDown(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx, key := ctxT(t), Parts("drop")
+	_, err := r.Record(ctx, key, []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	_, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+	entries := func() float64 {
+		return metric(t, in.reg, "caphost_cache_l1_entries", map[string]string{"region": "items"})
+	}
+	require.Equal(t, 1.0, entries())
+
+	require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+	require.Eventually(t, func() bool {
+		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
+	}, 10*time.Second, time.Millisecond)
+	assert.Zero(t, entries(), "L1 is flushed when hints may be lost")
+	waitHintsUp(t, in)
+	for range 2 {
+		lk, err = r.Lookup(ctx, key)
+		require.NoError(t, err)
+	}
+	assert.True(t, lk.FromL1, "L1 serves again once hints are back")
+	assert.GreaterOrEqual(t, metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_up"}), 2.0)
+}
+
+// TestL1NeverOutlivesTheHardExpiry: an L1 copy ends with its L2 entry's
+// hard expiry, whatever L1's age cap says.
+func TestL1NeverOutlivesTheHardExpiry(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), clk, nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx, key := ctxT(t), Parts("hard")
+	_, err := r.Record(ctx, key, []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+	clk.Advance(lk.SoftExpiresAt.Sub(clk.Now()))
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.False(t, lk.FromL1, "a stale copy is not served from L1")
+	assert.Equal(t, Stale, lk.Freshness)
+	clk.Advance(lk.HardExpiresAt.Sub(clk.Now()))
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind)
+	assert.Equal(t, Expired, lk.MissReason)
+}
