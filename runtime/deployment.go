@@ -15,6 +15,7 @@ import (
 type Deployment struct {
 	id       string
 	topology policy.TopologyKind
+	budgets  policy.Budgets
 	lanes    map[policy.Lane]*lane
 	regular  *lane // lanes[LaneRegular], kept apart: the hot path skips a map lookup
 	programs *programs.Executor
@@ -33,6 +34,11 @@ func (d *Deployment) ID() string { return d.id }
 
 // Topology returns the deployment's topology kind.
 func (d *Deployment) Topology() policy.TopologyKind { return d.topology }
+
+// Budgets returns the deployment's request and reply byte budgets, which
+// the guard enforces on every lane: a capability sizes what it sends and
+// reads to fit them (a cache region's largest value, for example).
+func (d *Deployment) Budgets() policy.Budgets { return d.budgets }
 
 // Programs returns the catalog-program executor bound to the script lane.
 func (d *Deployment) Programs() *programs.Executor { return d.programs }

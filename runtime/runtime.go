@@ -168,7 +168,7 @@ func sortedRoles(m map[policy.Role]policy.RoleBinding) []policy.Role {
 
 func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, progs *programs.Catalog,
 	mode policy.ProgramMode, namespace string, obs Observer) (*Deployment, error) {
-	d := &Deployment{id: dc.ID, topology: dc.Topology.TopologyKind(), lanes: make(map[policy.Lane]*lane)}
+	d := &Deployment{id: dc.ID, topology: dc.Topology.TopologyKind(), budgets: dc.Budgets, lanes: make(map[policy.Lane]*lane)}
 	cluster := d.topology == policy.TopologyCluster
 	dial := &pubsubDial{}
 	for _, l := range policy.Lanes() {

@@ -240,8 +240,35 @@ func (c *Cache) compile(ctx context.Context, candidate string, cand *abi.Descrip
 	if set.UsesL1() && c.cfg.HintSecret.IsZero() {
 		return nil, fmt.Errorf("cache: a region uses L1 but %s.hints.hmac is not configured: invalidation hints need it", capPath)
 	}
+	if err := c.checkBudgets(set); err != nil {
+		return nil, err
+	}
 	out.set = set
 	return out, nil
+}
+
+// putOverhead bounds what a cache-put-v2 call sends besides the value:
+// two keys, the generation, the TTL, condition and observation arguments
+// and the RESP framing.
+const putOverhead = 2048
+
+// checkBudgets refuses a region whose largest value could not pass the
+// deployment's guard: the bounded read asks for its read bound + 1 bytes,
+// a write sends the value with the call's other arguments.
+func (c *Cache) checkBudgets(set *policy.CacheRegionSet) error {
+	b := c.dep.Budgets()
+	var errs []error
+	for _, id := range set.IDs() {
+		p, _ := set.Lookup(id)
+		read := max(p.MaxStoredBytes(), observedPrefix) + 1
+		if b.MaxReplyBytes > 0 && read > b.MaxReplyBytes {
+			errs = append(errs, fmt.Errorf("cache: region %s reads up to %d bytes, over the deployment's budgets.max-reply-bytes %d: lower max-bytes or raise the budget", id, read, b.MaxReplyBytes))
+		}
+		if write := p.MaxStoredBytes() + putOverhead; b.MaxRequestBytes > 0 && write > b.MaxRequestBytes {
+			errs = append(errs, fmt.Errorf("cache: region %s writes up to %d bytes, over the deployment's budgets.max-request-bytes %d: lower max-bytes or raise the budget", id, write, b.MaxRequestBytes))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // compiled is a compiled region set with the module serving each guest

@@ -262,3 +262,64 @@ func TestMissingGenerationIsNeverZero(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(-1), ttl, "a generation has no TTL")
 }
+
+// TestLargeValuesAndOversizedEntries: a value at the region's bound round
+// trips; a stored value over the bound (another writer's) is typed
+// IncompatibleSchema TOO_LARGE by its length — never loaded whole, never a
+// miss — and a value over the bound is not recorded.
+func TestLargeValuesAndOversizedEntries(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg := testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
+		d.MaxBytes = policy.CacheMaxValueBytes - policy.CacheEnvelopeOverhead
+		o.CompressAbove = 1 << 10
+	})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, newClock(), nil)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	big := make([]byte, cfg.Regions[0].MaxBytes)
+	for i := range big {
+		big[i] = byte(i * 7) // poorly compressible
+	}
+	o, err := r.Record(ctx, Parts("big"), big, RecordMeta{})
+	require.NoError(t, err)
+	require.Equal(t, Recorded, o)
+	lk, err := r.Lookup(ctx, Parts("big"))
+	require.NoError(t, err)
+	require.Equal(t, Hit, lk.Kind)
+	assert.Equal(t, big, lk.Value)
+
+	o, err = r.Record(ctx, Parts("bigger"), append(big, 0), RecordMeta{})
+	require.NoError(t, err)
+	assert.Equal(t, NotRecordedProviderPolicy, o)
+
+	// Compression: text that compresses within the ratio bound (32) is
+	// stored compressed; a run of zeros would exceed it and is stored raw.
+	var text []byte
+	for i := 0; len(text) < 64<<10; i++ {
+		text = fmt.Appendf(text, "item-%d,", i)
+	}
+	zeros := make([]byte, 64<<10)
+	for _, v := range []struct {
+		key        string
+		value      []byte
+		compressed bool
+	}{{"text", text, true}, {"zeros", zeros, false}, {"big", big, false}} {
+		_, err = r.Record(ctx, Parts(v.key), v.value, RecordMeta{})
+		require.NoError(t, err)
+		lk, err = r.Lookup(ctx, Parts(v.key))
+		require.NoError(t, err)
+		assert.Equal(t, v.value, lk.Value)
+		assert.Equal(t, v.compressed, rawGet(t, in, "items", Parts(v.key)).Compressed, v.key)
+	}
+
+	rg := in.c.state.Load().regions["items"]
+	loc, err := in.c.locate(ctx, rg, Parts("huge"))
+	require.NoError(t, err)
+	ref, err := in.c.currentRef(ctx, rg, loc)
+	require.NoError(t, err)
+	require.NoError(t, srv.Admin().Set(ctx, ref.entry.Redis(), make([]byte, 4<<20), time.Minute).Err())
+	lk, err = r.Lookup(ctx, Parts("huge"))
+	require.NoError(t, err)
+	assert.Equal(t, IncompatibleSchema, lk.Kind)
+	assert.Equal(t, TooLarge, lk.Schema)
+}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 )
 
@@ -141,4 +143,25 @@ regions:
 	assert.Equal(t, 3*time.Second, o.LoadTimeout, "an override starts from the configured defaults")
 	assert.Equal(t, 100, o.L1.MaxEntries)
 	assert.Equal(t, 8, cfg.Defaults.Shards)
+}
+
+// TestRegionMustFitTheBudgets: a region whose largest value the guard would
+// refuse to read or write is refused at start, naming the budget.
+func TestRegionMustFitTheBudgets(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rt := newRuntime(t, &policy.Standalone{Endpoint: srv.Addr()}) // 2 MiB budgets
+	dep, err := rt.Role(policy.RoleCache)
+	require.NoError(t, err)
+	cfg := testConfig(t, func(d *policy.CacheRegionDecl, _ *policy.CacheOps) { d.MaxBytes = policy.CacheMaxValueBytes })
+	c, err := New(context.Background(), dep, rt.Keys(), cfg, Options{})
+	require.NoError(t, err, "1 MiB values fit 2 MiB budgets")
+	require.NoError(t, c.Close(context.Background()))
+
+	small := newRuntimeBudgets(t, &policy.Standalone{Endpoint: srv.Addr()}, policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20})
+	dep, err = small.Role(policy.RoleCache)
+	require.NoError(t, err)
+	_, err = New(context.Background(), dep, small.Keys(), cfg, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "max-reply-bytes")
+	assert.Contains(t, err.Error(), "max-request-bytes")
 }

@@ -21,6 +21,12 @@ var hintSecret = policy.NewSecret([]byte("cache-test-hint-secret-0123456789"))
 // ("instance") gets its own, as separate processes would.
 func newRuntime(t testing.TB, topo policy.Topology) *runtime.Runtime {
 	t.Helper()
+	return newRuntimeBudgets(t, topo, policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20})
+}
+
+// newRuntimeBudgets is newRuntime with the deployment's byte budgets.
+func newRuntimeBudgets(t testing.TB, topo policy.Topology, budgets policy.Budgets) *runtime.Runtime {
+	t.Helper()
 	lanes := make(map[policy.Lane]policy.LaneConfig)
 	for _, l := range policy.Lanes() {
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
@@ -28,7 +34,7 @@ func newRuntime(t testing.TB, topo policy.Topology) *runtime.Runtime {
 	dep := policy.Deployment{
 		ID: "cache", Topology: topo, ClientName: "caphost-cache-test",
 		Timeouts: policy.Timeouts{Connect: time.Second, Command: 2 * time.Second, Acquire: 2 * time.Second, Shutdown: 3 * time.Second},
-		Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20},
+		Lanes:    lanes, Budgets: budgets,
 		AdminShared: true, // no auth: every lane is the default user, by choice
 	}
 	cfg := policy.RedisConfig{
