@@ -137,3 +137,18 @@ func TestCapabilitiesCommand(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.True(t, strings.Contains(out, "rate-limit   disabled"), out)
 }
+
+// TestCapabilitiesShowsTheCache: an active cache capability reports its
+// descriptor: readiness, provider, role, guarantees and failure mode, and
+// the guest kinds it consumes.
+func TestCapabilitiesShowsTheCache(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	path := capFile(t, srv.Addr(), "  cache:\n    provider: redis\n    redis-role: coordination\n    regions:\n      products: {ttl: {soft: 30s, hard: 5m}}\n")
+	code, out, errOut := cli(t, "capabilities", "--config", path)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Regexp(t, `cache\s+active\s+readiness R1 \(claimed R1\)\s+provider redis\s+role coordination \(required\)`, out)
+	assert.Contains(t, out, "failure mode:   fail-open-to-source")
+	assert.Contains(t, out, "invalidation-wins-over-refill")
+	assert.Regexp(t, `codec\s+R\d\s+consumed by cache`, out)
+	assert.Regexp(t, `cache-region\s+R\d\s+consumed by cache`, out)
+}

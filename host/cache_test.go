@@ -1,0 +1,140 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host"
+	"github.com/caphost/caphost/host/cache"
+	"github.com/caphost/caphost/host/capability"
+	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/host/health"
+	"github.com/caphost/caphost/host/httpapi"
+	"github.com/caphost/caphost/internal/redistest"
+)
+
+// cacheConfig: the cache role alone, optional, one configured region with
+// L1 and the hint secret from the environment.
+const cacheConfig = `redis:
+  deployments:
+    main:
+      standalone: {endpoint: %q}
+      auth: {admin-shared: true}
+      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
+  roles:
+    cache: {deployment: main, required: false, expected-eviction: noeviction}
+  programs: {mode: evalsha-managed}
+  keys:
+    app: demo
+    env: test
+    hmac:
+      write-version: 1
+      versions: {1: "secret://env/HOST_TEST_KEY"}
+capabilities:
+  cache:
+    provider: redis
+    redis-role: cache
+    hints: {hmac: "secret://env/CACHE_HINT_KEY"}
+    regions:
+      products:
+        ttl: {soft: 30s, hard: 5m, negative: 10s}
+        l1: true
+`
+
+func cacheHost(t *testing.T, addr string) *host.Host {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "caphost.yaml")
+	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, cacheConfig, addr), 0o600))
+	env := func(k string) (string, bool) {
+		switch k {
+		case "HOST_TEST_KEY":
+			return "host-test-hmac-key-0123456789abcdefghijklmnop", true
+		case "CACHE_HINT_KEY":
+			return "cache-hint-key-0123456789abcdefghijklmnop", true
+		}
+		return "", false
+	}
+	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
+	require.NoError(t, err)
+	return newHost(t, cfg)
+}
+
+// TestCacheCapability: the cache block becomes a running capability —
+// reachable from Go (Host.Cache) and over the daemon's HTTP API, with its
+// descriptor in Capabilities — and Redis going away makes it DEGRADED
+// while the host stays ready (the cache role is optional and the
+// capability falls back to the source).
+func TestCacheCapability(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	h := cacheHost(t, srv.Addr())
+	c, err := h.Cache()
+	require.NoError(t, err)
+	r, err := c.Region("products")
+	require.NoError(t, err)
+	ctx := context.Background()
+	o, err := r.Record(ctx, cache.Parts("sku-1"), []byte("lamp"), cache.RecordMeta{})
+	require.NoError(t, err)
+	assert.Equal(t, cache.Recorded, o)
+
+	api := httpapi.New(h, httpapi.Options{})
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/cache/products/sku-1", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "lamp", rec.Body.String())
+	rec = httptest.NewRecorder()
+	api.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/v1/cache/products/sku-2", bytes.NewReader([]byte("desk"))))
+	body, _ := io.ReadAll(rec.Body)
+	assert.Equal(t, http.StatusOK, rec.Code, string(body))
+	rec = httptest.NewRecorder()
+	api.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/cache/products/sku-2", nil))
+	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+
+	st := statusOf(t, h, cache.CapabilityID)
+	assert.Equal(t, capability.StateActive, st.State)
+	require.NotNil(t, st.Descriptor)
+	assert.Equal(t, capability.FailOpenToSource, st.Descriptor.FailureMode)
+	assert.Equal(t, capability.ImpactOptional, st.Descriptor.Impact)
+	assert.Contains(t, st.Descriptor.Guarantees, capability.GuaranteeGuardedWrites)
+	assert.Equal(t, cache.Readiness, st.Readiness)
+
+	srv.Kill()
+	require.Eventually(t, func() bool { return statusOf(t, h, cache.CapabilityID).State == capability.StateDegraded },
+		10*time.Second, 50*time.Millisecond)
+	rep := h.Readiness(ctx)
+	assert.True(t, rep.Ready, "an optional cache role never makes the host unready")
+	assert.Equal(t, health.Degraded, rep.Status)
+	res, err := r.GetOrLoad(ctx, cache.Parts("sku-3"), func(context.Context) (cache.LoadOutcome, error) {
+		return cache.Loaded([]byte("chair"), cache.Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, cache.DegradedSource, res.Kind)
+}
+
+// TestCacheAbsentIsInert: without a cache block there is no cache, no
+// client and no route but the 503 of a disabled capability.
+func TestCacheAbsentIsInert(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg, err := capConfig(t, srv.Addr(), true, block("rate-limit", `provider: redis
+redis-role: coordination
+policies:
+  login: {revision: r1, algorithm: fixed-window, limit: 10, window: 1m, failure-mode: fail-closed, subject: [client-ip]}`))
+	require.NoError(t, err)
+	h := newHost(t, cfg)
+	_, err = h.Cache()
+	assert.ErrorIs(t, err, host.ErrCapabilityDisabled)
+	rec := httptest.NewRecorder()
+	httpapi.New(h, httpapi.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/cache/products/k", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "capability-disabled")
+}
