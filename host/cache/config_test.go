@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -164,4 +166,15 @@ func TestRegionMustFitTheBudgets(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "max-reply-bytes")
 	assert.Contains(t, err.Error(), "max-request-bytes")
+}
+
+// TestDocsListEveryCacheRule keeps docs/configuration.md's cache section
+// in step with the rules the decoder and compiler report.
+func TestDocsListEveryCacheRule(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	require.NoError(t, err)
+	for _, r := range policy.CacheRules() {
+		assert.Contains(t, string(doc), "`"+string(r)+"`", "docs/configuration.md misses rule %s", r)
+	}
+	assert.Contains(t, string(doc), fmt.Sprintf("at most %d bytes", policy.CacheEnvelopeOverhead))
 }
