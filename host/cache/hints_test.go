@@ -204,3 +204,45 @@ func TestL1NeverOutlivesTheHardExpiry(t *testing.T) {
 	assert.Equal(t, Miss, lk.Kind)
 	assert.Equal(t, Expired, lk.MissReason)
 }
+
+// TestL1AcrossSentinelFailover: two hosts on a Sentinel deployment hold a
+// key in L1; a failover drops the hint subscription (L1 flushed and
+// bypassed), it comes back on the new primary, and an invalidation on one
+// host reaches the other's L1 again.
+func TestL1AcrossSentinelFailover(t *testing.T) {
+	sen := redistest.StartSentinel(t)
+	topo := &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs()}
+	clk := newClock()
+	ia, ib := newInstance(t, topo, l1Config(t), clk, nil), newInstance(t, topo, l1Config(t), clk, nil)
+	waitHintsUp(t, ia, ib)
+	a, b := ia.region(t, "items"), ib.region(t, "items")
+	ctx, key := ctxT(t), Parts("failover")
+	fill := func(r *Region, want string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			lk, err := r.Lookup(ctx, key)
+			return err == nil && lk.FromL1 && string(lk.Value) == want
+		}, 30*time.Second, 10*time.Millisecond)
+	}
+	_, err := a.Record(ctx, key, []byte("v1"), RecordMeta{})
+	require.NoError(t, err)
+	fill(b, "v1")
+
+	sen.Failover(t)
+	require.Eventually(t, func() bool {
+		return metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
+	}, 30*time.Second, 10*time.Millisecond, "the failover drops the hint subscription")
+	waitHintsUp(t, ia, ib)
+	// The write may need a moment while clients find the new primary.
+	require.Eventually(t, func() bool {
+		o, err := a.Record(ctx, key, []byte("v2"), RecordMeta{})
+		return err == nil && o == Recorded
+	}, 30*time.Second, 50*time.Millisecond)
+	fill(b, "v2")
+	_, err = a.Invalidate(ctx, key)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lk, err := b.Lookup(ctx, key)
+		return err == nil && lk.Kind == Miss
+	}, 30*time.Second, 10*time.Millisecond, "the invalidation reaches b's L1 on the new primary")
+}

@@ -164,7 +164,14 @@ func (c *Cache) record(ctx context.Context, r *region, loc keys.Location, w writ
 						rev: revisionOf(env), written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt},
 						len(w.value), env.HardExpiresAt)
 				}
-				c.publishKey(r, ref)
+				// Only a plain write may replace an entry other hosts hold
+				// fresh in L1. A conditional write replaced what its lookup
+				// observed — absent, a tombstone, a stale or unreadable entry
+				// (or, for a rewrite, the same value) — which no L1 serves;
+				// a hint would only drop other hosts' unrelated fills.
+				if w.obs == nil {
+					c.publishKey(r, ref)
+				}
 			}
 			return Recorded, nil
 		case programs.CachePutGenerationMoved:

@@ -1,0 +1,210 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// The hit paths `make bench` compares with go-redis/cache (bench/cmd/compare,
+// rows "cache"), split into their parts so a profile can say where the time
+// goes: go test -run '^$' -bench . -benchmem ./host/cache/
+// (-cpuprofile for one benchmark at a time).
+
+// benchValue is a product of about 1 KiB in the "product" schema's
+// interchange form (the value the compare rows cache).
+func benchValue(b *testing.B) []byte {
+	b.Helper()
+	v := struct {
+		ID         string   `json:"id"`
+		Name       string   `json:"name"`
+		PriceCents int      `json:"price_cents"`
+		Currency   string   `json:"currency"`
+		Tags       []string `json:"tags"`
+	}{ID: "sku-000042", Name: "Solar garden lamp, warm white, stainless steel, waterproof, dusk to dawn sensor",
+		PriceCents: 12999, Currency: "EUR", Tags: make([]string, 16)}
+	for i := range v.Tags {
+		v.Tags[i] = fmt.Sprintf("outdoor-lighting-%02d-pathway-patio-lantern-bronze", i)
+	}
+	for {
+		out, err := json.Marshal(&v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out) >= 1024 {
+			return out
+		}
+		v.Name += " lamp"
+	}
+}
+
+// benchInstance is one host with the bench regions, the value recorded in
+// each: "raw" (built-in bytes codec), "products" (the codec guest's
+// product schema), both without L1, and "products-l1" (L1, max-age 1 h).
+func benchInstance(b *testing.B) (*instance, []byte) {
+	b.Helper()
+	srv := redistest.StartStandalone(b)
+	g := loadGuests(b, map[string]string{"codec": "codec"})
+	region := func(id, codec string) policy.CacheRegionDecl {
+		return policy.CacheRegionDecl{ID: id, Source: "config", KeyVersion: 1, Codec: codec, HardTTL: time.Hour, MaxBytes: 16 << 10}
+	}
+	ops := policy.DefaultCacheOps()
+	ops.L1.MaxAge = time.Hour
+	l1 := region("products-l1", "product")
+	l1.L1, l1.Ops = true, &ops
+	cfg := guestConfig()
+	cfg.Regions = []policy.CacheRegionDecl{region("raw", policy.CacheBuiltinCodec), region("products", "product"), l1}
+	in := newInstance(b, &policy.Standalone{Endpoint: srv.Addr()}, cfg, newClock(), g)
+	value := benchValue(b)
+	ctx := context.Background()
+	for _, id := range []string{"raw", "products", "products-l1"} {
+		o, err := in.region(b, id).Record(ctx, Parts("sku-000042"), value, RecordMeta{})
+		if err != nil || o != Recorded {
+			b.Fatalf("record %s: %v %v", id, o, err)
+		}
+	}
+	return in, value
+}
+
+// benchLookup runs Lookup on region id at 1 and 32 goroutines; every op
+// must be a hit, from L1 exactly when fromL1.
+func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
+	r := in.region(b, id)
+	key := Parts("sku-000042")
+	ctx := context.Background()
+	check := func(lk Lookup, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case lk.Kind != Hit || lk.FromL1 != fromL1:
+			return fmt.Errorf("%v FromL1=%v, want a hit with FromL1=%v", lk.Kind, lk.FromL1, fromL1)
+		}
+		return nil
+	}
+	if fromL1 { // the hint subscription must be up before L1 serves
+		deadline := time.Now().Add(10 * time.Second)
+		for lk, _ := r.Lookup(ctx, key); !lk.FromL1; lk, _ = r.Lookup(ctx, key) {
+			if time.Now().After(deadline) {
+				b.Fatal("L1 never served: hints did not come up")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	b.Run("goroutines=1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := check(r.Lookup(ctx, key)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("goroutines=32", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := check(r.Lookup(ctx, key)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkLookupL2 is an L2 hit through the envelope, with the built-in
+// bytes codec and with the codec guest's product schema.
+func BenchmarkLookupL2(b *testing.B) {
+	in, _ := benchInstance(b)
+	b.Run("codec=bytes", func(b *testing.B) { benchLookup(b, in, "raw", false) })
+	b.Run("codec=product-guest", func(b *testing.B) { benchLookup(b, in, "products", false) })
+}
+
+// BenchmarkLookupL1 is an L1 hit (hints up).
+func BenchmarkLookupL1(b *testing.B) {
+	in, _ := benchInstance(b)
+	benchLookup(b, in, "products-l1", true)
+}
+
+// BenchmarkLookupParts times the parts of a hit one at a time: the key's
+// location (canonical parts, HMAC digest), the one-round-trip read
+// (generation + entry), the envelope decode and the codec guest's decode
+// of the stored payload (one Wasm call).
+func BenchmarkLookupParts(b *testing.B) {
+	in, value := benchInstance(b)
+	ctx := context.Background()
+	rg := in.c.state.Load().regions["products"]
+	key := Parts("sku-000042")
+	loc, err := in.c.locate(ctx, rg, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("locate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := in.c.locate(ctx, rg, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if rd, _, _, err := in.c.read(ctx, rg, loc); err != nil || !rd.Found {
+				b.Fatal(err, rd.Found)
+			}
+		}
+	})
+	rd, ref, moved, err := in.c.read(ctx, rg, loc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("interpret-bytes", func(b *testing.B) {
+		raw := in.c.state.Load().regions["raw"]
+		rloc, err := in.c.locate(ctx, raw, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rrd, rref, rmoved, err := in.c.read(ctx, raw, rloc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if lk, _, err := in.c.interpret(ctx, raw, rrd, rref, rmoved); err != nil || lk.Kind != Hit {
+				b.Fatal(err, lk.Kind)
+			}
+		}
+	})
+	b.Run("interpret-product-guest", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if lk, _, err := in.c.interpret(ctx, rg, rd, ref, moved); err != nil || lk.Kind != Hit {
+				b.Fatal(err, lk.Kind)
+			}
+		}
+	})
+	b.Run("guest-decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := rg.codec.decode(ctx, 2, value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("guest-decode-small", func(b *testing.B) {
+		small := []byte(productV2)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := rg.codec.decode(ctx, 2, small); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
