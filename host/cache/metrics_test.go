@@ -1,0 +1,90 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// TestMetricLabelsAreBounded drives every outcome the cache counts and
+// then checks every caphost_cache_* series: region labels are compiled
+// region ids, every other label comes from a closed set, and no label
+// value is ever a key, a value or a token.
+func TestMetricLabelsAreBounded(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), clk, nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	secretKey, secretValue := "customer-4711-secret-key", "value-that-must-not-be-a-label"
+	_, err := r.Record(ctx, Parts(secretKey), []byte(secretValue), RecordMeta{})
+	require.NoError(t, err)
+	for range 3 {
+		_, err = r.Lookup(ctx, Parts(secretKey))
+		require.NoError(t, err)
+	}
+	_, _ = r.GetOrLoad(ctx, Parts("other"), func(context.Context) (LoadOutcome, error) {
+		return TransientFailure("timeout", fmt.Errorf("source %s down", secretKey)), nil
+	})
+	_, _ = r.Invalidate(ctx, Parts(secretKey))
+	_, _ = r.InvalidateRegion(ctx)
+	clk.Advance(time.Hour)
+	_, _ = r.Lookup(ctx, Parts(secretKey))
+
+	closed := map[string][]string{
+		"outcome": append(slices.Clone(lookupOutcomes), "RECORDED", "NOT_RECORDED_CONDITION", "NOT_RECORDED_PROVIDER_POLICY",
+			"DEGRADED_UNAVAILABLE", "INDETERMINATE", "INVALIDATED", "ALREADY_ABSENT", "error"),
+		"result":    append(slices.Clone(hintResults), "FRESH_HIT", "STALE_HIT", "LOADED_FROM_SOURCE", "AUTHORITATIVE_ABSENCE", "STALE_FALLBACK", "DEGRADED_SOURCE", "overloaded", "error", "loaded", "absent", "transient", "permanent", "cancelled", "unclassified", "invalid", "acquired", "contended", "unavailable", "refused", "waited", "wait-expired", "release-failed", "rewritten", "not-rewritten", "skipped", "failed"),
+		"scope":     {"key", "region"},
+		"direction": {"in", "out", "subscription"},
+		"op":        {"read", "write", "encode", "decode", "canonicalize", "admit"},
+		"reason":    {"negative-off", "too-large", "admission-failed", "not-admitted", "expired", "envelope", "payload", "codec-failure", "revalidate", "error", "overload"},
+		"event":     {"hit", "miss", "stored", "raced", "refused", "evicted_size", "evicted_expiry", "flush", "load", "join", "abandoned", "timed_out", "refused_keys", "refused_waiters", "panic"},
+		"region":    {"items"},
+	}
+	mfs, err := in.reg.Gather()
+	require.NoError(t, err)
+	series := 0
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "caphost_cache_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			series++
+			for _, lp := range m.GetLabel() {
+				allowed, ok := closed[lp.GetName()]
+				require.True(t, ok, "%s has an unexpected label %s", mf.GetName(), lp.GetName())
+				assert.Contains(t, allowed, lp.GetValue(), "%s{%s}", mf.GetName(), lp.GetName())
+				assert.NotContains(t, lp.GetValue(), "customer")
+				assert.NotContains(t, lp.GetValue(), "must-not")
+			}
+		}
+	}
+	assert.Greater(t, series, 20)
+}
+
+// TestRegionLabelsAreCapped: more distinct region ids than the cap share
+// one "other" label, so a guest swapping ids cannot grow series forever.
+func TestRegionLabelsAreCapped(t *testing.T) {
+	m, err := newMetrics(nil)
+	require.NoError(t, err)
+	for i := range maxRegionLabels + 10 {
+		m.region(fmt.Sprint("r", i))
+	}
+	labels := map[string]bool{}
+	for _, rm := range m.regions {
+		labels[rm.label] = true
+	}
+	assert.Len(t, labels, maxRegionLabels+1)
+	assert.True(t, labels["other"])
+}
