@@ -1,0 +1,131 @@
+package cache_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/caphost/caphost/host/cache"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+)
+
+// privateRedis starts a throwaway redis-server for the examples (it needs
+// redis-server on PATH) and returns its address and a stop function.
+func privateRedis() (string, func()) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "caphost-example-")
+	if err != nil {
+		panic(err)
+	}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		panic("the example needs redis-server on PATH: " + err.Error())
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
+}
+
+// exampleRuntime is a Redis runtime whose cache role is addr.
+func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) {
+	lanes := map[policy.Lane]policy.LaneConfig{}
+	for _, l := range policy.Lanes() {
+		lanes[l] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 64}
+	}
+	return runtime.New(ctx, policy.RedisConfig{
+		Deployments: map[string]policy.Deployment{"main": {
+			ID: "main", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-example",
+			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: time.Second},
+			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+			AdminShared: true,
+		}},
+		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCache: {Deployment: "main"}},
+		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
+		Keys: policy.KeysConfig{App: "shop", Env: "dev", HMAC: policy.KeyMaterial{WriteVersion: 1,
+			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-only-hmac-material-0123456789"))}}},
+	}, runtime.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// Region.GetOrLoad is cache-aside: the first call loads from the source and
+// stores the result; the next is a hit; after an invalidation the next
+// lookup misses. Redis is a private redis-server the example starts.
+func ExampleRegion_GetOrLoad() {
+	ctx := context.Background()
+	addr, stop := privateRedis()
+	defer stop()
+	rt, err := exampleRuntime(ctx, addr)
+	if err != nil {
+		panic(err)
+	}
+	defer rt.Close(ctx)
+	dep, _ := rt.Role(policy.RoleCache)
+
+	cfg, err := cache.Decode(cache.ProviderRedis, policy.RoleCache, map[string]any{
+		"regions": map[string]any{"products": map[string]any{
+			"ttl": map[string]any{"soft": "30s", "hard": "5m", "negative": "10s"}, "jitter": 0.1,
+		}},
+	}, false)
+	if err != nil {
+		panic(err)
+	}
+	c, err := cache.New(ctx, dep, rt.Keys(), cfg, cache.Options{Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close(ctx)
+	products, _ := c.Region("products")
+
+	loads := 0
+	load := func(ctx context.Context) (cache.LoadOutcome, error) {
+		loads++ // the source of truth: a database query, say
+		return cache.Loaded([]byte(`{"name":"lamp"}`), cache.SourceRevision(7)), nil
+	}
+	for range 2 {
+		res, err := products.GetOrLoad(ctx, cache.Parts("sku-42"), load)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Kind, string(res.Value))
+	}
+	if _, err := products.Invalidate(ctx, cache.Parts("sku-42")); err != nil {
+		panic(err)
+	}
+	lk, _ := products.Lookup(ctx, cache.Parts("sku-42"))
+	fmt.Println(lk.Kind, lk.MissReason, "source loads:", loads)
+	// Output:
+	// LOADED_FROM_SOURCE {"name":"lamp"}
+	// FRESH_HIT {"name":"lamp"}
+	// MISS INVALIDATED source loads: 1
+}
+
+// Decode reads a capabilities.cache block strictly; every problem is
+// reported at once.
+func ExampleDecode() {
+	_, err := cache.Decode(cache.ProviderRedis, policy.RoleCache, map[string]any{
+		"regions": map[string]any{"products": map[string]any{
+			"ttl": map[string]any{"hard": "5m", "soft": "10m"}, "jiter": 0.1,
+		}},
+	}, false)
+	fmt.Println(err)
+	// Output:
+	// invalid configuration (2 problems)
+	//   capabilities.cache.regions.products.jiter: unknown key (known: codec, key-version, ttl, jitter, max-bytes, stale-if-error, l1, consistency, stampede, shards, min-ttl, incompatible-schema, compression, l1-limits, single-flight, source, refresh-lease) [config.unknown-key]
+	//   capabilities.cache.regions.products.ttl.soft: longer than the hard TTL [cache.ttl]
+}
