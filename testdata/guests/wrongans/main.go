@@ -51,7 +51,7 @@ func module() *guest.Module {
 				var buf [256]byte
 				n := 0
 				for _, a := range attrs {
-					if a.Name == "id" {
+					if a.Name == "key" {
 						n = copy(buf[:], a.Value)
 						if len(a.Value) > len(buf) {
 							// The bug: a fixed buffer indexed past its end.
