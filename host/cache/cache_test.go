@@ -323,3 +323,53 @@ func TestLargeValuesAndOversizedEntries(t *testing.T) {
 	assert.Equal(t, IncompatibleSchema, lk.Kind)
 	assert.Equal(t, TooLarge, lk.Schema)
 }
+
+// TestWriteCertaintyUnderFaults: a write whose reply is lost after it
+// reached Redis is INDETERMINATE (and did apply), never "failed" and never
+// sent twice; an invalidation (idempotent) is repeated once.
+func TestWriteCertaintyUnderFaults(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	rt := newRuntimeTimeouts(t, &policy.Standalone{Endpoint: proxy.Addr()}, 300*time.Millisecond)
+	dep, err := rt.Role(policy.RoleCache)
+	require.NoError(t, err)
+	c, err := New(context.Background(), dep, rt.Keys(), testConfig(t, nil), Options{Clock: newClock().Now})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	r, err := c.Region("items")
+	require.NoError(t, err)
+	ctx, key := ctxT(t), Parts("faults")
+	o, err := r.Record(ctx, key, []byte("v1"), RecordMeta{})
+	require.NoError(t, err)
+	require.Equal(t, Recorded, o)
+
+	calls := srv.CommandCalls(t, "evalsha")
+	proxy.Stall()
+	o, err = r.Record(ctx, key, []byte("v2"), RecordMeta{})
+	require.NoError(t, err)
+	assert.Equal(t, Indeterminate, o, "the reply was lost after the write left")
+	assert.Equal(t, calls+1, srv.CommandCalls(t, "evalsha"), "no blind retry of a write")
+	proxy.Passthrough()
+	lk, err := r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("v2"), lk.Value, "INDETERMINATE is not failed: it applied")
+
+	// The timed-out connection was dropped; open a fresh one first so the
+	// stall below holds a reply, not a connection handshake.
+	_, err = r.Record(ctx, key, []byte("v3"), RecordMeta{})
+	require.NoError(t, err)
+	calls = srv.CommandCalls(t, "evalsha")
+	proxy.Stall()
+	io, err := r.Invalidate(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, InvalidationIndeterminate, io)
+	// The repeat may not even reach Redis (its new connection's handshake
+	// stalls too); either way the outcome stays INDETERMINATE.
+	n := srv.CommandCalls(t, "evalsha")
+	assert.True(t, n == calls+1 || n == calls+2, "an invalidation is sent once and repeated at most once (%d calls)", n-calls)
+	proxy.Passthrough()
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind)
+	assert.Equal(t, Invalidated, lk.MissReason)
+}

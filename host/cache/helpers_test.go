@@ -27,13 +27,24 @@ func newRuntime(t testing.TB, topo policy.Topology) *runtime.Runtime {
 // newRuntimeBudgets is newRuntime with the deployment's byte budgets.
 func newRuntimeBudgets(t testing.TB, topo policy.Topology, budgets policy.Budgets) *runtime.Runtime {
 	t.Helper()
+	return newRuntimeWith(t, topo, budgets, 2*time.Second)
+}
+
+// newRuntimeTimeouts is newRuntime with a command timeout.
+func newRuntimeTimeouts(t testing.TB, topo policy.Topology, command time.Duration) *runtime.Runtime {
+	t.Helper()
+	return newRuntimeWith(t, topo, policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20}, command)
+}
+
+func newRuntimeWith(t testing.TB, topo policy.Topology, budgets policy.Budgets, command time.Duration) *runtime.Runtime {
+	t.Helper()
 	lanes := make(map[policy.Lane]policy.LaneConfig)
 	for _, l := range policy.Lanes() {
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
 	}
 	dep := policy.Deployment{
 		ID: "cache", Topology: topo, ClientName: "caphost-cache-test",
-		Timeouts: policy.Timeouts{Connect: time.Second, Command: 2 * time.Second, Acquire: 2 * time.Second, Shutdown: 3 * time.Second},
+		Timeouts: policy.Timeouts{Connect: time.Second, Command: command, Acquire: min(command, 2*time.Second), Shutdown: 3 * time.Second},
 		Lanes:    lanes, Budgets: budgets,
 		AdminShared: true, // no auth: every lane is the default user, by choice
 	}

@@ -298,6 +298,11 @@ func (c *Cache) invalidate(ctx context.Context, r *region, loc keys.Location) (I
 				repeated = true
 				continue
 			}
+			if repeated {
+				// The first attempt may have applied: whatever the repeat
+				// met, the outcome stays unknown.
+				return InvalidationIndeterminate, nil
+			}
 			return invalidationOutcomeOf(ctx, err)
 		}
 		switch res.Status {
