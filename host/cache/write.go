@@ -416,6 +416,7 @@ func (c *Cache) bump(ctx context.Context, r *region, i int) (certainty.Outcome, 
 	_, _ = rand.Read(op)
 	was := r.gens.get(i)
 	var err error
+	sent := false // an attempt may have applied
 	for attempt := 0; attempt < 2; attempt++ {
 		var res programs.GenerationBumpResult
 		res, err = c.exec.RegionGenerationBump(ctx, r.layout.Anchor(i), gen, op)
@@ -431,6 +432,10 @@ func (c *Cache) bump(ctx context.Context, r *region, i int) (certainty.Outcome, 
 		if certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
+		sent = true
+	}
+	if sent {
+		return certainty.Indeterminate, err
 	}
 	return certainty.Classify(err, true), err
 }
