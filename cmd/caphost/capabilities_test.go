@@ -95,7 +95,7 @@ func TestCapabilitiesCommand(t *testing.T) {
 	assert.Contains(t, out, "non-guarantees: exact-across-failover")
 	assert.Contains(t, out, "failure mode:   fail-closed (overrides: local-emergency, fail-open)")
 	assert.Regexp(t, `rate-policy\s+R\d\s+consumed by rate-limit`, out)
-	assert.Regexp(t, `codec\s+R0\s+nothing consumes it`, out)
+	assert.Regexp(t, `codec\s+R\d\s+nothing consumes it`, out)
 
 	code, out, errOut = cli(t, "capabilities", "--config", path, "--json")
 	require.Equal(t, 0, code, out+errOut)
@@ -146,7 +146,7 @@ func TestCapabilitiesShowsTheCache(t *testing.T) {
 	path := capFile(t, srv.Addr(), "  cache:\n    provider: redis\n    redis-role: coordination\n    regions:\n      products: {ttl: {soft: 30s, hard: 5m}}\n")
 	code, out, errOut := cli(t, "capabilities", "--config", path)
 	require.Equal(t, 0, code, out+errOut)
-	assert.Regexp(t, `cache\s+active\s+readiness R1 \(claimed R1\)\s+provider redis\s+role coordination \(required\)`, out)
+	assert.Regexp(t, `cache\s+active\s+readiness R2 \(claimed R2\)\s+provider redis\s+role coordination \(required\)`, out)
 	assert.Contains(t, out, "failure mode:   fail-open-to-source")
 	assert.Contains(t, out, "invalidation-wins-over-refill")
 	assert.Regexp(t, `codec\s+R\d\s+consumed by cache`, out)

@@ -19,9 +19,13 @@ import (
 // (capabilities.cache).
 const CapabilityID = "cache"
 
-// Readiness is the level this implementation claims. R1 until the card's
-// evidence for R2 (failover, bench and operations evidence) is complete.
-const Readiness = capability.R1
+// Readiness is the level this implementation claims: R2 on standalone,
+// Sentinel and Cluster as card.md's item 11 tests them. Not R3: no test
+// fails over a Cluster primary under the cache (the data path waits for
+// the client's slot-map refresh), and no rolling-upgrade or capacity
+// runbook has been rehearsed. Plugged codec or cache-region guests cap the
+// effective readiness at their kind cards' level.
+const Readiness = capability.R2
 
 // Implementation names the implementation in the descriptor.
 const Implementation = "redis-cache-regions-v1"
