@@ -52,7 +52,8 @@ guests/%/node_modules/.package-lock.json: guests/%/package.json guests/%/package
 ## demo: the main job, against a private redis-server it starts (or your Redis at
 ## $CAPHOST_REDIS_ADDR, with the passwords $CAPHOST_DEMO_APP_PASS and $CAPHOST_DEMO_ADMIN_PASS
 ## of the users the README lists): builds the guests and caphost, serves, drives
-## rate-limited traffic, hot-swaps the policy guest
+## rate-limited traffic, hot-swaps the policy guest, then shows the cache on two
+## replicas (hits, a stampede absorbed, an invalidation reaching the other replica)
 demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests
 	@GO=$(GO) $(GO) run ./examples/quickstart -bin $(BIN)
 

@@ -4,18 +4,30 @@
 // (guests/rate-policy, native flavour) and v2, in which every limit is
 // doubled, in AssemblyScript (guests/rate-policy-as, Extism flavour, with
 // the asc its lockfile pins: `make demo` runs `make guests`, which installs
-// it), bundles the self-test vectors into both, starts a private
-// redis-server with ACL users (unless CAPHOST_REDIS_ADDR names one you run,
-// configured with the same users: README "The demo against your own
-// Redis"), creates a demo signing key and signs both modules, runs the
-// operator checks briefly, starts `caphost serve`, drives traffic from six
-// simulated clients (two per plan) through POST /v1/ratelimit/evaluate,
-// hot-swaps the guest to v2 mid-run through PUT /admin/guests/rate-tiers
-// while traffic continues, prints both generations as GET /admin/guests
-// reports them (flavour included), a per-plan allow/deny table per policy
-// revision and the number of failed requests, and finally stops serve
-// (SIGTERM, graceful) and Redis. Nothing it started is left running,
-// whatever happens.
+// it), and the cache's reference guests (guests/codec and
+// guests/cache-region, Go), bundles the self-test vectors into each,
+// starts a private redis-server with ACL users (unless CAPHOST_REDIS_ADDR
+// names one you run, configured with the same users: README "The demo
+// against your own Redis"), creates a demo signing key and signs the four
+// modules, runs the operator checks briefly, starts `caphost serve`
+// (replica A), drives traffic from six simulated clients (two per plan)
+// through POST /v1/ratelimit/evaluate, hot-swaps the guest to v2 mid-run
+// through PUT /admin/guests/rate-tiers while traffic continues, prints both
+// generations as GET /admin/guests reports them (flavour included), a
+// per-plan allow/deny table per policy revision and the number of failed
+// requests.
+//
+// Then it starts replica B, a second `caphost serve` with the same
+// configuration but server.listen, on the same Redis, and shows the cache
+// capability on region products through the sidecar API of both replicas,
+// with a simulated product catalogue as the source (cache.go): a miss one
+// client fills with a refresh token, then fresh reads and L1 hits on both
+// replicas; 32 clients over both replicas missing one cold key at once,
+// absorbed with exactly one source load; and a DELETE on A reaching B's L1
+// through the invalidation hint, B's next read a miss. Each of these
+// invariants fails the demo when it does not hold. Finally it stops both
+// replicas (SIGTERM, graceful, exit status 0 required) and Redis. Nothing
+// it started is left running, whatever happens.
 //
 // This package owns the demo's orchestration and output only; it talks to
 // caphost exclusively through the binary and its HTTP API, like a user.
@@ -60,26 +72,34 @@ const (
 // The demo's ACL users, one per credential in caphost.yaml: appUser serves
 // the regular, script, blocking and pubsub lanes (auth.default), adminUser
 // the admin lane. The rules grant what those lanes run against a standalone
-// Redis and nothing more; the demo's private redis-server gets exactly
-// these users, and the README lists them as ACL SETUSER lines (a test
-// keeps the two equal and runs the demo against a Redis configured with
-// the README's lines). HELLO and AUTH need no grant: Redis never checks
-// them against the ACL.
+// Redis for the rate-limit and cache capabilities, and nothing more; the
+// demo's private redis-server gets exactly these users, and the README
+// lists them as ACL SETUSER lines (a test keeps the two equal, checks the
+// catalog programs' commands against them and runs the demo against a
+// Redis configured with the README's lines). HELLO and AUTH need no grant:
+// Redis never checks them against the ACL.
 const (
 	appUser   = "demo-app"
 	adminUser = "demo-admin"
 	// Every lane: CLIENT SETNAME on connect (client-name), PING (health, probe).
 	connRules = "+client|setname +ping"
 	appRules  = "~ca:demo:dev:* &ca:demo:dev:* " + connRules +
-		// regular lane: the probe's ephemeral write/read
-		" +set +get +del" +
+		// regular lane: the probe's ephemeral write/read (SET, GET, DEL) and
+		// the cache lookup's bounded read, one pipeline of GET (the shard's
+		// generation), STRLEN and GETRANGE (the entry, at most the region's
+		// largest value)
+		" +set +get +del +strlen +getrange" +
 		// script lane: catalog programs by digest, in both program modes
 		" +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +
-		// what the catalog programs call (runtime/programs/program-set.json aclCommands)
-		" +time +type +incrby +pttl +pexpire +strlen +getrange +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
+		// what the catalog programs call (runtime/programs/program-set.json
+		// aclCommands): the rate limiter's, and the cache's cache-put-v2,
+		// region-generation-init|bump-v1 and cache-refresh-claim|release-v1,
+		// which call TYPE, GET, SET, DEL, PTTL, STRLEN and GETRANGE only
+		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
-		// pubsub lane: the runtime's Pub/Sub facade (the cache's invalidation
-		// hints) uses sharded Pub/Sub on channels under the namespace (&...)
+		// pubsub lane: the runtime's Pub/Sub facade (the cache's L1
+		// invalidation hints) uses sharded Pub/Sub on channels under the
+		// namespace (&...)
 		" +spublish +ssubscribe"
 	// The admin lane touches no key: the probe's ROLE, INFO, CONFIG GET
 	// (maxmemory-policy, appendfsync, save) and ACL GETUSER default (is the
@@ -110,16 +130,20 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	d := &demo{bin: *bin, phase: *phase, out: os.Stdout, target: target}
 	err = d.run(ctx)
-	var serveLog []byte
-	if err != nil && d.serveLog != "" {
-		serveLog, _ = os.ReadFile(d.serveLog) // read before cleanup removes it
+	var logs []string
+	if err != nil {
+		for _, r := range d.replicas { // read before cleanup removes them
+			if b, _ := os.ReadFile(r.log); len(b) > 0 {
+				logs = append(logs, fmt.Sprintf("--- caphost serve %s log (last lines)\n%s", r.name, tail(string(b), 15)))
+			}
+		}
 	}
 	d.cleanup()
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
-		if len(serveLog) > 0 {
-			fmt.Fprintf(os.Stderr, "--- caphost serve log (last lines)\n%s", tail(string(serveLog), 15))
+		for _, l := range logs {
+			fmt.Fprint(os.Stderr, l)
 		}
 		os.Exit(1)
 	}
@@ -176,10 +200,8 @@ type demo struct {
 	work     string
 	env      []string
 	redis    *exec.Cmd
-	serve    *exec.Cmd
-	serveLog string
-	served   chan error
-	base     string // http://127.0.0.1:port
+	replicas []*replica // every caphost serve started, A first
+	base     string     // replica A's http://127.0.0.1:port
 	token    string
 }
 
@@ -208,48 +230,71 @@ func (d *demo) run(ctx context.Context) error {
 		envAppPass+"="+d.target.appPass,
 		envAdminPass+"="+d.target.admPass,
 		"CAPHOST_DEMO_KEY_V1="+randomHex(32),
+		"CAPHOST_DEMO_CACHE_HINT_KEY="+randomHex(32),
 		"CAPHOST_DEMO_ADMIN_TOKEN="+d.token,
 	)
 
 	d.say("building the rate-policy guest: v1 in Go (native), v2 in AssemblyScript (Extism, every limit doubled)")
 	v1, v2 := filepath.Join(d.work, guestName+".wasm"), filepath.Join(d.work, guestName+"-v2.wasm")
 	root := filepath.Join(here, "..", "..")
-	if err := buildGoGuest(ctx, root, v1); err != nil {
+	if err := buildGoGuest(ctx, root, "rate-policy", v1); err != nil {
 		return err
 	}
 	if err := buildASGuest(ctx, root, v2, 2); err != nil {
 		return err
 	}
+	// The cache's reference guests, Go (native), as shipped.
+	codec, regions := filepath.Join(d.work, "codec.wasm"), filepath.Join(d.work, "cache-region.wasm")
+	for _, g := range []struct{ name, out string }{{"codec", codec}, {"cache-region", regions}} {
+		if err := buildGoGuest(ctx, root, g.name, g.out); err != nil {
+			return err
+		}
+	}
 	if _, err := d.caphost(ctx, "guest", "keygen", "--out", d.work, "--name", "demo"); err != nil {
 		return err
 	}
-	for _, m := range []string{v1, v2} {
+	for _, m := range []string{v1, v2, codec, regions} {
 		if _, err := d.caphost(ctx, "guest", "sign", "--key", filepath.Join(d.work, "demo.key"), m); err != nil {
 			return err
 		}
 	}
 	d.line("v1 sha256 %s, v2 sha256 %s; both signed with a fresh demo key", short(fileDigest(v1)), short(fileDigest(v2)))
+	d.line("and the cache's guests (Go, native): codec sha256 %s, cache-region sha256 %s; signed alike",
+		short(fileDigest(codec)), short(fileDigest(regions)))
 
 	addr, err := d.startRedis(ctx)
 	if err != nil {
 		return err
 	}
-	listen, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	d.base = "http://" + listen
-	cfg, fcfg := filepath.Join(d.work, "caphost.yaml"), filepath.Join(d.work, "caphost-functions.yaml")
+	a, b := &replica{name: "A", log: filepath.Join(d.work, "serve.log")}, &replica{name: "B", log: filepath.Join(d.work, "serve-b.log")}
 	tmpl, err := os.ReadFile(filepath.Join(here, "caphost.yaml"))
 	if err != nil {
 		return err
 	}
-	for path, mode := range map[string]string{cfg: "evalsha-managed", fcfg: "functions-provisioned"} {
-		s := strings.NewReplacer("@ADDR@", addr, "@MODE@", mode, "@LISTEN@", listen, "@SHA256@", fileDigest(v1)).Replace(string(tmpl))
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+	// Both replicas' files differ only in server.listen; the
+	// functions-provisioned one serves programs deploy | verify.
+	fcfg := filepath.Join(d.work, "caphost-functions.yaml")
+	a.cfg, b.cfg = filepath.Join(d.work, "caphost.yaml"), filepath.Join(d.work, "caphost-b.yaml")
+	for _, f := range []struct {
+		r          *replica
+		path, mode string
+	}{{a, a.cfg, "evalsha-managed"}, {a, fcfg, "functions-provisioned"}, {b, b.cfg, "evalsha-managed"}} {
+		if f.r.base == "" {
+			listen, err := freeAddr()
+			if err != nil {
+				return err
+			}
+			f.r.base = "http://" + listen
+		}
+		s := strings.NewReplacer("@ADDR@", addr, "@MODE@", f.mode, "@LISTEN@", strings.TrimPrefix(f.r.base, "http://"),
+			"@SHA256@", fileDigest(v1), "@CODEC_SHA256@", fileDigest(codec), "@REGION_SHA256@", fileDigest(regions),
+			"@CACHE_DIR@", filepath.Join(root, "build", "wazero-cache")).Replace(string(tmpl))
+		if err := os.WriteFile(f.path, []byte(s), 0o600); err != nil {
 			return err
 		}
 	}
+	d.base = a.base
+	cfg := a.cfg
 
 	d.say("operator checks (caphost check | programs)")
 	steps := []struct {
@@ -278,11 +323,12 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 
-	d.say("caphost serve --config caphost.yaml   (listening on %s)", listen)
-	if err := d.startServe(ctx, cfg); err != nil {
+	d.say("caphost serve --config caphost.yaml   (listening on %s)", strings.TrimPrefix(a.base, "http://"))
+	if err := d.startReplica(ctx, a); err != nil {
 		return err
 	}
-	if _, err := d.showGuests(ctx); err != nil {
+	d.line("/readyz 200 (pid %d; JSON logs in %s)", a.cmd.Process.Pid, filepath.Base(a.log))
+	if _, err := d.showGuests(ctx, ""); err != nil {
 		return err
 	}
 
@@ -292,7 +338,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.line("swap: %s", swapped)
-	if _, err := d.showGuests(ctx); err != nil {
+	if _, err := d.showGuests(ctx, guestName); err != nil {
 		return err
 	}
 	stats.print(d.out)
@@ -300,15 +346,18 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("%d of %d requests failed", stats.failed, stats.total)
 	}
 
-	if d.redis != nil {
-		d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis), then Redis")
-	} else {
-		d.say("stopping: SIGTERM to caphost serve (drain in-flight, then close Redis); your Redis keeps running")
-	}
-	if err := d.stopServe(); err != nil {
+	if err := d.cacheScene(ctx, a, b); err != nil {
 		return err
 	}
-	d.line("caphost serve exited 0 after a graceful shutdown")
+
+	if d.redis != nil {
+		d.say("stopping: SIGTERM to both caphost serve replicas (each drains in-flight, then closes Redis), then Redis")
+	} else {
+		d.say("stopping: SIGTERM to both caphost serve replicas (each drains in-flight, then closes Redis); your Redis keeps running")
+	}
+	if err := d.stopReplicas(); err != nil {
+		return err
+	}
 	d.stopRedis()
 	d.line("done: nothing the demo started is still running")
 	return nil
@@ -334,15 +383,16 @@ func goCommand() string {
 	return "go"
 }
 
-// buildGoGuest builds guests/rate-policy (Go, native flavour) at revision 1.
-func buildGoGuest(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-buildmode=c-shared", "-o", out, "./guests/rate-policy")
+// buildGoGuest builds guests/<name> (Go, native flavour; rate-policy at
+// revision 1) and bundles its self-test vectors.
+func buildGoGuest(ctx context.Context, root, name, out string) error {
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-buildmode=c-shared", "-o", out, "./guests/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the Go guest: %w\n%s", err, b)
+		return fmt.Errorf("building the Go guest %s: %w\n%s", name, err, b)
 	}
-	return bundleVectors(ctx, root, out)
+	return bundleVectors(ctx, root, name, out)
 }
 
 // asGuest is the AssemblyScript twin of guests/rate-policy.
@@ -362,19 +412,21 @@ func buildASGuest(ctx context.Context, root, out string, revision int) error {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the AssemblyScript guest: %w\n%s", err, b)
 	}
-	return bundleVectors(ctx, root, out)
+	return bundleVectors(ctx, root, "rate-policy", out)
 }
 
-// bundleVectors bundles the native guest's self-test vectors into out (as
-// `make guests` does, for both twins) before anything signs the module: the
-// host runs them before every swap, and the section is covered by the
-// sha256 pin and the signature.
-func bundleVectors(ctx context.Context, root, out string) error {
+// bundleVectors bundles the self-test vectors of guests/<vectors> into out
+// (as `make guests` does; the AssemblyScript twin gets the native guest's)
+// before anything signs the module: the host runs them before every swap,
+// and the section is covered by the sha256 pin and the signature. Checking
+// them compiles the module into build/wazero-cache, the compilation cache
+// caphost.yaml names, so no replica compiles it again.
+func bundleVectors(ctx context.Context, root, vectors, out string) error {
 	cmd := exec.CommandContext(ctx, goCommand(), "run", "./internal/tools/selftestpack",
-		"-cache-dir", filepath.Join(root, "build", "wazero-cache"), "-vectors", "guests/rate-policy/selftest.json", out)
+		"-cache-dir", filepath.Join(root, "build", "wazero-cache"), "-vectors", "guests/"+vectors+"/selftest.json", out)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("bundling the guest's self-test vectors: %w\n%s", err, b)
+		return fmt.Errorf("bundling the self-test vectors of %s: %w\n%s", vectors, err, b)
 	}
 	return nil
 }
@@ -472,71 +524,117 @@ func (d *demo) stopRedis() {
 	d.redis = nil
 }
 
-func (d *demo) startServe(ctx context.Context, cfg string) error {
-	d.serveLog = filepath.Join(d.work, "serve.log")
-	logf, err := os.Create(d.serveLog)
+// replica is one `caphost serve` process. The demo runs two, A and B, with
+// the same configuration but server.listen, against the same Redis: A
+// serves every scene, B joins for the cache's. Each writes its JSON logs to
+// a file of its own.
+type replica struct {
+	name string // A or B
+	cfg  string // its configuration file
+	log  string // its log file
+	base string // http://127.0.0.1:port
+
+	cmd    *exec.Cmd  // nil: not running
+	exited chan error // the result of cmd.Wait, once
+}
+
+// start starts the process and waits until /readyz answers 200; a process
+// that exits meanwhile is an error.
+func (r *replica) start(ctx context.Context, bin string, env []string) error {
+	logf, err := os.Create(r.log)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.bin, "serve", "--config", cfg, "--drain-timeout", "5s")
-	cmd.Env = d.env
+	cmd := exec.Command(bin, "serve", "--config", r.cfg, "--drain-timeout", "5s")
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return err
 	}
-	d.serve = cmd
-	d.served = make(chan error, 1)
-	go func() { d.served <- cmd.Wait(); _ = logf.Close() }()
+	r.cmd = cmd
+	r.exited = make(chan error, 1)
+	go func() { r.exited <- cmd.Wait(); _ = logf.Close() }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
-		case err := <-d.served:
-			d.serve = nil
-			return fmt.Errorf("caphost serve exited during start-up: %v", err)
+		case err := <-r.exited:
+			r.cmd = nil
+			return fmt.Errorf("caphost serve %s exited during start-up: %v", r.name, err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		if resp, err := http.Get(d.base + "/readyz"); err == nil {
+		if resp, err := http.Get(r.base + "/readyz"); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				d.line("/readyz 200 (pid %d; JSON logs in serve.log)", cmd.Process.Pid)
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return errors.New("caphost serve did not become ready within 20s")
+			return fmt.Errorf("caphost serve %s did not become ready within 20s", r.name)
 		}
 	}
 }
 
-// stopServe sends SIGTERM and requires exit status 0.
-func (d *demo) stopServe() error {
-	if d.serve == nil {
+// stop sends SIGTERM and requires exit status 0.
+func (r *replica) stop() error {
+	if r.cmd == nil {
 		return nil
 	}
-	_ = d.serve.Process.Signal(syscall.SIGTERM)
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
 	var err error
 	select {
-	case err = <-d.served:
+	case err = <-r.exited:
 	case <-time.After(15 * time.Second):
-		_ = d.serve.Process.Kill()
-		err = <-d.served
-		err = fmt.Errorf("caphost serve did not stop within 15s (killed): %v", err)
+		_ = r.cmd.Process.Kill()
+		err = <-r.exited
+		err = fmt.Errorf("did not stop within 15s (killed): %v", err)
 	}
-	d.serve = nil
+	r.cmd = nil
 	if err != nil {
-		return fmt.Errorf("caphost serve: %w", err)
+		return fmt.Errorf("caphost serve %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// kill ends the process if it still runs (cleanup on a failed or
+// interrupted run).
+func (r *replica) kill() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.exited
+	r.cmd = nil
+}
+
+// startReplica starts r and remembers it, so cleanup stops it whatever
+// happens.
+func (d *demo) startReplica(ctx context.Context, r *replica) error {
+	d.replicas = append(d.replicas, r)
+	return r.start(ctx, d.bin, d.env)
+}
+
+// stopReplicas stops every replica still running, B before A, each with
+// SIGTERM and exit status 0 required.
+func (d *demo) stopReplicas() error {
+	for i := len(d.replicas) - 1; i >= 0; i-- {
+		r := d.replicas[i]
+		if r.cmd == nil {
+			continue
+		}
+		if err := r.stop(); err != nil {
+			return err
+		}
+		d.line("caphost serve %s exited 0 after a graceful shutdown", r.name)
 	}
 	return nil
 }
 
 func (d *demo) cleanup() {
-	if d.serve != nil {
-		_ = d.serve.Process.Kill()
-		<-d.served
-		d.serve = nil
+	for _, r := range d.replicas {
+		r.kill()
 	}
 	d.stopRedis()
 	if d.work != "" {
@@ -553,8 +651,12 @@ type guestView struct {
 	Declared   []string `json:"declared"`
 }
 
-// showGuests prints what GET /admin/guests reports, one line per guest.
-func (d *demo) showGuests(ctx context.Context) ([]guestView, error) {
+// declared names what a guest of each kind declares.
+var declared = map[string]string{"rate-policy": "policies", "codec": "schemas", "cache-region": "regions"}
+
+// showGuests prints what GET /admin/guests reports, one line per guest, or
+// for the guest named only when that is not empty.
+func (d *demo) showGuests(ctx context.Context, only string) ([]guestView, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/admin/guests", nil)
 	req.Header.Set("Authorization", "Bearer "+d.token)
 	resp, err := http.DefaultClient.Do(req)
@@ -569,8 +671,15 @@ func (d *demo) showGuests(ctx context.Context) ([]guestView, error) {
 		return nil, fmt.Errorf("GET /admin/guests: status %d: %v", resp.StatusCode, err)
 	}
 	for _, g := range list.Guests {
-		d.line("GET /admin/guests: %s generation %d flavour %s sha256 %s kinds %s, %d policies",
-			g.Name, g.Generation, g.Flavour, short(g.SHA256), strings.Join(g.Kinds, ","), len(g.Declared))
+		if only != "" && g.Name != only {
+			continue
+		}
+		what := "declarations"
+		if len(g.Kinds) == 1 && declared[g.Kinds[0]] != "" {
+			what = declared[g.Kinds[0]]
+		}
+		d.line("GET /admin/guests: %s generation %d flavour %s sha256 %s kinds %s, %d %s",
+			g.Name, g.Generation, g.Flavour, short(g.SHA256), strings.Join(g.Kinds, ","), len(g.Declared), what)
 	}
 	return list.Guests, nil
 }

@@ -220,9 +220,25 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	assert.Regexp(t, `GET /admin/guests: rate-tiers generation 2 flavour extism `, text)
 	assert.Regexp(t, `(?m)^\s+r2\s+free\s`, text, "no request was answered by v2's policies (revision r2)")
 
+	// The cache scene on replicas A and B; the demo fails itself when an
+	// invariant does not hold, and prints each.
+	assert.Regexp(t, `(?m)^\s+replica B: caphost serve --config caphost-b\.yaml .*/readyz 200`, text)
+	assert.Regexp(t, `(?m)^\s+hits\s+A: GET \S+ -> miss; reason=absent, refresh granted -> source read -> PUT with the token: RECORDED$`, text)
+	assert.Regexp(t, `(?m)^\s+40 reads, half on A, half on B: 40 fresh, .*L1 hits A \d+, B [1-9]\d*`, text, "no L1 hit on replica B")
+	assert.Regexp(t, `(?m)^\s+1 granted: read the source`, text)
+	assert.Regexp(t, `(?m)^\s+source loads: 1 for 32 requests, 0 failed; latency p50 `, text, "the stampede reached the source more than once")
+	assert.Regexp(t, `(?m)^\s+invalidate\s+B before: fresh, from its L1: \{"id":"lamp-`, text)
+	assert.Regexp(t, `(?m)^\s+A: DELETE /v1/cache/products/lamp-\S+ -> INVALIDATED `, text)
+	assert.Regexp(t, `(?m)^\s+B after:\s+miss; reason=invalidated on `, text, "B still answered the old value after A's DELETE")
+	assert.Contains(t, text, "caphost serve A exited 0")
+	assert.Contains(t, text, "caphost serve B exited 0")
+
 	// The traffic reached this server, through the README's users only.
-	assert.Positive(t, s.CommandCalls(t, "evalsha")+s.CommandCalls(t, "evalsha_ro"), "rate-limit programs")
+	assert.Positive(t, s.CommandCalls(t, "evalsha")+s.CommandCalls(t, "evalsha_ro"), "rate-limit and cache programs")
 	assert.Positive(t, s.CommandCalls(t, "function|load"), "programs deploy")
+	assert.Positive(t, s.CommandCalls(t, "getrange"), "the cache lookup's bounded read")
+	assert.Positive(t, s.CommandCalls(t, "ssubscribe"), "the invalidation-hint subscription")
+	assert.Positive(t, s.CommandCalls(t, "spublish"), "invalidation hints")
 	assert.Eventually(t, func() bool { return s.ConnectedClients(t) == 0 }, 10*time.Second, 50*time.Millisecond,
 		"the demo left connections open")
 	// Nothing was refused on the way: no denied command, no failed AUTH.
