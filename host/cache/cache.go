@@ -119,6 +119,7 @@ func New(ctx context.Context, dep *runtime.Deployment, kb *keys.Builder, cfg Con
 		return nil, err
 	}
 	c.state.Store(st)
+	c.logClamps(st, nil)
 	// With a hint secret the channel runs whether or not a region uses L1
 	// yet: a guest swap may turn L1 on.
 	if !cfg.HintSecret.IsZero() {
@@ -386,9 +387,16 @@ func (c *Cache) CheckSwap(ctx context.Context, module string, d *abi.Description
 
 // Reload rebuilds the regions from the serving guests after a swap. On
 // failure the previous regions keep serving.
-func (c *Cache) Reload(ctx context.Context) error {
+func (c *Cache) Reload(ctx context.Context) (err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() {
+		result := "ok"
+		if err != nil {
+			result = "failed"
+		}
+		c.m.reloads.WithLabelValues(result).Inc()
+	}()
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -407,9 +415,27 @@ func (c *Cache) Reload(ctx context.Context) error {
 			// Loads still running on the old runtime finish there; only the
 			// old L1's memory goes now.
 			old.l1.Close()
+			continue
 		}
+		// Same policy, but the swapped module may decode differently under
+		// the same declarations: L1 holds decoded values.
+		old.l1.Flush()
 	}
+	c.logClamps(st, prev)
 	return nil
+}
+
+// logClamps warns once per newly built region whose guest declaration the
+// operator's bounds changed.
+func (c *Cache) logClamps(st, prev *state) {
+	for _, id := range st.set.IDs() {
+		r := st.regions[id]
+		if len(r.pol.Clamped) == 0 || (prev != nil && prev.regions[id] == r) {
+			continue
+		}
+		c.log.Warn("cache region clamped into the operator's bounds", "region", id, "source", r.pol.Source,
+			"fields", r.pol.Clamped, "revision", r.pol.Revision)
+	}
 }
 
 func boundedID(s string) string {

@@ -66,6 +66,7 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 	}
 	loc, err := r.c.locate(ctx, rg, key)
 	if err != nil {
+		rg.m.lookup(Lookup{}, err, 0)
 		return Lookup{}, NotClaimed, "", err
 	}
 	lk, ok := r.c.fromL1(rg, loc)
@@ -133,6 +134,7 @@ func (r *Region) RecordClaimed(ctx context.Context, key Key, token string, value
 	}
 	loc, err := r.c.locate(ctx, rg, key)
 	if err != nil {
+		rg.m.record(0, err)
 		return 0, err
 	}
 	t, err := r.c.openToken(rg, token)

@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 			{Name: "codec", Pkg: "guests/codec"},
 			{Name: "cache-region", Pkg: "guests/cache-region"},
 			{Name: "trapcodec", Pkg: "host/cache/testdata/guests/trapcodec"},
+			{Name: "trapregion", Pkg: "host/cache/testdata/guests/trapregion"},
 		}}))
 }
 
@@ -298,4 +299,42 @@ func TestGuestSwapChecked(t *testing.T) {
 	assert.Contains(t, err.Error(), "search-page")
 	require.NoError(t, in.c.Reload(context.Background()))
 	assert.Len(t, in.c.Regions(), 2)
+}
+
+// TestRegionGuestFailuresFailClosed: a cache-region guest that traps in its
+// canonicaliser fails the operation closed (a *CodecError: never a miss,
+// never a source load), and one that traps in its admission predicate
+// stores nothing; both are counted.
+func TestRegionGuestFailuresFailClosed(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	g := loadGuests(t, map[string]string{"regions": "trapregion"})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), newClock(), g)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	ran := false
+	_, err := r.GetOrLoad(ctx, Attrs(Attr{"key", "trap"}), func(context.Context) (LoadOutcome, error) {
+		ran = true
+		return Loaded([]byte("x"), Revision{}), nil
+	})
+	var ce *CodecError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "canonicalize", ce.Op)
+	assert.ErrorIs(t, err, plugins.ClassTrap)
+	assert.False(t, ran, "a failing canonicaliser never loads from the source")
+	_, err = r.Lookup(ctx, Attrs(Attr{"key", "trap"}))
+	require.ErrorAs(t, err, &ce, "never a miss")
+	_, err = r.Invalidate(ctx, Attrs(Attr{"key", "trap"}))
+	require.ErrorAs(t, err, &ce, "an invalidation the guest cannot key fails, it is not assumed done")
+	assert.Equal(t, 3.0, metric(t, in.reg, "caphost_cache_guest_failures_total", map[string]string{"region": "items", "op": "canonicalize"}))
+
+	res, err := r.GetOrLoad(ctx, Attrs(Attr{"key", "ok"}), func(context.Context) (LoadOutcome, error) {
+		return Loaded([]byte("sevenby"), Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, LoadedFromSource, res.Kind)
+	assert.Equal(t, NotRecordedProviderPolicy, res.Record, "a failing admission stores nothing")
+	o, err := r.Record(ctx, Attrs(Attr{"key", "ok"}), []byte("sevenby"), RecordMeta{})
+	require.NoError(t, err)
+	assert.Equal(t, NotRecordedProviderPolicy, o)
+	assert.Equal(t, 2.0, metric(t, in.reg, "caphost_cache_guest_failures_total", map[string]string{"region": "items", "op": "admit"}))
 }

@@ -34,6 +34,7 @@ type metrics struct {
 	quarantines   *prometheus.CounterVec   // region, reason
 	rewrites      *prometheus.CounterVec   // region, result
 	hints         *prometheus.CounterVec   // direction, result
+	reloads       *prometheus.CounterVec   // result
 
 	mu      sync.Mutex
 	regions map[string]*regionMetrics
@@ -70,17 +71,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
 		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
 		hints:         c("hints_total", "L1 invalidation hints by direction and result.", "direction", "result"),
+		reloads:       c("policy_reloads_total", "Region rebuilds after a codec or cache-region guest swap, by result (ok, failed).", "result"),
 		regions:       map[string]*regionMetrics{},
 	}
 	for _, r := range hintResults {
 		m.hints.WithLabelValues(hintDirection(r), r)
 	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("failed")
 	if reg == nil {
 		return m, nil
 	}
 	for _, col := range []prometheus.Collector{m.lookups, m.results, m.records, m.notRecorded, m.invalidations,
 		m.sourceLoads, m.sourceSeconds, m.stale, m.staleAge, m.payload, m.leases, m.guestFailures, m.quarantines,
-		m.rewrites, m.hints} {
+		m.rewrites, m.hints, m.reloads} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -129,7 +133,22 @@ type regionMetrics struct {
 	label string
 }
 
-func (r *regionMetrics) lookup(lk Lookup, err error, _ time.Duration) {
+// guestErr counts a guest failure an operation ended with.
+func (r *regionMetrics) guestErr(err error) {
+	var ce *CodecError
+	if errors.As(err, &ce) {
+		r.guestFailure(ce.Op)
+	}
+}
+
+func (r *regionMetrics) lookup(lk Lookup, err error, d time.Duration) {
+	r.guestErr(err)
+	r.lookupOutcome(lk, err, d)
+}
+
+// lookupOutcome counts a lookup inside GetOrLoad, whose result counts the
+// guest failure once.
+func (r *regionMetrics) lookupOutcome(lk Lookup, err error, _ time.Duration) {
 	r.m.lookups.WithLabelValues(r.label, lookupOutcome(lk, err)).Inc()
 	if err == nil && lk.Kind == Hit {
 		r.m.payload.WithLabelValues(r.label, "read").Observe(float64(len(lk.Value)))
@@ -168,6 +187,7 @@ func lookupOutcome(lk Lookup, err error) string {
 }
 
 func (r *regionMetrics) result(res Result, err error) {
+	r.guestErr(err)
 	v := "error"
 	switch {
 	case errors.Is(err, ErrOverloaded):
@@ -182,6 +202,7 @@ func (r *regionMetrics) result(res Result, err error) {
 }
 
 func (r *regionMetrics) record(o RecordOutcome, err error) {
+	r.guestErr(err)
 	v := "error"
 	if err == nil {
 		v = o.String()
@@ -194,6 +215,7 @@ func (r *regionMetrics) notRecorded(reason string) {
 }
 
 func (r *regionMetrics) invalidation(scope string, o InvalidationOutcome, err error) {
+	r.guestErr(err)
 	v := "error"
 	if err == nil {
 		v = o.String()

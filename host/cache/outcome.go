@@ -235,11 +235,14 @@ var (
 	ErrClosed = errors.New("cache: closed")
 )
 
-// CodecError is a guest failure in the region's codec, canonicaliser or
-// admission predicate: a trap, a deadline, invalid output or an internal
-// status. It is a programming error for that operation: it fails closed
-// (never a miss, never a silent source load), the entry concerned is
-// quarantined, and it is counted. Err is the *plugins.GuestError or
+// CodecError is a guest failure in the region's codec (encode, decode) or
+// canonicaliser: a trap, a deadline, invalid output or an internal status.
+// It is a programming error for that operation, which fails closed (never a
+// miss, never a silent source load) and is counted
+// (caphost_cache_guest_failures_total{op}); a decode failure also
+// quarantines the entry it could not read. A failing admission predicate
+// is not an error: the value is not stored (NOT_RECORDED_PROVIDER_POLICY)
+// and the failure is counted. Err is the *plugins.GuestError or
 // *abi.StatusError.
 type CodecError struct {
 	Region string

@@ -41,6 +41,7 @@ func (r *Region) write(ctx context.Context, key Key, w writeReq) (RecordOutcome,
 	}
 	loc, err := r.c.locate(ctx, rg, key)
 	if err != nil {
+		rg.m.record(0, err)
 		return 0, err
 	}
 	o, err := r.c.record(ctx, rg, loc, w)
@@ -273,6 +274,7 @@ func (r *Region) Invalidate(ctx context.Context, key Key) (InvalidationOutcome, 
 	}
 	loc, err := r.c.locate(ctx, rg, key)
 	if err != nil {
+		rg.m.invalidation("key", 0, err)
 		return 0, err
 	}
 	o, err := r.c.invalidate(ctx, rg, loc)
