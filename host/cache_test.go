@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/caphost/caphost/host/health"
 	"github.com/caphost/caphost/host/httpapi"
 	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/plugins/trust"
 )
 
 // cacheConfig: the cache role alone, optional, one configured region with
@@ -137,4 +141,112 @@ policies:
 	httpapi.New(h, httpapi.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/cache/products/k", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	assert.Contains(t, rec.Body.String(), "capability-disabled")
+}
+
+// TestCacheGuestsSwapUnderTraffic: the cache's codec and cache-region
+// guests hot-swap while clients read and write through them: every swap
+// passes the cache's pre-check, the regions are rebuilt afterwards, and no
+// request fails.
+func TestCacheGuestsSwapUnderTraffic(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	dir := t.TempDir()
+	var mods strings.Builder
+	for _, n := range []string{"codec", "cache-region"} {
+		path := filepath.Join(dir, n+".wasm")
+		require.NoError(t, os.WriteFile(path, th.wasm[n], 0o600))
+		fmt.Fprintf(&mods, "    %s: {path: %q, sha256: %q, limits: {call-timeout: 2s}}\n", n, path, trust.Digest(th.wasm[n]).String())
+	}
+	body := fmt.Sprintf(`redis:
+  deployments:
+    main:
+      standalone: {endpoint: %q}
+      auth: {admin-shared: true}
+      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
+  roles:
+    cache: {deployment: main, required: false, expected-eviction: noeviction}
+  programs: {mode: evalsha-managed}
+  keys:
+    app: demo
+    env: test
+    hmac:
+      write-version: 1
+      versions: {1: "secret://env/HOST_TEST_KEY"}
+capabilities:
+  cache:
+    provider: redis
+    redis-role: cache
+    hints: {hmac: "secret://env/CACHE_HINT_KEY"}
+guests:
+  compile-cache-dir: %q
+  modules:
+%ssecurity:
+  allow-unsigned-swaps: true
+`, srv.Addr(), th.cacheDir, mods.String())
+	path := filepath.Join(dir, "caphost.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	env := func(k string) (string, bool) {
+		switch k {
+		case "HOST_TEST_KEY":
+			return "host-test-hmac-key-0123456789abcdefghijklmnop", true
+		case "CACHE_HINT_KEY":
+			return "cache-hint-key-0123456789abcdefghijklmnop", true
+		}
+		return "", false
+	}
+	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
+	require.NoError(t, err)
+	h := newHost(t, cfg)
+	c, err := h.Cache()
+	require.NoError(t, err)
+	products, err := c.Region("products")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var ops, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				key := cache.Attrs(cache.Attr{Name: "key", Value: fmt.Sprintf("sku-%d-%d", i, n%8)})
+				_, err := products.GetOrLoad(context.Background(), key, func(context.Context) (cache.LoadOutcome, error) {
+					return cache.Loaded([]byte(`{"id":"x","name":"Lamp","price_cents":1,"currency":"EUR"}`), cache.Revision{}), nil
+				})
+				ops.Add(1)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("during the swaps: %v", err)
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return ops.Load() > 50 }, 30*time.Second, time.Millisecond)
+	for _, n := range []string{"codec", "cache-region", "codec"} {
+		st, err := h.SwapGuest(context.Background(), n, th.wasm[n], nil)
+		require.NoError(t, err, n)
+		assert.True(t, st.LastSwapOK, n)
+	}
+	before := ops.Load()
+	require.Eventually(t, func() bool { return ops.Load() > before+50 }, 30*time.Second, time.Millisecond)
+	cancel()
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "of %d operations", ops.Load())
+	for _, g := range h.Guests() {
+		assert.Greater(t, g.Generation, uint64(1), g.Name)
+	}
+	assert.Len(t, c.Regions(), 2)
+	mfs, err := h.Registry().Gather()
+	require.NoError(t, err)
+	reloads := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "caphost_cache_policy_reloads_total" {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "ok" {
+					reloads = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	assert.Equal(t, 3.0, reloads, "the regions were rebuilt after each swap")
 }

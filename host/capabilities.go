@@ -54,14 +54,31 @@ func (h *Host) downgrades(d capability.Descriptor, mods []string) []capability.D
 			out = append(out, capability.DowngradeUnsafeColocation)
 		}
 	}
-	if len(mods) > 0 {
-		for _, k := range d.GuestKinds {
-			if r, ok := kindReadiness(abi.Kind(k)); ok {
-				out = append(out, capability.Downgrade{Reason: "guest-kind:" + k, Cap: r})
-			}
+	for _, k := range d.GuestKinds {
+		// Only a kind some plugged module declares caps the capability: a
+		// cache with a codec guest and no cache-region guest is not held
+		// to the cache-region card.
+		if !h.plugged(abi.Kind(k), mods) {
+			continue
+		}
+		if r, ok := kindReadiness(abi.Kind(k)); ok {
+			out = append(out, capability.Downgrade{Reason: "guest-kind:" + k, Cap: r})
 		}
 	}
 	return out
+}
+
+// plugged reports whether one of mods declares kind.
+func (h *Host) plugged(kind abi.Kind, mods []string) bool {
+	if h.guests == nil {
+		return false
+	}
+	for _, m := range h.guests.ModulesOfKind(kind) {
+		if slices.Contains(mods, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // kindReadiness is the readiness a guest kind's card claims.

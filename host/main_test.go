@@ -18,6 +18,9 @@ var testGuests = []guesttest.Guest{
 	{Name: "ratedrop", Pkg: "host/testdata/guests/ratedrop"},
 	// The Extism twin of rate-v1: same policies, same answers.
 	{Name: "rate-extism", Pkg: "guests/rate-policy-extism"},
+	// The cache's reference guests.
+	{Name: "codec", Pkg: "guests/codec"},
+	{Name: "cache-region", Pkg: "guests/cache-region"},
 }
 
 // harness is the built guests: wasm by name and the warmed cache.
