@@ -42,8 +42,11 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 		Short: "Run the caphost daemon (sidecar HTTP API, admin, health, metrics)",
 		Long: "serve loads the configuration, assembles the host and serves on server.listen:\n" +
 			"  POST /v1/ratelimit/evaluate   the rate-limit capability (JSON)\n" +
+			"  POST /v1/concurrency/{acquire,renew,release}   concurrency permits (JSON)\n" +
+			"  GET|PUT|DELETE /v1/cache/{region}/{key}, DELETE /v1/cache/{region}   the cache capability\n" +
 			"  GET  /admin/guests            guest slots (needs server.admin-token)\n" +
 			"  PUT  /admin/guests/{name}     hot-swap a guest module (needs server.admin-token)\n" +
+			"  POST /admin/guests/{name}/rollback, GET /admin/capabilities   (need server.admin-token)\n" +
 			"  GET  /livez /readyz /metrics  operations\n" +
 			"Logs are JSON on stderr. SIGINT or SIGTERM stops accepting, drains in-flight requests\n" +
 			"for at most --drain-timeout, then drains and closes Redis. Exit 0 after a clean shutdown.",
