@@ -97,10 +97,11 @@ test-short:
 	echo "$(GO) test -count=1" $$pkgs; $(GO) test -count=1 $$pkgs
 
 ## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
+# The cache rows load build/guests/codec.wasm, hence guests.
 # BENCH_FLAGS: cmd/compare flags; the default adds the A/A control rows
 # (each peer against an identical second client), the ratios' noise floor.
 BENCH_FLAGS ?= -control
-bench: ensure-redis
+bench: ensure-redis guests
 	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
 
 ## lint: formatting and vet

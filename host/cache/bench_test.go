@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
 )
 
@@ -44,13 +46,41 @@ func benchValue(b *testing.B) []byte {
 	}
 }
 
+// benchRecycleAfter replaces a codec guest instance after this many calls.
+// A Go guest's linear memory grows with what it has allocated until a call
+// fails at the memory cap ("memory: N of N pages in use": about 36,000
+// decodes of benchValue at 16 MiB, twice that at the engine's default 32
+// MiB), well before the default recycling (1,000,000 calls; 100,000 in
+// caphost serve's configuration); a benchmark run makes more calls than
+// that on one instance.
+const benchRecycleAfter = 20_000
+
+// benchGuests loads the codec guest as loadGuests does, recycling its
+// instances after benchRecycleAfter calls.
+func benchGuests(b *testing.B) *testGuests {
+	b.Helper()
+	ctx := context.Background()
+	eng, err := plugins.NewEngine(plugins.Config{CacheDir: th.CacheDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = eng.Close(ctx) })
+	g := &testGuests{mgr: plugins.NewManager(eng, plugins.ManagerOptions{Verify: plugins.AcceptAnyModule}),
+		mods: map[abi.Kind][]string{abi.KindCodec: {"codec"}}}
+	b.Cleanup(func() { _ = g.mgr.Close(ctx) })
+	if err := g.mgr.Load(ctx, "codec", th.Wasm("codec"), plugins.Limits{CallTimeout: 5 * time.Second, RecycleAfter: benchRecycleAfter}); err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
 // benchInstance is one host with the bench regions, the value recorded in
 // each: "raw" (built-in bytes codec), "products" (the codec guest's
 // product schema), both without L1, and "products-l1" (L1, max-age 1 h).
 func benchInstance(b *testing.B) (*instance, []byte) {
 	b.Helper()
 	srv := redistest.StartStandalone(b)
-	g := loadGuests(b, map[string]string{"codec": "codec"})
+	g := benchGuests(b)
 	region := func(id, codec string) policy.CacheRegionDecl {
 		return policy.CacheRegionDecl{ID: id, Source: "config", KeyVersion: 1, Codec: codec, HardTTL: time.Hour, MaxBytes: 16 << 10}
 	}

@@ -1,6 +1,8 @@
-// Command compare runs caphost side by side with plain go-redis on one
-// private redis-server and prints throughput, latency and the ratio. It is
-// what `make bench` runs.
+// Command compare runs caphost side by side with plain go-redis and peer
+// libraries (go-redis/redis_rate, go-redis/cache) on one private
+// redis-server and prints throughput, latency and the ratio. It is what
+// `make bench` runs; the cache rows (cache.go, stampede.go) say in their
+// footnote what each side hands the caller.
 //
 // Method: both contenders use the same server, key, value, pool size and
 // protocol, and both hand the value to the caller as []byte. A round gives
@@ -39,15 +41,17 @@ func main() {
 	slice := flag.Duration("slice", 250*time.Millisecond, "length of one interleaved slice within a round")
 	addr := flag.String("redis", "", "use this Redis instead of starting a private one (must be disposable)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	onlyGet := flag.Bool("only-get", false, "run only the GET rows (skip the rate-decision rows)")
-	onlyRate := flag.Bool("only-rate", false, "run only the rate-decision rows (skip the GET rows)")
-	rowFilter := flag.String("rows", "", "run only the rows whose label contains this text (for example \"no guest\")")
+	onlyGet := flag.Bool("only-get", false, "run only the GET rows (skip the rate-decision and cache rows)")
+	onlyRate := flag.Bool("only-rate", false, "run only the rate-decision rows (skip the GET and cache rows)")
+	rowFilter := flag.String("rows", "", "run only the rows whose label contains this text (for example \"no guest\", or \"cache\" for the cache rows)")
 	solo := flag.String("solo", "", "instead of comparing, run each rate contender whose name contains this text alone for -duration (with -cpuprofile: a profile of just that contender)")
 	soloG := flag.Int("solo-goroutines", 1, "goroutines for -solo")
 	batchFlights := flag.Int("batch-flights", -1, "caphost limiter: concurrent token-bucket sends before calls batch (0: no batching; -1: the limiter's default)")
 	serverStats := flag.Bool("server-stats", false, "after each row, run every contender alone and print redis-server's cost per op (INFO commandstats usec_per_call and server CPU)")
 	idleCheck := flag.Duration("idle-check", policy.DefaultIdleCheck, "caphost's timeouts.idle-check (0: peek every pooled connection on reuse, as go-redis does; the default is the config file's)")
-	control := flag.Bool("control", false, "also run go-redis (GET) and redis_rate (rate) against an identical second client (A/A): their ratios are the noise floor")
+	control := flag.Bool("control", false, "also run go-redis (GET), redis_rate (rate) and go-redis/cache (cache) against an identical second client (A/A): their ratios are the noise floor")
+	codecWasmPath := flag.String("codec-wasm", codecWasm, "the reference codec guest the cache rows load (`make guests` builds it)")
+	stampedeSlice := flag.Duration("stampede-slice", 4*time.Second, "length of one side's slice in the cache stampede row (several 1 s expiries)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -70,7 +74,8 @@ func main() {
 		os.Exit(2)
 	}
 	o := runOpts{dur: *dur, slice: *slice, rounds: *rounds, addr: *addr, control: *control,
-		get: !*onlyRate, rate: !*onlyGet, serverStats: *serverStats, rows: *rowFilter,
+		get: !*onlyRate, rate: !*onlyGet, cache: !*onlyGet && !*onlyRate, serverStats: *serverStats, rows: *rowFilter,
+		codecWasm: *codecWasmPath, stampedeSlice: *stampedeSlice,
 		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights, idleCheck: *idleCheck}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
@@ -103,6 +108,7 @@ type runOpts struct {
 	addr        string
 	control     bool
 	get, rate   bool // which row groups run
+	cache       bool
 	serverStats bool
 	rows        string // label filter ("" = all)
 	// solo runs the matching rate contenders alone instead of the rows.
@@ -110,6 +116,8 @@ type runOpts struct {
 	soloGoroutines int
 	batchFlights   int // -1: limiter default
 	idleCheck      time.Duration
+	codecWasm      string        // the codec guest of the cache rows
+	stampedeSlice  time.Duration // one side's slice in the stampede row
 }
 
 func run(o runOpts) error {
@@ -122,6 +130,7 @@ func run(o runOpts) error {
 		}
 		defer srv.stop()
 		addr = srv.addr
+		o.addr = addr // the cache rows build their runtimes on it
 	}
 
 	plain := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, DisableIdentity: true, Protocol: 2})
@@ -156,12 +165,12 @@ func run(o runOpts) error {
 	}
 	fmt.Printf("caphost vs go-redis on a private redis-server (%s), %d rounds × %s per side in %s slices, median round\n\n",
 		addr, rounds, dur, slice)
-	fmt.Printf("%-26s %10s %10s %9s %9s %9s %9s %8s %8s %7s\n", "scenario", "go-redis/s", "caphost/s",
+	fmt.Printf("%-36s %10s %10s %9s %9s %9s %9s %8s %8s %7s\n", "scenario", "go-redis/s", "caphost/s",
 		"p50 gr", "p50 ch", "p99 gr", "p99 ch", "cpu/op gr", "cpu/op ch", "ratio")
 	want := func(label string) bool { return strings.Contains(label, o.rows) }
 	row := func(label string, res []result) {
 		a, b := res[0], res[1]
-		fmt.Printf("%-26s %10.0f %10.0f %9s %9s %9s %9s %9s %9s %6.3fx\n", label,
+		fmt.Printf("%-36s %10.0f %10.0f %9s %9s %9s %9s %9s %9s %6.3fx\n", label,
 			a.opsPerSec, b.opsPerSec, us(a.p50), us(b.p50), us(a.p99), us(b.p99), us(a.cpuPerOp), us(b.cpuPerOp), b.ratio)
 	}
 	var getTwin contender
@@ -195,10 +204,15 @@ func run(o runOpts) error {
 			return err
 		}
 	}
+	if o.cache {
+		if err := cacheRows(ctx, plain, o, want, row, stats); err != nil {
+			return err
+		}
+	}
 	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
 	if control {
-		fmt.Println("A/A control = go-redis (GET) or redis_rate (rate) against an identical second client (caphost/s column):")
-		fmt.Println("the ratio's noise floor.")
+		fmt.Println("A/A control = go-redis (GET), redis_rate (rate) or go-redis/cache (cache) against an identical second client")
+		fmt.Println("(caphost/s column): the ratio's noise floor.")
 	}
 	fmt.Println("cpu/op = this process's CPU time per op (client side only; redis-server is another process).")
 	fmt.Println("caphost adds the admission hook, the guard (catalog lookup, lane, namespace, request/reply")
@@ -207,26 +221,7 @@ func run(o runOpts) error {
 }
 
 func caphostRuntime(ctx context.Context, addr string, idleCheck time.Duration) (*runtime.Runtime, *runtime.Deployment, keys.Key, error) {
-	lanes := map[policy.Lane]policy.LaneConfig{}
-	for _, l := range policy.Lanes() {
-		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
-	}
-	lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
-	lanes[policy.LaneScript] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
-	cfg := policy.RedisConfig{
-		Deployments: map[string]policy.Deployment{"bench": {
-			ID: "bench", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-bench",
-			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second,
-				IdleCheck: idleCheck},
-			Lanes: lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
-			AdminShared: true, // no auth: the admin lane is the default user too, by choice
-		}},
-		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "bench", Required: true}},
-		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
-		Keys: policy.KeysConfig{App: "bench", Env: "local", HMAC: policy.KeyMaterial{WriteVersion: 1,
-			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("bench-only-hmac-material-0123456789"))}}},
-	}
-	rt, err := runtime.New(ctx, cfg, runtime.WithLogger(slog.New(slog.DiscardHandler)))
+	rt, err := runtime.New(ctx, benchRedisConfig(addr, idleCheck, policy.RoleCoordination), runtime.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, nil, keys.Key{}, err
 	}
@@ -236,6 +231,33 @@ func caphostRuntime(ctx context.Context, addr string, idleCheck time.Duration) (
 	}
 	k, err := rt.Keys().Build(keys.Spec{Capability: keys.CapCache, Region: "bench", KeyVersion: 1, Kind: "entry", Parts: [][]byte{[]byte("hot")}})
 	return rt, dep, k, err
+}
+
+// benchRedisConfig is the bench's one deployment, bound to role: the
+// coordination role (GET and rate rows) or the cache role (cache rows; the
+// runtime refuses to colocate the evictable cache role with another).
+// Every runtime built from it shares the key namespace, as the hosts of
+// one fleet do.
+func benchRedisConfig(addr string, idleCheck time.Duration, role policy.Role) policy.RedisConfig {
+	lanes := map[policy.Lane]policy.LaneConfig{}
+	for _, l := range policy.Lanes() {
+		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
+	}
+	lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
+	lanes[policy.LaneScript] = policy.LaneConfig{PoolSize: 64, MaxInFlight: 1024}
+	return policy.RedisConfig{
+		Deployments: map[string]policy.Deployment{"bench": {
+			ID: "bench", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-bench",
+			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 5 * time.Second,
+				IdleCheck: idleCheck},
+			Lanes: lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+			AdminShared: true, // no auth: the admin lane is the default user too, by choice
+		}},
+		Roles:    map[policy.Role]policy.RoleBinding{role: {Deployment: "bench", Required: true}},
+		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
+		Keys: policy.KeysConfig{App: "bench", Env: "local", HMAC: policy.KeyMaterial{WriteVersion: 1,
+			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("bench-only-hmac-material-0123456789"))}}},
+	}
 }
 
 // compare runs rounds rounds; in each, every contender runs for dur in

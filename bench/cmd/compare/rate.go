@@ -223,19 +223,12 @@ func loadRatePolicyGuest(ctx context.Context) (*plugins.Manager, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	eng, err := plugins.NewEngine(plugins.Config{Logger: slog.New(slog.DiscardHandler)})
+	mgr, closeGuest, err := loadGuest(ctx, guestName, wasm, plugins.Limits{PoolSize: 32})
 	if err != nil {
 		return nil, nil, err
 	}
-	// The bench loads the module it just built: no pin to check against.
-	mgr := plugins.NewManager(eng, plugins.ManagerOptions{Verify: plugins.AcceptAnyModule})
-	if err := mgr.Load(ctx, guestName, wasm, plugins.Limits{PoolSize: 32}); err != nil {
-		_ = eng.Close(context.Background())
-		return nil, nil, err
-	}
 	return mgr, func() {
-		_ = mgr.Close(context.Background())
-		_ = eng.Close(context.Background())
+		closeGuest()
 		_ = os.RemoveAll(dir)
 	}, nil
 }
