@@ -201,5 +201,9 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 	code, body := get(t, h.Handler(), "/metrics")
 	require.Equal(t, http.StatusOK, code)
 	assert.True(t, strings.Contains(body, `caphost_redis_commands_total{command="SET",deployment="main",lane="regular",outcome="APPLIED"} 1`), "SET series")
-	assert.True(t, strings.Contains(body, `caphost_redis_commands_total{command="PING",deployment="main",lane="regular",outcome="UNAVAILABLE_BEFORE_SEND"} 1`), "failed PING series")
+	// The failed PING is UNAVAILABLE_BEFORE_SEND when the pool notices the
+	// closed socket and redials, INDETERMINATE when it wrote to a pooled
+	// connection before the server's FIN arrived; which one is a race with
+	// the kernel, and both are honest.
+	assert.Regexp(t, `caphost_redis_commands_total\{command="PING",deployment="main",lane="regular",outcome="(UNAVAILABLE_BEFORE_SEND|INDETERMINATE)"\} 1`, body, "failed PING series")
 }
