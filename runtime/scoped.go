@@ -44,44 +44,43 @@ type ScopedRead struct {
 	// absent: nothing caphost writes there is empty (cache-put-v2 refuses
 	// an empty value).
 	Found bool
-	// Value is the member's bytes when Found and Length <= maxBytes; nil
-	// otherwise (too large: nothing kept, and at most maxBytes+1 bytes
-	// were read).
+	// Value is what was read of the member: all of it when Length <=
+	// maxBytes; when it is longer (too large), its first maxBytes+1 bytes
+	// and nothing more — enough to recognise or observe it, never the
+	// whole value. Nil when absent. The slice is the caller's.
 	Value []byte
 }
 
 // ReadScoped reads, in one pipeline on the regular lane, the anchor's value
-// (GET) and the member's length (STRLEN) and at most maxBytes+1 of its
-// bytes (GETRANGE 0 maxBytes), so the reply is bounded by construction and
-// an oversized member is typed by its length without loading it.
+// (GET) and at most maxBytes+1 bytes of the member (GETRANGE 0 maxBytes), so
+// the reply is bounded by construction: a member that answers maxBytes+1
+// bytes is longer than the bound, and only then a second round trip asks
+// for its exact length (STRLEN) — never for its bytes.
 //
 // maxBytes is 1..MaxScopedReadBytes, and maxBytes+1 must fit the lane's
 // reply budget (budgets.max-reply-bytes, 1 MiB by default): otherwise the
 // guard refuses the GETRANGE, and with it the pipeline, before anything is
-// sent (REJECTED). anchor and member must share a slot (ErrCrossSlot,
-// before sending). A non-string anchor or member is an error matching
-// ErrWrongType; every other failure is a *certainty.Error, as in ops.go.
+// sent (REJECTED). anchor and member must share a slot (ErrCrossSlot, before
+// sending). A non-string anchor or member is an error matching ErrWrongType;
+// every other failure is a *certainty.Error, as in ops.go.
 //
-// The three commands are not atomic (a pipeline, not MULTI): another
-// client's write may run between them. The result is still a linearizable
-// read for the cache's protocol because members are scoped by the anchor:
-// an entry key is built under a generation, and every write to it
-// (cache-put-v2) checks atomically that the anchor still holds that
-// generation. A member therefore changes only while the anchor equals its
-// scope; once the anchor moves, no write reaches the old scope's members
-// again (generations are random and never return), and only expiry or
-// eviction can still remove them. So when the anchor read here equals the
-// scope, either it had not moved by the GETRANGE (the pair read is the
-// store's state at that instant) or it moved in between and the member was
-// frozen from that moment (the pair is the state just before the move), or
-// the frozen member has since expired, which reads as a miss whose fill
-// cache-put-v2 refuses as GENERATION_MOVED. When the anchor differs from
-// the scope, the member belongs to a dead generation and the caller
-// discards it. Within the member, the GETRANGE is the later command and
-// decides: its bytes are the value, their count the Length when they fit,
-// an empty reply absence; STRLEN only types a member too large to read (if
-// the two disagree, the member was rewritten between them, and Length is
-// then at least maxBytes+1, all an oversized member's caller uses).
+// The commands are not atomic (a pipeline, not MULTI): another client's
+// write may run between them. The result is still a linearizable read for the
+// cache's protocol because members are scoped by the anchor: an entry key
+// is built under a generation, and every write to it (cache-put-v2) checks
+// atomically that the anchor still holds that generation. A member therefore
+// changes only while the anchor equals its scope; once the anchor moves,
+// no write reaches the old scope's members again (generations are random
+// and never return), and only expiry or eviction can still remove them. So
+// when the anchor read here equals the scope, either it had not moved by the
+// GETRANGE (the pair read is the store's state at that instant) or it moved in
+// between and the member was frozen from that moment (the pair is the state
+// just before the move), or the frozen member has since expired, which reads
+// as a miss whose fill cache-put-v2 refuses as GENERATION_MOVED. When the
+// anchor differs from the scope, the member belongs to a dead generation and
+// the caller discards it. The GETRANGE decides the member: its bytes are the
+// value, an empty reply absence; the follow-up STRLEN of an oversized member
+// only sizes it (rewritten in between, it reports at least maxBytes+1).
 func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
 	switch {
 	case anchor.IsZero() || member.IsZero():
@@ -93,19 +92,30 @@ func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, ma
 	}
 	p := d.regular.client.Pipeline()
 	gen := p.Get(ctx, anchor.Redis())
-	n := p.StrLen(ctx, member.Redis())
 	head := p.GetRange(ctx, member.Redis(), 0, int64(maxBytes))
 	// Every command carries its own error (a refusal or a transport
 	// failure is set on each), which scopedResult reads.
 	_, _ = p.Exec(ctx)
-	return scopedResult(gen, n, head, maxBytes)
+	r, err := scopedResult(gen, head, maxBytes)
+	if err != nil || len(r.Value) <= maxBytes {
+		return r, err
+	}
+	n, err := d.regular.client.StrLen(ctx, member.Redis()).Result()
+	switch {
+	case wrongType(err):
+		return ScopedRead{}, wrongTypeError("member", err)
+	case err != nil:
+		return ScopedRead{}, certainty.Wrap("read-scoped", err, false)
+	}
+	r.Length = max(n, int64(len(r.Value)))
+	return r, nil
 }
 
-// scopedResult turns ReadScoped's three replies into a ScopedRead. A
-// failure other than a wrong type wins, so a WRONGTYPE on one command is
-// never mistaken for the whole read having been answered.
-func scopedResult(gen *redis.StringCmd, n *redis.IntCmd, head *redis.StringCmd, maxBytes int) (ScopedRead, error) {
-	cmds := [...]redis.Cmder{gen, n, head}
+// scopedResult turns ReadScoped's two replies into a ScopedRead. A failure
+// other than a wrong type wins, so a WRONGTYPE on one command is never
+// mistaken for the whole read having been answered.
+func scopedResult(gen, head *redis.StringCmd, maxBytes int) (ScopedRead, error) {
+	cmds := [...]redis.Cmder{gen, head}
 	for _, cmd := range cmds {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !wrongType(err) {
 			return ScopedRead{}, certainty.Wrap("read-scoped", err, false)
@@ -114,8 +124,6 @@ func scopedResult(gen *redis.StringCmd, n *redis.IntCmd, head *redis.StringCmd, 
 	switch {
 	case wrongType(gen.Err()):
 		return ScopedRead{}, wrongTypeError("anchor", gen.Err())
-	case wrongType(n.Err()):
-		return ScopedRead{}, wrongTypeError("member", n.Err())
 	case wrongType(head.Err()):
 		return ScopedRead{}, wrongTypeError("member", head.Err())
 	}
@@ -126,11 +134,11 @@ func scopedResult(gen *redis.StringCmd, n *redis.IntCmd, head *redis.StringCmd, 
 	v := head.Val()
 	switch {
 	case len(v) == 0:
-		// Absent (or emptied since the STRLEN): not found.
-	case len(v) <= maxBytes:
+		// Absent.
+	case len(v) <= maxBytes+1:
+		// All of it, or (maxBytes+1 bytes) the head of a longer member,
+		// whose exact length the caller asks for.
 		r.Found, r.Length, r.Value = true, int64(len(v)), []byte(v)
-	case len(v) == maxBytes+1:
-		r.Found, r.Length = true, max(n.Val(), int64(len(v)))
 	default:
 		// GETRANGE 0 maxBytes cannot return more; a server or proxy that
 		// does is not trusted with the rest of the read either.

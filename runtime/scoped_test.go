@@ -60,7 +60,8 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 		require.NoError(t, admin.Set(ctx, entry.Redis(), strings.Repeat("w", n), time.Minute).Err())
 		rd, err = dep.ReadScoped(ctx, anchor, entry, max)
 		require.NoError(t, err)
-		assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: int64(n), Found: true}, rd, "%d bytes: too large, nothing kept", n)
+		assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: int64(n), Found: true,
+			Value: []byte(strings.Repeat("w", max+1))}, rd, "%d bytes: too large, only its head kept", n)
 	}
 
 	// A member of another type is ErrWrongType, REJECTED: never absent,
@@ -116,10 +117,15 @@ func TestReadScopedStandalone(t *testing.T) {
 	before := calls()
 	checkReadScoped(t, dep, r.Keys(), srv.Admin(), "scoped")
 	after := calls()
-	// Nine reads reached the server, each one GET, one STRLEN, one
-	// GETRANGE (the refused calls sent nothing).
+	// Nine reads reached the server, each one GET and one GETRANGE; only
+	// the two of an oversized member also sized it with STRLEN (the refused
+	// calls sent nothing).
 	for c, n := range after {
-		assert.Equal(t, int64(9), n-before[c], c)
+		want := int64(9)
+		if c == "strlen" {
+			want = 2
+		}
+		assert.Equal(t, want, n-before[c], c)
 	}
 }
 
@@ -181,8 +187,10 @@ func TestReadScopedReadsAtMostMaxPlusOne(t *testing.T) {
 		rd, err = dep.ReadScoped(ctx, anchor, entry, max)
 		require.NoError(t, err)
 	})
-	assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: stored, Found: true}, rd)
-	// $21 + the generation, :4194304, $1025 + 1025 bytes, CRLFs: 1072 bytes.
+	assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: stored, Found: true,
+		Value: []byte(strings.Repeat("x", max+1))}, rd)
+	// $21 + the generation, $1025 + 1025 bytes, then the STRLEN that sizes
+	// the oversized member (:4194304), CRLFs: 1072 bytes.
 	overhead := int64(len("$21\r\n\r\n:4194304\r\n$1025\r\n\r\n")) + int64(len(gen))
 	assert.Equal(t, int64(max+1)+overhead, n, "exactly maxBytes+1 value bytes and the framing")
 	t.Logf("ReadScoped of a %d-byte member with maxBytes %d: %d bytes on the wire", stored, max, n)
@@ -221,7 +229,7 @@ func TestReadScopedReplyBudget(t *testing.T) {
 		if tc.sent {
 			require.NoError(t, err)
 			assert.Equal(t, int64(MaxScopedReadBytes), rd.Length)
-			assert.Equal(t, tc.max == MaxScopedReadBytes, rd.Value != nil)
+			assert.Equal(t, min(tc.max+1, MaxScopedReadBytes), len(rd.Value), "all of it, or its first max+1 bytes")
 			assert.Equal(t, before+1, srv.CommandCalls(t, "get"))
 			continue
 		}
@@ -232,8 +240,9 @@ func TestReadScopedReplyBudget(t *testing.T) {
 }
 
 // TestReadScopedLeastPrivilege: GET, STRLEN and GETRANGE are all the read
-// needs; without STRLEN the server refuses it (NOPERM: REJECTED, not a
-// wrong type and not an outage).
+// needs, STRLEN only to size an oversized member: without it an ordinary
+// read works and an oversized one is refused (NOPERM: REJECTED, not a wrong
+// type and not an outage).
 func TestReadScopedLeastPrivilege(t *testing.T) {
 	conn := []string{"~" + testNS + "*", "resetchannels", "-@all", "+hello", "+client|setname", "+ping"}
 	srv := redistest.StartStandalone(t, redistest.WithACL(
@@ -242,7 +251,7 @@ func TestReadScopedLeastPrivilege(t *testing.T) {
 	))
 	ctx := ctxT(t, 30*time.Second)
 	gen := []byte("generation-0123456789")
-	read := func(user, pass string) (ScopedRead, error) {
+	read := func(user, pass, value string) (ScopedRead, error) {
 		d := testDeployment(user, standalone(srv.Addr()))
 		d.Default = policy.Credential{User: user, Password: policy.NewSecret([]byte(pass))}
 		r := newRuntime(t, testConfig(d))
@@ -250,13 +259,18 @@ func TestReadScopedLeastPrivilege(t *testing.T) {
 		require.NoError(t, err)
 		anchor, entry := scopedKeys(t, r.Keys(), "acl", "k", gen)
 		require.NoError(t, srv.Admin().Set(ctx, anchor.Redis(), gen, 0).Err())
-		require.NoError(t, srv.Admin().Set(ctx, entry.Redis(), "value", time.Minute).Err())
+		require.NoError(t, srv.Admin().Set(ctx, entry.Redis(), value, time.Minute).Err())
 		return dep.ReadScoped(ctx, anchor, entry, 64)
 	}
-	rd, err := read("reader", "reader-secret-1")
+	for _, user := range [][2]string{{"reader", "reader-secret-1"}, {"nostrlen", "nostrlen-secret"}} {
+		rd, err := read(user[0], user[1], "value")
+		require.NoError(t, err, user[0])
+		assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: 5, Found: true, Value: []byte("value")}, rd)
+	}
+	rd, err := read("reader", "reader-secret-1", strings.Repeat("v", 100))
 	require.NoError(t, err)
-	assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: 5, Found: true, Value: []byte("value")}, rd)
-	_, err = read("nostrlen", "nostrlen-secret")
+	assert.Equal(t, int64(100), rd.Length)
+	_, err = read("nostrlen", "nostrlen-secret", strings.Repeat("v", 100))
 	require.Error(t, err)
 	assert.Equal(t, certainty.Rejected, outcomeOf(t, err))
 	assert.Equal(t, "NOPERM", certainty.Reason(err, false))
@@ -299,35 +313,32 @@ func TestReadScopedServerGone(t *testing.T) {
 	assert.Equal(t, certainty.UnavailableBeforeSend, outcomeOf(t, err), "%v", err)
 }
 
-// TestScopedResultTornRead decides reads whose STRLEN and GETRANGE
-// disagree (the member was rewritten between the two): the GETRANGE, the
-// later command, decides.
-func TestScopedResultTornRead(t *testing.T) {
+// TestScopedResult decides the pipeline's replies: the GETRANGE decides the
+// member (all of it, or the head of a longer one), more than maxBytes+1
+// bytes is refused, and an unavailability wins over a wrong type.
+func TestScopedResult(t *testing.T) {
 	gen := redis.NewStringResult("generation-0123456789", nil)
 	cases := []struct {
-		name   string
-		strlen int64
-		head   string
-		want   ScopedRead
+		name string
+		head string
+		want ScopedRead
 	}{
-		{"deleted-between", 10, "", ScopedRead{}},
-		{"created-between", 0, "new", ScopedRead{Length: 3, Found: true, Value: []byte("new")}},
-		{"shrunk-between", 100, "abc", ScopedRead{Length: 3, Found: true, Value: []byte("abc")}},
-		{"grown-between", 3, "12345", ScopedRead{Length: 5, Found: true}},
-		{"too-large", 9, "12345", ScopedRead{Length: 9, Found: true}},
+		{"absent", "", ScopedRead{}},
+		{"small", "abc", ScopedRead{Length: 3, Found: true, Value: []byte("abc")}},
+		{"at the bound", "1234", ScopedRead{Length: 4, Found: true, Value: []byte("1234")}},
+		{"too large: its head", "12345", ScopedRead{Length: 5, Found: true, Value: []byte("12345")}},
 	}
 	for _, tc := range cases {
 		tc.want.Anchor, tc.want.AnchorFound = []byte("generation-0123456789"), true
-		got, err := scopedResult(gen, redis.NewIntResult(tc.strlen, nil), redis.NewStringResult(tc.head, nil), 4)
+		got, err := scopedResult(gen, redis.NewStringResult(tc.head, nil), 4)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.want, got, tc.name)
 	}
-	_, err := scopedResult(gen, redis.NewIntResult(9, nil), redis.NewStringResult("123456", nil), 4)
+	_, err := scopedResult(gen, redis.NewStringResult("123456", nil), 4)
 	assert.Equal(t, certainty.Rejected, outcomeOf(t, err), "more than maxBytes+1 bytes is not a read")
-	// An unavailability on any command wins over a wrong type on another.
 	down := &certainty.Error{Outcome: certainty.Indeterminate, Code: "timeout", Cause: errors.New("i/o timeout")}
 	wrong := &certainty.Error{Outcome: certainty.Rejected, Op: "GET", Code: "WRONGTYPE", Cause: errors.New("WRONGTYPE")}
-	_, err = scopedResult(redis.NewStringResult("", wrong), redis.NewIntResult(0, down), redis.NewStringResult("", down), 4)
+	_, err = scopedResult(redis.NewStringResult("", wrong), redis.NewStringResult("", down), 4)
 	assert.Equal(t, certainty.Indeterminate, outcomeOf(t, err))
 	assert.NotErrorIs(t, err, ErrWrongType)
 }

@@ -86,8 +86,8 @@ const (
 	appRules  = "~ca:demo:dev:* &ca:demo:dev:* " + connRules +
 		// regular lane: the probe's ephemeral write/read (SET, GET, DEL) and
 		// the cache lookup's bounded read, one pipeline of GET (the shard's
-		// generation), STRLEN and GETRANGE (the entry, at most the region's
-		// largest value)
+		// generation) and GETRANGE (the entry, at most the region's largest
+		// value + 1 byte), then STRLEN only for an oversized entry
 		" +set +get +del +strlen +getrange" +
 		// script lane: catalog programs by digest, in both program modes
 		" +evalsha +evalsha_ro +script|load +script|exists +fcall +fcall_ro" +

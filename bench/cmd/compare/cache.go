@@ -491,7 +491,7 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
     go-redis/cache: Get into *[]byte, stored raw). The gap between the two caphost rows is the guest's share.
   L1: both a private copy of the same JSON bytes from the in-process cache (caphost L1, max-age 1 h, hints up;
     go-redis/cache TinyLFU, TTL 1 h); every measured op was checked to be an L1 hit on both sides.
-  caphost L2 is one round trip of GET generation + STRLEN + GETRANGE (pipeline); go-redis/cache one GET.
+  caphost L2 is one round trip of GET generation + GETRANGE (pipeline); go-redis/cache one GET.
   The codec guest runs with caphost serve's default limits (pool 4, 100 ms deadline, 16 MiB) except
   recycle-after 20000: a Go guest's memory grows with what it allocated until a call fails at the cap.`)
 	return nil
