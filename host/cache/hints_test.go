@@ -206,9 +206,17 @@ func TestL1NeverOutlivesTheHardExpiry(t *testing.T) {
 }
 
 // TestL1AcrossSentinelFailover: two hosts on a Sentinel deployment hold a
-// key in L1; a failover drops the hint subscription (L1 flushed and
-// bypassed), it comes back on the new primary, and an invalidation on one
-// host reaches the other's L1 again.
+// key in L1; the primary is killed and Sentinel promotes a replica. The
+// hint subscriptions drop (L1 flushed and bypassed), come back on the new
+// primary, and a write and then an invalidation on one host reach the
+// other's L1 again.
+//
+// The primary is killed rather than demoted by SENTINEL FAILOVER: a demoted
+// primary keeps serving reads (and answering SPUBLISH locally) until the
+// Sentinels convert it, and a go-redis failover client that missed
+// +switch-master keeps its pooled connections there. That is the
+// runtime's Sentinel rediscovery to fix; an L1 copy filled from such a
+// read lives at most the region's max-age, as after any lost hint.
 func TestL1AcrossSentinelFailover(t *testing.T) {
 	sen := redistest.StartSentinel(t)
 	topo := &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs()}
@@ -222,27 +230,31 @@ func TestL1AcrossSentinelFailover(t *testing.T) {
 		require.Eventually(t, func() bool {
 			lk, err := r.Lookup(ctx, key)
 			return err == nil && lk.FromL1 && string(lk.Value) == want
-		}, 30*time.Second, 10*time.Millisecond)
+		}, 20*time.Second, 10*time.Millisecond)
 	}
 	_, err := a.Record(ctx, key, []byte("v1"), RecordMeta{})
 	require.NoError(t, err)
 	fill(b, "v1")
 
-	sen.Failover(t)
-	require.Eventually(t, func() bool {
-		return metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
-	}, 30*time.Second, 10*time.Millisecond, "the failover drops the hint subscription")
+	sen.Primary().Kill()
+	for _, in := range []*instance{ia, ib} {
+		require.Eventually(t, func() bool {
+			return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
+		}, 20*time.Second, 10*time.Millisecond, "the kill drops the hint subscription")
+	}
+	lk, _ := b.Lookup(ctx, key) // Unavailable or a hit on the new primary, never L1
+	assert.False(t, lk.FromL1, "L1 is bypassed while the hints are down")
 	waitHintsUp(t, ia, ib)
 	// The write may need a moment while clients find the new primary.
 	require.Eventually(t, func() bool {
 		o, err := a.Record(ctx, key, []byte("v2"), RecordMeta{})
 		return err == nil && o == Recorded
-	}, 30*time.Second, 50*time.Millisecond)
+	}, 20*time.Second, 50*time.Millisecond)
 	fill(b, "v2")
 	_, err = a.Invalidate(ctx, key)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		lk, err := b.Lookup(ctx, key)
 		return err == nil && lk.Kind == Miss
-	}, 30*time.Second, 10*time.Millisecond, "the invalidation reaches b's L1 on the new primary")
+	}, 5*time.Second, 10*time.Millisecond, "the invalidation reaches b's L1 on the new primary")
 }
