@@ -113,7 +113,7 @@ func exportCanonicalize() int32 {
 	var buf [256]byte
 	n := 0
 	for _, a := range req.Attrs {
-		if a.Name == "id" {
+		if a.Name == "key" {
 			n = copy(buf[:], a.Value)
 			if len(a.Value) > len(buf) {
 				buf[len(a.Value)] = 0 // the bug: a fixed buffer indexed past its end
