@@ -90,7 +90,7 @@ func Encode(value []byte) ([]byte, error) {
 	if err := p.valid(); err != nil {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "value: %v", err)
 	}
-	return json.Marshal(&p)
+	return canonical(p), nil
 }
 
 // Decode reads a v1 or v2 payload and returns the v2 interchange form.
@@ -113,5 +113,5 @@ func Decode(storedVersion uint32, payload []byte) ([]byte, error) {
 	if err := p.valid(); err != nil {
 		return nil, guest.Errorf(abi.CodeCorrupt, "payload: %v", err)
 	}
-	return json.Marshal(&p)
+	return canonical(p), nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // codecOf returns the guest's codec of schema id.
-func codecOf(t *testing.T, id string) guest.Codec {
+func codecOf(t testing.TB, id string) guest.Codec {
 	t.Helper()
 	for _, c := range Module().Codecs {
 		if c.Decl.SchemaID == id {

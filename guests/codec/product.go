@@ -25,10 +25,10 @@ const (
 )
 
 // readProduct reads the v2 form. Tags are optional; [] and no tags are the
-// same product and encode alike (without the member).
-func readProduct(b []byte) (Product, error) {
-	var p Product
-	err := readObject(b,
+// same product and encode alike (without the member). same reports that b
+// is already the canonical payload.
+func readProduct(b []byte) (p Product, same bool, err error) {
+	same, err = readCanonical(b,
 		member{name: "id", read: readString(&p.ID)},
 		member{name: "name", read: readString(&p.Name)},
 		member{name: "price_cents", read: readInt(&p.PriceCents)},
@@ -36,12 +36,12 @@ func readProduct(b []byte) (Product, error) {
 		member{name: "tags", optional: true, read: readStrings(&p.Tags, maxTags)},
 	)
 	if err != nil {
-		return Product{}, err
+		return Product{}, false, err
 	}
 	if len(p.Tags) == 0 {
 		p.Tags = nil // omitted: [] and no tags are one product
 	}
-	return p, p.valid()
+	return p, same, p.valid()
 }
 
 func (p *Product) valid() error {
@@ -63,8 +63,8 @@ func isCurrency(s string) bool {
 }
 
 // readProductV1 reads the v1 stored form, whose price was a decimal string
-// ("12.34"), and upgrades it to v2.
-func readProductV1(b []byte) (Product, error) {
+// ("12.34"), and upgrades it to v2 (so it is never the v2 payload).
+func readProductV1(b []byte) (Product, bool, error) {
 	var p Product
 	var price string
 	err := readObject(b,
@@ -74,12 +74,12 @@ func readProductV1(b []byte) (Product, error) {
 		member{name: "currency", read: readString(&p.Currency)},
 	)
 	if err != nil {
-		return Product{}, err
+		return Product{}, false, err
 	}
 	if p.PriceCents, err = parseCents(price); err != nil {
-		return Product{}, err
+		return Product{}, false, err
 	}
-	return p, p.valid()
+	return p, false, p.valid()
 }
 
 // parseCents converts a v1 price, ^\d{1,12}(\.\d{1,2})?$, to integer cents

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/abi/guest"
 )
@@ -11,10 +9,13 @@ import (
 // are JSON: readers[v-1] parses and validates a version-v payload into the
 // current form T, and the last one also reads encode's interchange value,
 // which is the current stored form. A T that went through its reader
-// marshals to the canonical payload (encoding/json writes struct fields in
-// declaration order), so decode of what encode wrote returns it byte for
-// byte.
-func jsonSchema[T any](id string, readers ...func([]byte) (T, error)) guest.Codec {
+// writes the canonical payload (its members in declaration order, see
+// write.go), so decode of what encode wrote returns it byte for byte.
+//
+// The last reader also reports whether its input is already that payload
+// (same), as a payload encode wrote always is: then the input is the answer,
+// copied rather than written again.
+func jsonSchema[T jsonWriter](id string, readers ...func([]byte) (v T, same bool, err error)) guest.Codec {
 	write := uint32(len(readers))
 	readable := make([]uint32, len(readers))
 	for i := range readable {
@@ -23,29 +24,31 @@ func jsonSchema[T any](id string, readers ...func([]byte) (T, error)) guest.Code
 	return guest.Codec{
 		Decl: abi.CodecDecl{SchemaID: id, WriteVersion: write, ReadableVersions: readable},
 		Encode: func(value []byte) ([]byte, error) {
-			v, err := readers[write-1](value)
+			v, same, err := readers[write-1](value)
 			if err != nil {
 				return nil, guest.Errorf(abi.CodeInvalidRequest, "value: %v", err)
 			}
-			return canonical(v), nil
+			return written(v, same, value), nil
 		},
 		Decode: func(version uint32, payload []byte) ([]byte, error) {
 			if version < 1 || version > write {
 				// The SDK answers an undeclared version before calling Decode.
 				return nil, guest.Errorf(abi.CodeSchemaMismatch, "stored version %d", version)
 			}
-			v, err := readers[version-1](payload)
+			v, same, err := readers[version-1](payload)
 			if err != nil {
 				return nil, guest.Errorf(abi.CodeCorrupt, "v%d payload: %v", version, err)
 			}
-			return canonical(v), nil
+			return written(v, same && version == write, payload), nil
 		},
 	}
 }
 
-// canonical marshals a validated value; the schemas' types (strings,
-// integers, string slices) cannot fail to marshal.
-func canonical(v any) []byte {
-	b, _ := json.Marshal(v)
-	return b
+// written is the canonical payload of v, read from text: a copy of text
+// when it is that payload already.
+func written[T jsonWriter](v T, same bool, text []byte) []byte {
+	if same {
+		return append([]byte(nil), text...)
+	}
+	return canonical(v)
 }

@@ -21,18 +21,18 @@ const (
 )
 
 // readSearchPage reads the v1 form. Every member is required; a page
-// without results has "ids": [].
-func readSearchPage(b []byte) (SearchPage, error) {
-	var s SearchPage
-	err := readObject(b,
+// without results has "ids": []. same reports that b is already the
+// canonical payload.
+func readSearchPage(b []byte) (s SearchPage, same bool, err error) {
+	same, err = readCanonical(b,
 		member{name: "query", read: readString(&s.Query)},
 		member{name: "page", read: readInt(&s.Page)},
 		member{name: "ids", read: readStrings(&s.IDs, maxSearchIDs)},
 	)
 	if err != nil {
-		return SearchPage{}, err
+		return SearchPage{}, false, err
 	}
-	return s, s.valid()
+	return s, same, s.valid()
 }
 
 func (s *SearchPage) valid() error {
