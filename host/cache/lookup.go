@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/caphost/caphost/host/cache/envelope"
 	"github.com/caphost/caphost/host/cache/l1"
@@ -84,9 +83,8 @@ func (r *Region) Lookup(ctx context.Context, key Key) (Lookup, error) {
 	if err != nil {
 		return Lookup{}, err
 	}
-	start := time.Now()
 	lk, err := r.c.lookup(ctx, rg, key)
-	rg.m.lookup(lk, err, time.Since(start))
+	rg.m.lookup(lk, err)
 	return lk, err
 }
 
@@ -101,8 +99,16 @@ func (c *Cache) lookup(ctx context.Context, r *region, key Key) (Lookup, error) 
 	return c.lookupL2(ctx, r, loc)
 }
 
-// locate canonicalises key (for a guest region) and digests its parts.
+// locate canonicalises key (for a guest region) and digests its parts. A
+// key the region resolved recently is answered from its memo: the same
+// key, already checked, canonicalised and digested.
 func (c *Cache) locate(ctx context.Context, r *region, key Key) (keys.Location, error) {
+	h1, h2, memo := r.memo.hash(key)
+	if memo {
+		if loc, ok := r.memo.loc(h1, h2); ok {
+			return loc, nil
+		}
+	}
 	if err := key.check(r.pol.Canonicalize); err != nil {
 		return keys.Location{}, err
 	}
@@ -122,17 +128,25 @@ func (c *Cache) locate(ctx context.Context, r *region, key Key) (keys.Location, 
 	if err != nil {
 		return keys.Location{}, keyErr("the parts are out of bounds")
 	}
+	if memo {
+		r.memo.storeLoc(h1, h2, loc)
+	}
 	return loc, nil
 }
 
 // members returns the entry and lease keys of loc in generation gen.
 func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
+	if ref, ok := r.memo.ref(loc, gen); ok {
+		return ref, nil
+	}
 	var buf [2]keys.Key
 	ks, err := r.layout.AppendMembers(buf[:0], loc, gen)
 	if err != nil {
 		return entryRef{}, err
 	}
-	return entryRef{loc: loc, gen: gen, entry: ks[0], lease: ks[1]}, nil
+	ref := entryRef{loc: loc, gen: gen, entry: ks[0], lease: ks[1]}
+	r.memo.storeRef(ref)
+	return ref, nil
 }
 
 // fromL1 serves a fresh L1 copy. L1 is consulted only while the hint

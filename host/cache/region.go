@@ -39,6 +39,9 @@ type region struct {
 	flight *flight.Group[string, loadResult]
 	source *flight.Bulkhead
 	m      *regionMetrics
+	// memo remembers recent key locations and entry keys; it lives as
+	// long as this runtime, which a guest swap replaces.
+	memo *keyMemo
 }
 
 // l1Entry is what L1 keeps of an L2 entry: the decoded value and its
@@ -70,7 +73,7 @@ func newRegion(b *keys.Builder, p policy.CacheRegionPolicy, gens *generations, c
 	if gens == nil || len(gens.slots) != p.Ops.Shards {
 		gens = &generations{slots: make([]atomic.Pointer[[]byte], p.Ops.Shards)}
 	}
-	r := &region{pol: p, layout: layout, gens: gens, codec: cd, guest: rg, m: m,
+	r := &region{pol: p, layout: layout, gens: gens, codec: cd, guest: rg, m: m, memo: newKeyMemo(),
 		exp: expiry.Policy{Revision: p.Revision, Spread: p.Jitter, Min: p.Ops.MinTTL},
 		lim: envelope.Limits{MaxEncodedBytes: p.MaxStoredBytes(), MaxCodecIDBytes: 255,
 			MaxPayloadBytes: p.MaxBytes, MaxCompressionRatio: p.Ops.MaxCompressionRatio},
