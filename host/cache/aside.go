@@ -201,11 +201,11 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 		return Result{}, err
 	}
 	if lk, ok := c.fromL1(r, loc); ok {
-		r.m.lookupOutcome(lk, nil, 0)
+		r.m.lookupOutcome(lk, nil)
 		return cached(lk), nil
 	}
 	lk, err := c.lookupL2(ctx, r, loc)
-	r.m.lookupOutcome(lk, err, 0)
+	r.m.lookupOutcome(lk, err)
 	if err != nil {
 		return Result{}, err
 	}

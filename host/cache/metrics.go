@@ -42,10 +42,27 @@ type metrics struct {
 
 // Closed label values.
 var (
-	lookupOutcomes = []string{"hit_fresh", "hit_stale", "negative_hit", "miss_absent", "miss_expired",
-		"miss_invalidated", "incompatible_schema", "unavailable", "overloaded", "error"}
-	hintResults = []string{"sent", "send_failed", "received", "rejected_forged", "rejected_stale",
+	lookupOutcomes = lookupOutcomeNames[:]
+	hintResults    = []string{"sent", "send_failed", "received", "rejected_forged", "rejected_stale",
 		"rejected_malformed", "ignored_own", "ignored_unknown_region", "subscription_down", "subscription_up"}
+)
+
+// lookupOutcomeNames are the lookup outcome labels, indexed by
+// lookupOutcome's answer.
+var lookupOutcomeNames = [...]string{"hit_fresh", "hit_stale", "negative_hit", "miss_absent", "miss_expired",
+	"miss_invalidated", "incompatible_schema", "unavailable", "overloaded", "error"}
+
+const (
+	outHitFresh = iota
+	outHitStale
+	outNegativeHit
+	outMissAbsent
+	outMissExpired
+	outMissInvalidated
+	outIncompatibleSchema
+	outUnavailable
+	outOverloaded
+	outError
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -119,18 +136,22 @@ func (m *metrics) region(id string) *regionMetrics {
 	if len(m.regions) >= maxRegionLabels {
 		label = "other"
 	}
-	r := &regionMetrics{m: m, label: label}
-	for _, o := range lookupOutcomes {
-		m.lookups.WithLabelValues(label, o)
+	r := &regionMetrics{m: m, label: label, payloadRead: m.payload.WithLabelValues(label, "read")}
+	for i, o := range lookupOutcomes {
+		r.lookups[i] = m.lookups.WithLabelValues(label, o)
 	}
 	m.regions[id] = r
 	return r
 }
 
-// regionMetrics are one region's instruments.
+// regionMetrics are one region's instruments. The series every lookup
+// touches are resolved once: a label lookup costs about what an L1 hit
+// does.
 type regionMetrics struct {
-	m     *metrics
-	label string
+	m           *metrics
+	label       string
+	lookups     [len(lookupOutcomeNames)]prometheus.Counter
+	payloadRead prometheus.Observer
 }
 
 // guestErr counts a guest failure an operation ended with.
@@ -141,49 +162,50 @@ func (r *regionMetrics) guestErr(err error) {
 	}
 }
 
-func (r *regionMetrics) lookup(lk Lookup, err error, d time.Duration) {
+func (r *regionMetrics) lookup(lk Lookup, err error) {
 	r.guestErr(err)
-	r.lookupOutcome(lk, err, d)
+	r.lookupOutcome(lk, err)
 }
 
 // lookupOutcome counts a lookup inside GetOrLoad, whose result counts the
 // guest failure once.
-func (r *regionMetrics) lookupOutcome(lk Lookup, err error, _ time.Duration) {
-	r.m.lookups.WithLabelValues(r.label, lookupOutcome(lk, err)).Inc()
+func (r *regionMetrics) lookupOutcome(lk Lookup, err error) {
+	r.lookups[lookupOutcome(lk, err)].Inc()
 	if err == nil && lk.Kind == Hit {
-		r.m.payload.WithLabelValues(r.label, "read").Observe(float64(len(lk.Value)))
+		r.payloadRead.Observe(float64(len(lk.Value)))
 	}
 }
 
-func lookupOutcome(lk Lookup, err error) string {
+// lookupOutcome is the index in lookupOutcomeNames of a lookup's outcome.
+func lookupOutcome(lk Lookup, err error) int {
 	if err != nil {
-		return "error"
+		return outError
 	}
 	switch lk.Kind {
 	case Hit:
 		if lk.Freshness == Stale {
-			return "hit_stale"
+			return outHitStale
 		}
-		return "hit_fresh"
+		return outHitFresh
 	case NegativeHit:
-		return "negative_hit"
+		return outNegativeHit
 	case Miss:
 		switch lk.MissReason {
 		case Expired:
-			return "miss_expired"
+			return outMissExpired
 		case Invalidated:
-			return "miss_invalidated"
+			return outMissInvalidated
 		}
-		return "miss_absent"
+		return outMissAbsent
 	case IncompatibleSchema:
-		return "incompatible_schema"
+		return outIncompatibleSchema
 	case Unavailable:
 		if lk.Unavailable == Overloaded {
-			return "overloaded"
+			return outOverloaded
 		}
-		return "unavailable"
+		return outUnavailable
 	}
-	return "error"
+	return outError
 }
 
 func (r *regionMetrics) result(res Result, err error) {
