@@ -72,6 +72,9 @@ VET = out=$$($(GO) vet ./... 2>&1); bad=$$(printf '%s\n' "$$out" | grep -vE '^(\
 ## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector;
 ## the reference guests are built first (tests that load them as shipped need build/guests)
 test: ensure-redis guests
+	@# Every module of the graph, not only those a build loads: the embedder test lists the
+	@# graph offline (GOPROXY=off), which a lazily filled module cache cannot answer.
+	@$(GO) mod download
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	@$(VET)
 	@cd bench && $(VET)
