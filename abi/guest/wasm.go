@@ -3,6 +3,9 @@
 package guest
 
 import (
+	"runtime"
+	"runtime/metrics"
+	"time"
 	"unsafe"
 
 	"github.com/caphost/caphost/abi"
@@ -71,6 +74,8 @@ func call(e abi.Export, ptr, n uint32) uint64 {
 	}
 	out := glue.out
 	packed := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(out))))<<32 | uint64(len(out))
+	// Before the drop below: a collection here must still see the frame.
+	afterCall()
 	// Drop a buffer that grew for one huge response so the instance does not
 	// pin it forever. The frame stays valid for the host to read: no Go code,
 	// so no collection, runs in the instance until its next call. (A defer
@@ -79,6 +84,46 @@ func call(e abi.Export, ptr, n uint32) uint64 {
 		glue.out = nil
 	}
 	return packed
+}
+
+// pacer is the state of heap.go's pacing; gcSamples are its reading, in
+// gcReading's order.
+var (
+	pacer     heapPacer
+	gcSamples = [...]metrics.Sample{
+		{Name: "/gc/heap/goal:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/limiter/last-enabled:gc-cycle"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+	}
+	epoch = time.Now()
+)
+
+// memoryPages is the size of linear memory in 64 KiB pages (memory.size;
+// memory_wasip1_wasm.s).
+func memoryPages() uint32
+
+// afterCall keeps the heap bounded (heap.go says why and how).
+func afterCall() {
+	for range pacer.clock {
+		_ = time.Since(epoch)
+	}
+	if !pacer.due(memoryPages()) {
+		return
+	}
+	metrics.Read(gcSamples[:])
+	var v [len(gcSamples)]uint64
+	for i := range gcSamples {
+		if gcSamples[i].Value.Kind() != metrics.KindUint64 {
+			pacer.skip() // a toolchain without one of them: TestHeapStaysBounded fails
+			return
+		}
+		v[i] = gcSamples[i].Value.Uint64()
+	}
+	if pacer.observe(gcReading{goal: v[0], heap: v[1], allocs: v[2], limiterCycle: v[3], cycles: v[4]}) {
+		runtime.GC()
+	}
 }
 
 //go:wasmexport caphost_describe

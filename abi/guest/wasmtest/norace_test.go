@@ -1,0 +1,5 @@
+//go:build !race
+
+package wasmtest
+
+const raceEnabled = false
