@@ -45,9 +45,7 @@ func codecProduct1K(tb testing.TB) []byte {
 func BenchmarkCodecGuestProduct1K(b *testing.B) {
 	ctx := context.Background()
 	value := codecProduct1K(b)
-	// A Go guest's memory grows with what it allocates; recycle well before
-	// the cap so a long run never fails on it.
-	m := load(b, newEngine(b, Config{}), "codec", Limits{PoolSize: 1, RecycleAfter: 20_000})
+	m := load(b, newEngine(b, Config{}), "codec", Limits{PoolSize: 1})
 	warmPool(b, m)
 	b.Run("decode", func(b *testing.B) {
 		req := &abi.CodecDecodeRequest{Schema: "product", StoredVersion: 2, Payload: value}

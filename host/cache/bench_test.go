@@ -46,17 +46,8 @@ func benchValue(b *testing.B) []byte {
 	}
 }
 
-// benchRecycleAfter replaces a codec guest instance after this many calls.
-// A Go guest's linear memory grows with what it has allocated until a call
-// fails at the memory cap ("memory: N of N pages in use": about 36,000
-// decodes of benchValue at 16 MiB, twice that at the engine's default 32
-// MiB), well before the default recycling (1,000,000 calls; 100,000 in
-// caphost serve's configuration); a benchmark run makes more calls than
-// that on one instance.
-const benchRecycleAfter = 20_000
-
-// benchGuests loads the codec guest as loadGuests does, recycling its
-// instances after benchRecycleAfter calls.
+// benchGuests loads the codec guest as loadGuests does, with a call
+// deadline no loaded benchmark machine reaches.
 func benchGuests(b *testing.B) *testGuests {
 	b.Helper()
 	ctx := context.Background()
@@ -68,7 +59,7 @@ func benchGuests(b *testing.B) *testGuests {
 	g := &testGuests{mgr: plugins.NewManager(eng, plugins.ManagerOptions{Verify: plugins.AcceptAnyModule}),
 		mods: map[abi.Kind][]string{abi.KindCodec: {"codec"}}}
 	b.Cleanup(func() { _ = g.mgr.Close(ctx) })
-	if err := g.mgr.Load(ctx, "codec", th.Wasm("codec"), plugins.Limits{CallTimeout: 5 * time.Second, RecycleAfter: benchRecycleAfter}); err != nil {
+	if err := g.mgr.Load(ctx, "codec", th.Wasm("codec"), plugins.Limits{CallTimeout: 5 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	return g

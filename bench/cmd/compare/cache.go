@@ -155,19 +155,12 @@ func loadCodecGuest(ctx context.Context, path string) (*codecGuests, func(), err
 // serveLimits are the limits `caphost serve` gives a guest module whose
 // configuration names none (host/config.DefaultGuestLimits; not imported,
 // to keep its configuration loader out of the bench): a pool of 4
-// instances, a 100 ms call deadline, 16 MiB of memory; but recycling
-// after 20,000 calls instead of 100,000. A Go guest's linear memory grows
-// with what it has allocated until it hits the cap (measured: about
-// 36,000 decodes of this product per instance, then the call fails with
-// "memory: 256 of 256 pages in use"); a failed call would end the run.
+// instances, a 100 ms call deadline, 16 MiB of memory, recycling after
+// 100,000 calls.
 func serveLimits() plugins.Limits {
 	return plugins.Limits{MemoryPages: 256, CallTimeout: 100 * time.Millisecond, MaxInputBytes: 64 << 10,
-		MaxOutputBytes: 64 << 10, MaxHostCalls: 64, PoolSize: 4, RecycleAfter: guestRecycleAfter, MaxStackBytes: 1 << 20}
+		MaxOutputBytes: 64 << 10, MaxHostCalls: 64, PoolSize: 4, RecycleAfter: 100_000, MaxStackBytes: 1 << 20}
 }
-
-// guestRecycleAfter replaces a codec guest instance before its memory
-// growth fails a call (see serveLimits).
-const guestRecycleAfter = 20_000
 
 // loadGuest loads one guest module in a native engine.
 func loadGuest(ctx context.Context, name string, wasm []byte, lim plugins.Limits) (*plugins.Manager, func(), error) {
@@ -492,7 +485,7 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
   L1: both a private copy of the same JSON bytes from the in-process cache (caphost L1, max-age 1 h, hints up;
     go-redis/cache TinyLFU, TTL 1 h); every measured op was checked to be an L1 hit on both sides.
   caphost L2 is one round trip of GET generation + GETRANGE (pipeline); go-redis/cache one GET.
-  The codec guest runs with caphost serve's default limits (pool 4, 100 ms deadline, 16 MiB) except
-  recycle-after 20000: a Go guest's memory grows with what it allocated until a call fails at the cap.`)
+  The codec guest runs with caphost serve's default limits (pool 4, 100 ms deadline, 16 MiB, recycle-after
+  100000).`)
 	return nil
 }
