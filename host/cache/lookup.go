@@ -103,9 +103,9 @@ func (c *Cache) lookup(ctx context.Context, r *region, key Key) (Lookup, error) 
 // key the region resolved recently is answered from its memo: the same
 // key, already checked, canonicalised and digested.
 func (c *Cache) locate(ctx context.Context, r *region, key Key) (keys.Location, error) {
-	h1, h2, memo := r.memo.hash(key)
-	if memo {
-		if loc, ok := r.memo.loc(h1, h2); ok {
+	h1, h2, remember := r.memo.hash(key)
+	if remember {
+		if loc, ok := r.memo.locs.Lookup(h1, h2); ok {
 			return loc, nil
 		}
 	}
@@ -128,16 +128,19 @@ func (c *Cache) locate(ctx context.Context, r *region, key Key) (keys.Location, 
 	if err != nil {
 		return keys.Location{}, keyErr("the parts are out of bounds")
 	}
-	if memo {
-		r.memo.storeLoc(h1, h2, loc)
+	if remember {
+		r.memo.locs.Store(h1, h2, loc)
 	}
 	return loc, nil
 }
 
 // members returns the entry and lease keys of loc in generation gen.
 func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
-	if ref, ok := r.memo.ref(loc, gen); ok {
-		return ref, nil
+	h1, h2, remember := r.memo.refHash(loc, gen)
+	if remember {
+		if ref, ok := r.memo.refs.Lookup(h1, h2); ok {
+			return ref, nil
+		}
 	}
 	var buf [2]keys.Key
 	ks, err := r.layout.AppendMembers(buf[:0], loc, gen)
@@ -145,7 +148,9 @@ func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
 		return entryRef{}, err
 	}
 	ref := entryRef{loc: loc, gen: gen, entry: ks[0], lease: ks[1]}
-	r.memo.storeRef(ref)
+	if remember {
+		r.memo.refs.Store(h1, h2, ref)
+	}
 	return ref, nil
 }
 

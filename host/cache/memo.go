@@ -1,43 +1,36 @@
 package cache
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"hash/maphash"
-	"math/rand/v2"
-	"sync/atomic"
 
 	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/keys/memo"
 )
 
-// memoSlots is the number of keys a region remembers the location of, and
-// the number of (location, generation) pairs it remembers the entry keys
-// of (a power of two): a hot key then costs two seeded hashes instead of
-// its canonicaliser call, an HMAC and a SHA-256.
-const memoSlots = 1024
+// memoBits sizes a region's memos, 1<<memoBits = 1024 keys and as many
+// (location, generation) pairs: a hot key then costs two seeded hashes
+// instead of its canonicaliser call, an HMAC and a SHA-256.
+const memoBits = 10
 
 // keyMemo remembers recent resolutions of one region: a key to its
 // location (the canonicaliser is deterministic and the region's runtime is
 // rebuilt on every guest swap, so an answer holds for the memo's life), and
-// a location and generation to the entry keys. Like keys.Prepared's memo
-// it holds no key material: a key is remembered by two independent seeded
-// 64-bit hashes of its canonical encoding (a hit needs all 128 bits to
-// match; the seeds are random per memo, so inputs cannot be chosen to
-// collide) and a location by its digest. Each item has two candidate slots
-// ("two choices"); a miss fills an empty one or replaces one at random. It
-// takes no lock and never grows.
+// a location and generation to the entry keys. Like keys.Prepared's memo it
+// holds no key material: an input is remembered by two independent seeded
+// 64-bit hashes of an injective encoding (a hit needs all 128 bits to match;
+// the seeds are random per memo, so inputs cannot be chosen to collide).
 type keyMemo struct {
 	seed1, seed2 maphash.Seed
-	locs         [memoSlots]atomic.Pointer[locEntry]
-	refs         [memoSlots]atomic.Pointer[entryRef]
+	locs         *memo.Table[keys.Location]
+	refs         *memo.Table[entryRef]
 }
 
-type locEntry struct {
-	h1, h2 uint64
-	loc    keys.Location
+func newKeyMemo() *keyMemo {
+	return &keyMemo{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(),
+		locs: memo.New[keys.Location](memoBits), refs: memo.New[entryRef](memoBits)}
 }
-
-func newKeyMemo() *keyMemo { return &keyMemo{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()} }
 
 // memoMaxInput bounds the keys remembered: longer ones are resolved every
 // time (their hashing would cost what it saves).
@@ -77,48 +70,21 @@ func (m *keyMemo) hash(k Key) (h1, h2 uint64, ok bool) {
 	return h1, h2, true
 }
 
-func (m *keyMemo) loc(h1, h2 uint64) (keys.Location, bool) {
-	for _, s := range [2]*atomic.Pointer[locEntry]{&m.locs[h1&(memoSlots-1)], &m.locs[h2&(memoSlots-1)]} {
-		if e := s.Load(); e != nil && e.h1 == h1 && e.h2 == h2 {
-			return e.loc, true
-		}
+// maxMemoGen bounds the generations whose entry keys are remembered: every
+// generation this package creates is 16 bytes, and cache-put-v2 accepts at
+// most 128.
+const maxMemoGen = 128
+
+// refHash returns the memo hashes of a location in a generation (the
+// location's digest is fixed-size, so digest then generation is injective)
+// and whether the pair may be remembered.
+func (m *keyMemo) refHash(loc keys.Location, gen []byte) (h1, h2 uint64, ok bool) {
+	if len(gen) > maxMemoGen {
+		return 0, 0, false
 	}
-	return keys.Location{}, false
-}
-
-func (m *keyMemo) storeLoc(h1, h2 uint64, loc keys.Location) {
-	store(&m.locs[h1&(memoSlots-1)], &m.locs[h2&(memoSlots-1)], &locEntry{h1: h1, h2: h2, loc: loc})
-}
-
-// ref returns the remembered entry keys of loc in generation gen.
-func (m *keyMemo) ref(loc keys.Location, gen []byte) (entryRef, bool) {
+	var buf [sha256.Size + maxMemoGen]byte
 	d := loc.Digest()
-	a, b := binary.LittleEndian.Uint64(d[:8]), binary.LittleEndian.Uint64(d[8:16])
-	for _, s := range [2]*atomic.Pointer[entryRef]{&m.refs[a&(memoSlots-1)], &m.refs[b&(memoSlots-1)]} {
-		if e := s.Load(); e != nil && e.loc.Digest() == d && bytes.Equal(e.gen, gen) {
-			return *e, true
-		}
-	}
-	return entryRef{}, false
-}
-
-func (m *keyMemo) storeRef(ref entryRef) {
-	d := ref.loc.Digest()
-	a, b := binary.LittleEndian.Uint64(d[:8]), binary.LittleEndian.Uint64(d[8:16])
-	store(&m.refs[a&(memoSlots-1)], &m.refs[b&(memoSlots-1)], &ref)
-}
-
-// store puts e in an empty candidate slot, else in one chosen at random (a
-// fixed choice would let two items evict each other forever).
-func store[T any](a, b *atomic.Pointer[T], e *T) {
-	switch {
-	case a.Load() == nil:
-		a.Store(e)
-	case b.Load() == nil:
-		b.Store(e)
-	case rand.Uint32()&1 == 0:
-		a.Store(e)
-	default:
-		b.Store(e)
-	}
+	n := copy(buf[:], d[:])
+	n += copy(buf[n:], gen)
+	return maphash.Bytes(m.seed1, buf[:n]), maphash.Bytes(m.seed2, buf[:n]), true
 }

@@ -56,7 +56,7 @@ func TestKeyMemoAnswersLikeTheKeyBuilder(t *testing.T) {
 	}
 	gens := [][]byte{[]byte("0123456789abcdef"), []byte("fedcba9876543210")}
 	for round := range 3 {
-		for i := range 3 * memoSlots {
+		for i := range 3 << memoBits {
 			key := Parts("sku", strings.Repeat("k", i%7), string(rune('a'+i%26)), strings.Repeat("z", i%600)) // some beyond memoMaxInput
 			loc, err := in.c.locate(ctx, rg, key)
 			require.NoError(t, err)

@@ -3,12 +3,11 @@ package keys
 import (
 	"encoding/binary"
 	"hash/maphash"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/caphost/caphost/runtime/internal/hashslot"
+	"github.com/caphost/caphost/runtime/keys/memo"
 )
 
 // Prepared is a Spec without its parts, validated and partly rendered once,
@@ -32,10 +31,10 @@ type Prepared struct {
 	memo *buildMemo
 }
 
-// memoSlots is the number of builds a Prepared remembers (a power of two):
-// at most memoSlots entries of one key text each, about 150 KiB for a rate
+// memoBits sizes the builds a Prepared remembers, 1<<memoBits = 512: at
+// most that many entries of one key text each, about 150 KiB for a rate
 // policy's two keys.
-const memoSlots = 512
+const memoBits = 9
 
 // memoMaxInput bounds the encoded parts a build may be remembered for:
 // larger encodings (long or many parts, rare for subjects) are digested
@@ -52,18 +51,17 @@ const memoMaxInput = 256
 // random. It needs no lock and no eviction bookkeeping, and never grows.
 type buildMemo struct {
 	seed1, seed2 maphash.Seed
-	slots        [memoSlots]atomic.Pointer[memoEntry]
+	builds       *memo.Table[memoEntry]
 }
 
-// memoEntry is one remembered build; immutable once published.
+// memoEntry is one remembered build.
 type memoEntry struct {
-	h1, h2 uint64
-	all    string // every key's text, in kind order
-	slot   uint16
+	all  string // every key's text, in kind order
+	slot uint16
 }
 
 func newBuildMemo() *buildMemo {
-	return &buildMemo{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	return &buildMemo{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), builds: memo.New[memoEntry](memoBits)}
 }
 
 // hash returns the memo hashes of parts and whether they may be memoized.
@@ -131,7 +129,7 @@ func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	}
 	h1, h2, memoize := p.memo.hash(parts)
 	if memoize {
-		if e := p.memo.lookup(h1, h2); e != nil {
+		if e, ok := p.memo.builds.Lookup(h1, h2); ok {
 			return p.appendFrom(dst, e.all, e.slot), nil
 		}
 	}
@@ -152,36 +150,9 @@ func (p *Prepared) AppendKeys(dst []Key, parts [][]byte) ([]Key, error) {
 	// Every key carries the same tag, hence the same slot.
 	hs := hashslot.Of(all[:len(p.prefix)+SlotTagLen+1])
 	if memoize {
-		p.memo.store(&memoEntry{h1: h1, h2: h2, all: all, slot: hs})
+		p.memo.builds.Store(h1, h2, memoEntry{all: all, slot: hs})
 	}
 	return p.appendFrom(dst, all, hs), nil
-}
-
-// lookup returns the remembered build with hashes h1 and h2, or nil.
-func (m *buildMemo) lookup(h1, h2 uint64) *memoEntry {
-	if e := m.slots[h1&(memoSlots-1)].Load(); e != nil && e.h1 == h1 && e.h2 == h2 {
-		return e
-	}
-	if e := m.slots[h2&(memoSlots-1)].Load(); e != nil && e.h1 == h1 && e.h2 == h2 {
-		return e
-	}
-	return nil
-}
-
-// store remembers e in an empty candidate slot, else in one chosen at
-// random (a fixed choice would let two subjects evict each other forever).
-func (m *buildMemo) store(e *memoEntry) {
-	a, b := &m.slots[e.h1&(memoSlots-1)], &m.slots[e.h2&(memoSlots-1)]
-	switch {
-	case a.Load() == nil:
-		a.Store(e)
-	case b.Load() == nil:
-		b.Store(e)
-	case rand.Uint32()&1 == 0:
-		a.Store(e)
-	default:
-		b.Store(e)
-	}
 }
 
 // appendFrom appends the keys whose text, in kind order, is all.

@@ -165,7 +165,7 @@ func TestPreparedMemo(t *testing.T) {
 	p, err := b.Prepare(s, "bucket", "dedup")
 	require.NoError(t, err)
 	r := rand.New(rand.NewPCG(5, 6))
-	subjects := make([][][]byte, 4*memoSlots)
+	subjects := make([][][]byte, 4*p.memo.builds.Size())
 	for i := range subjects {
 		subjects[i] = [][]byte{[]byte("tenant"), []byte("personal-" + strconv.Itoa(i))}
 	}
@@ -178,17 +178,15 @@ func TestPreparedMemo(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, "%q", parts)
 	}
-	used := 0
-	for i := range p.memo.slots {
-		e := p.memo.slots[i].Load()
-		if e == nil {
-			continue
-		}
+	used, slots := 0, p.memo.builds.Size()
+	p.memo.builds.Range(func(e memoEntry) bool {
 		used++
 		assert.NotContains(t, e.all, "personal-")
-	}
-	assert.LessOrEqual(t, used, memoSlots)
-	assert.Greater(t, used, memoSlots*3/4, "a working set larger than the memo fills most slots")
+		return true
+	})
+	assert.Equal(t, 512, slots)
+	assert.LessOrEqual(t, used, slots)
+	assert.Greater(t, used, slots*3/4, "a working set larger than the memo fills most slots")
 }
 
 // A working set well below the memo's size stays remembered: with two
@@ -215,7 +213,7 @@ func TestPreparedMemoKeepsSmallWorkingSet(t *testing.T) {
 		for _, parts := range subjects {
 			h1, h2, ok := p.memo.hash(parts)
 			require.True(t, ok)
-			if p.memo.lookup(h1, h2) == nil {
+			if _, ok := p.memo.builds.Lookup(h1, h2); !ok {
 				missing++
 			}
 		}
@@ -234,8 +232,8 @@ func TestPreparedMemoNeedsBothHashes(t *testing.T) {
 	h1, h2, ok := p.memo.hash(parts)
 	require.True(t, ok)
 	bogus := mustBuild(t, b, s, [][]byte{[]byte("tenant"), []byte("t-2")}).Redis()
-	p.memo.slots[h1&(memoSlots-1)].Store(&memoEntry{h1: h1, h2: h2 ^ 1, all: bogus})
-	p.memo.slots[h2&(memoSlots-1)].Store(&memoEntry{h1: h1 ^ 1, h2: h2, all: bogus})
+	p.memo.builds.Store(h1, h2^1, memoEntry{all: bogus})
+	p.memo.builds.Store(h1^1, h2, memoEntry{all: bogus})
 	got, err := p.AppendKeys(nil, parts)
 	require.NoError(t, err)
 	assert.Equal(t, mustBuild(t, b, s, parts), got[0])
