@@ -156,6 +156,9 @@ type regionMetrics struct {
 
 // guestErr counts a guest failure an operation ended with.
 func (r *regionMetrics) guestErr(err error) {
+	if err == nil {
+		return // errors.As's target escapes: an allocation per successful call
+	}
 	var ce *CodecError
 	if errors.As(err, &ce) {
 		r.guestFailure(ce.Op)
