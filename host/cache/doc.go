@@ -18,7 +18,8 @@
 // and the codec's versions, and answers one of a closed set of outcomes:
 // Hit (FRESH or STALE), NegativeHit, Miss (ABSENT, EXPIRED, INVALIDATED),
 // IncompatibleSchema, Unavailable. A corrupt entry or a codec failure is an
-// error and quarantines the entry — never a miss. Regions that allow it
+// error — never a miss; a corrupt entry, or one the codec guest crashed on,
+// is quarantined, while a slow or overloaded guest leaves it in place. Regions that allow it
 // keep an in-process L1 (host/cache/l1) kept coherent by authenticated
 // invalidation hints on Pub/Sub (host/cache/hint); while the hint
 // subscription is down, L1 is flushed and not used.

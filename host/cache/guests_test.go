@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"testing"
@@ -45,6 +46,14 @@ func (g *testGuests) ModulesOfKind(k abi.Kind) []string { return slices.Clone(g.
 // through a Manager with every check (self-test, conformance) on.
 func loadGuests(t testing.TB, mods map[string]string) *testGuests {
 	t.Helper()
+	// A generous call deadline: a loaded test machine must not turn a
+	// correct guest into a deadline failure.
+	return loadGuestsWith(t, mods, plugins.Limits{CallTimeout: 5 * time.Second})
+}
+
+// loadGuestsWith loads mods (module name → test guest) with lim.
+func loadGuestsWith(t testing.TB, mods map[string]string, lim plugins.Limits) *testGuests {
+	t.Helper()
 	ctx := context.Background()
 	eng, err := plugins.NewEngine(plugins.Config{CacheDir: th.CacheDir})
 	require.NoError(t, err)
@@ -58,9 +67,7 @@ func loadGuests(t testing.TB, mods map[string]string) *testGuests {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		// A generous call deadline: a loaded test machine must not turn a
-		// correct guest into a deadline failure.
-		require.NoError(t, g.mgr.Load(ctx, n, th.Wasm(mods[n]), plugins.Limits{CallTimeout: 5 * time.Second}))
+		require.NoError(t, g.mgr.Load(ctx, n, th.Wasm(mods[n]), lim))
 		require.NoError(t, g.mgr.Use(ctx, n, func(m plugins.Guest) error {
 			for _, k := range m.Description().Kinds {
 				g.mods[k] = append(g.mods[k], n)
@@ -232,6 +239,58 @@ func TestIncompatibleSchemaIsNeverAMiss(t *testing.T) {
 	lk, err = tr.Lookup(ctx, trap)
 	require.NoError(t, err)
 	assert.Equal(t, Miss, lk.Kind, "the trapping entry was quarantined")
+}
+
+// TestSlowCodecKeepsTheEntry: a codec guest that runs into its deadline
+// fails the lookup closed, but the entry stays: a deadline is the host's
+// load, not the bytes' fault (quarantining then turned a slow guest into
+// MISS INVALIDATED for every reader of a hot key). Once the guest is fast
+// again the same entry is a hit.
+func TestSlowCodecKeepsTheEntry(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clk := newClock()
+	slow := loadGuestsWith(t, map[string]string{"codec": "trapcodec", "regions": "cache-region"},
+		plugins.Limits{CallTimeout: 50 * time.Millisecond})
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), clk, slow)
+	r := in.region(t, "products")
+	ctx, key := ctxT(t), Attrs(Attr{"key", "spin"})
+	stored := productEnvelope(clk, 2, `{"id":"spin-1","name":"Lamp","price_cents":1999,"currency":"EUR"}`)
+	rawPut(t, in, "products", key, stored)
+
+	for range 3 {
+		lk, err := r.Lookup(ctx, key)
+		var ce *CodecError
+		require.ErrorAs(t, err, &ce, "a guest past its deadline fails closed, never a miss (got %v)", lk.Kind)
+		assert.ErrorIs(t, err, plugins.ClassDeadline)
+	}
+	assert.Equal(t, 3.0, metric(t, in.reg, "caphost_cache_guest_failures_total", map[string]string{"region": "products", "op": "decode"}))
+	assert.Zero(t, metric(t, in.reg, "caphost_cache_quarantines_total", map[string]string{"region": "products", "reason": "codec-failure"}))
+	assert.Equal(t, stored.Payload, rawGet(t, in, "products", key).Payload, "the entry is untouched")
+
+	// The same bytes through a guest that decodes them: still a hit.
+	fast := loadGuests(t, map[string]string{"codec": "codec", "regions": "cache-region"})
+	fin := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, guestConfig(), clk, fast)
+	lk, err := fin.region(t, "products").Lookup(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, Hit, lk.Kind)
+}
+
+// TestPoisonedClasses pins which guest failures quarantine an entry: those
+// the stored bytes cause on every read, never those of the host's load or
+// lifecycle.
+func TestPoisonedClasses(t *testing.T) {
+	poison := []plugins.Class{plugins.ClassTrap, plugins.ClassMemory, plugins.ClassOutputTooLarge,
+		plugins.ClassMalformedOutput, plugins.ClassHostCallLimit, plugins.ClassBadHostCall}
+	all := []plugins.Class{plugins.ClassTrap, plugins.ClassDeadline, plugins.ClassCanceled, plugins.ClassMemory,
+		plugins.ClassOutputTooLarge, plugins.ClassMalformedOutput, plugins.ClassInputTooLarge, plugins.ClassHostCallLimit,
+		plugins.ClassBadHostCall, plugins.ClassABIMismatch, plugins.ClassForbiddenImport, plugins.ClassInvalidModule,
+		plugins.ClassInvalidDescription, plugins.ClassNotDeclared, plugins.ClassPoolTimeout, plugins.ClassClosed}
+	for _, c := range all {
+		err := &CodecError{Region: "r", Op: "decode", Err: &plugins.GuestError{Module: "m", Class: c}}
+		assert.Equal(t, slices.Contains(poison, c), poisoned(err), "class %s", c)
+	}
+	assert.False(t, poisoned(&CodecError{Region: "r", Op: "decode", Err: abi.CodeInternal}), "a status the guest chose")
+	assert.False(t, poisoned(errors.New("other")))
 }
 
 // TestQuarantineAndReload: with the quarantine-and-reload policy an

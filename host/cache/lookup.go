@@ -8,6 +8,7 @@ import (
 
 	"github.com/caphost/caphost/host/cache/envelope"
 	"github.com/caphost/caphost/host/cache/l1"
+	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/certainty"
@@ -76,7 +77,8 @@ func (o observation) condition() programs.CacheObservation {
 // fresh copy, else from Redis in one round trip (the shard's generation
 // and at most the region's bound of the entry). Errors are caller mistakes
 // (ErrUnknownRegion, ErrInvalidKey), codec and programming errors
-// (ErrCorrupt, *CodecError: the entry is quarantined) and ctx's; an
+// (ErrCorrupt, *CodecError: an entry the guest crashed on is quarantined)
+// and ctx's; an
 // outage is the Unavailable outcome, never an error and never a miss.
 func (r *Region) Lookup(ctx context.Context, key Key) (Lookup, error) {
 	rg, err := r.current()
@@ -366,8 +368,7 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		c.quarantine(ctx, r, obs, "payload")
 		return Lookup{}, nil, corrupt("the region's codec cannot read the payload")
 	case err != nil:
-		var ce *CodecError
-		if errors.As(err, &ce) && ctx.Err() == nil {
+		if poisoned(err) && ctx.Err() == nil {
 			c.quarantine(ctx, r, obs, "codec-failure")
 		}
 		return Lookup{}, nil, err
@@ -381,6 +382,31 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		c.rewrite(r, obs, env, value)
 	}
 	return lk, &l1Entry{value: slices.Clone(value), rev: lk.SourceRevision, written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt}, nil
+}
+
+// poisoned reports whether a decode failure is the stored bytes' doing: the
+// guest ran on them and trapped, ran out of memory or answered outside the
+// ABI, which it will do again on every read. Only those quarantine the
+// entry. A deadline, a full pool, a cancelled caller or a closed module
+// says nothing about the bytes (a loaded host meets them on healthy
+// entries), and a status the guest chose is not a verdict on them either:
+// quarantining then would turn a slow guest into invalidations of hot
+// entries across the fleet.
+func poisoned(err error) bool {
+	var ce *CodecError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var ge *plugins.GuestError
+	if !errors.As(ce.Err, &ge) {
+		return false
+	}
+	switch ge.Class {
+	case plugins.ClassTrap, plugins.ClassMemory, plugins.ClassOutputTooLarge, plugins.ClassMalformedOutput,
+		plugins.ClassHostCallLimit, plugins.ClassBadHostCall:
+		return true
+	}
+	return false
 }
 
 // incompatible is the IncompatibleSchema outcome under r's policy.

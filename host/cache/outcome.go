@@ -239,8 +239,10 @@ var (
 // canonicaliser: a trap, a deadline, invalid output or an internal status.
 // It is a programming error for that operation, which fails closed (never a
 // miss, never a silent source load) and is counted
-// (caphost_cache_guest_failures_total{op}); a decode failure also
-// quarantines the entry it could not read. A failing admission predicate
+// (caphost_cache_guest_failures_total{op}); a decode on which the guest
+// trapped, ran out of memory or broke the ABI also quarantines the entry (it
+// would fail the same way on every read), while a deadline, a full pool or a
+// closed module leaves the entry in place. A failing admission predicate
 // is not an error: the value is not stored (NOT_RECORDED_PROVIDER_POLICY)
 // and the failure is counted. Err is the *plugins.GuestError or
 // *abi.StatusError.

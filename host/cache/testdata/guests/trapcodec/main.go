@@ -2,9 +2,10 @@
 // conformance suite and then fails on one input: it declares the
 // reference codec's "product" schema (v2, reads v1 and v2), stores JSON
 // objects as they are, answers corrupt for anything that is not JSON, and
-// panics (a trap) when it decodes a payload containing "trap". The cache
-// must fail that lookup closed, quarantine the entry and count it — never
-// answer a miss.
+// panics (a trap) when it decodes a payload containing "trap", and spins
+// until its deadline on one containing "spin". The cache must fail both
+// lookups closed and count them — never answer a miss — and quarantine
+// only the entry the guest crashed on: a deadline is not the bytes' fault.
 package main
 
 import (
@@ -38,7 +39,15 @@ func decode(_ uint32, p []byte) ([]byte, error) {
 		var m map[string]int
 		m["trap"]++ // nil map write: a Go panic, a wasm trap
 	}
+	if bytes.Contains(p, []byte("spin")) {
+		for spin(p) {
+		}
+	}
 	return p, nil
 }
+
+// spin is true for as long as the host lets the guest run; a call the
+// compiler cannot prove constant keeps the loop in the module.
+func spin(p []byte) bool { return len(p) > 0 }
 
 func main() {}
