@@ -2,13 +2,12 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/caphost/caphost/host/owner"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/keys"
@@ -25,8 +24,6 @@ import (
 
 // Concurrency bounds.
 const (
-	// ownerTokenBytes is the entropy of an owner token (128 bits).
-	ownerTokenBytes = 16
 	// concurrencyKind is the key kind of a permit set.
 	concurrencyKind = "concurrency"
 	// DefaultReleaseTimeout bounds a release whose context is already done
@@ -61,55 +58,22 @@ var (
 )
 
 // OwnerToken is the secret that proves ownership of a permit: whoever holds
-// it can renew and release that permit, nobody else can. The host mints it
-// from crypto/rand; it never appears in logs, metrics, keys or errors, and
-// every formatting path (fmt, slog, encoding/json) prints it redacted. Only
-// Reveal returns it, for handing it to the permit's owner.
-type OwnerToken struct{ v string }
+// it can renew and release that permit, nobody else can. It is the host's
+// one owner token type (host/owner): minted from crypto/rand, redacted by
+// every formatting path; only Reveal returns it.
+type OwnerToken = owner.Token
 
-// newOwnerToken mints 128 random bits, lower-case hex.
-func newOwnerToken() OwnerToken {
-	var b [ownerTokenBytes]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return OwnerToken{v: hex.EncodeToString(b[:])}
-}
+func newOwnerToken() OwnerToken { return owner.New() }
 
 // ParseOwnerToken accepts exactly the form the host mints (32 lower-case
 // hex digits), so a client cannot choose a weak or oversized token.
 func ParseOwnerToken(s string) (OwnerToken, error) {
-	if len(s) != 2*ownerTokenBytes {
+	t, err := owner.Parse(s)
+	if err != nil {
 		return OwnerToken{}, ErrInvalidOwnerToken
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return OwnerToken{}, ErrInvalidOwnerToken
-		}
-	}
-	return OwnerToken{v: s}, nil
+	return t, nil
 }
-
-// Reveal returns the token itself: give it to the permit's owner, never to
-// a log.
-func (t OwnerToken) Reveal() string { return t.v }
-
-// IsZero reports whether t is the zero token (no permit).
-func (t OwnerToken) IsZero() bool { return t.v == "" }
-
-// String redacts the token.
-func (OwnerToken) String() string { return "ratelimit.OwnerToken(***)" }
-
-// GoString redacts the token (%#v).
-func (t OwnerToken) GoString() string { return t.String() }
-
-// Format redacts the token for every fmt verb.
-func (t OwnerToken) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(t.String())) }
-
-// LogValue redacts the token in slog.
-func (OwnerToken) LogValue() slog.Value { return slog.StringValue("***") }
-
-// MarshalJSON redacts the token: a struct that embeds it by accident
-// cannot leak it. Use Reveal to send it on purpose.
-func (OwnerToken) MarshalJSON() ([]byte, error) { return []byte(`"***"`), nil }
 
 // ConcurrencyOp is the operation an outcome is about.
 type ConcurrencyOp uint8
@@ -472,7 +436,7 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, req ConcurrencyRequest
 	}
 	owner := newOwnerToken()
 	p := pp.pol
-	call := programs.PermitAcquireRequest{PolicyRevision: p.Revision, MaxPermits: p.Parameters.Limit, Owner: []byte(owner.v),
+	call := programs.PermitAcquireRequest{PolicyRevision: p.Revision, MaxPermits: p.Parameters.Limit, Owner: []byte(owner.Reveal()),
 		TTL: ttl, MaxClockStep: p.MaxClockStep, CleanupGrace: p.CleanupGrace}
 	// Validity is measured from before the first send: whichever attempt
 	// applied, the permit lasts at least ttl from here (§22.8).
@@ -542,7 +506,7 @@ func (c *ConcurrencyLimiter) renew(ctx context.Context, pp permitPolicy, owner O
 	if ctx.Err() != nil {
 		return c.fail(OpRenew, p, Unavailable, CategoryDeadline, certainty.UnavailableBeforeSend), time.Time{}
 	}
-	call := programs.PermitRenewRequest{PolicyRevision: p.Revision, Owner: []byte(owner.v), TTL: ttl,
+	call := programs.PermitRenewRequest{PolicyRevision: p.Revision, Owner: []byte(owner.Reveal()), TTL: ttl,
 		MaxClockStep: p.MaxClockStep, CleanupGrace: p.CleanupGrace}
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitRenewResult, error) {
@@ -599,7 +563,7 @@ func (c *ConcurrencyLimiter) release(ctx context.Context, pp permitPolicy, owner
 	if ctx.Err() != nil {
 		return c.fail(OpRelease, p, Unavailable, CategoryDeadline, certainty.UnavailableBeforeSend)
 	}
-	call := programs.PermitReleaseRequest{PolicyRevision: p.Revision, Owner: []byte(owner.v), MaxClockStep: p.MaxClockStep}
+	call := programs.PermitReleaseRequest{PolicyRevision: p.Revision, Owner: []byte(owner.Reveal()), MaxClockStep: p.MaxClockStep}
 	return callPermit(ctx, c, func(ctx context.Context) (programs.PermitReleaseResult, error) {
 		return c.lim.exec.RateConcurrencyRelease(ctx, pp.key, call)
 	}, func(r programs.PermitReleaseResult, err error, retried bool) ConcurrencyOutcome {
