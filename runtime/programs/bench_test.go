@@ -129,3 +129,66 @@ func BenchmarkCachePut(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLease runs each lease program's common path on one private
+// server, both modes, and reports the server's time per call (INFO
+// commandstats usec per EVALSHA, FCALL or FCALL_RO, reset before each case).
+// "acquire+release" alternates the two writes on a free lease.
+func BenchmarkLease(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	require.NoError(b, Deploy(ctx, cat, s.Admin()))
+	k := leaseKey(b, testBuilder(b), "bench-lease")
+	held := LeaseAttempt{Owner: []byte("owner-token-0123456789abcdef"), OperationID: []byte("operation-0001")}
+	other := LeaseAttempt{Owner: []byte("owner-token-fedcba9876543210"), OperationID: []byte("operation-0002")}
+	client := standaloneClient(b, s)
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(b, err)
+		cases := []struct {
+			name, command string
+			call          func(i int) error
+		}{
+			{"acquire+release", "evalsha", func(i int) error {
+				if i%2 == 0 {
+					_, err := e.LeaseAcquire(ctx, k, held, time.Minute)
+					return err
+				}
+				_, err := e.LeaseRelease(ctx, k, held)
+				return err
+			}},
+			{"replay", "evalsha", func(int) error { _, err := e.LeaseAcquire(ctx, k, held, time.Minute); return err }},
+			{"contended", "evalsha", func(int) error { _, err := e.LeaseAcquire(ctx, k, other, time.Minute); return err }},
+			{"renew", "evalsha", func(int) error { _, err := e.LeaseRenew(ctx, k, held, time.Minute); return err }},
+			{"inspect", "evalsha", func(int) error { _, err := e.LeaseInspect(ctx, k, held); return err }},
+		}
+		for _, c := range cases {
+			command := c.command
+			if mode == policy.ProgramsFunctionsProvisioned {
+				command = "fcall"
+				if c.name == "inspect" {
+					command = "fcall_ro"
+				}
+			}
+			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
+				require.NoError(b, s.Admin().Del(ctx, k.Redis()).Err())
+				if c.name != "acquire+release" {
+					_, err := e.LeaseAcquire(ctx, k, held, time.Hour)
+					require.NoError(b, err)
+				}
+				require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if err := c.call(i); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				b.ReportMetric(s.MicrosPerCall(b, command), "server-µs/op")
+			})
+		}
+	}
+}

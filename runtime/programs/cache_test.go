@@ -451,13 +451,7 @@ func TestCachePutRepeatAfterRealTimeout(t *testing.T) {
 	cat := mustCatalog(t)
 	require.NoError(t, Deploy(ctx, cat, s.Admin()))
 	require.NoError(t, LoadScripts(ctx, cat, s.Admin()))
-	proxy := redistest.NewProxy(t, s.Addr())
-	user, pass := s.AdminUser()
-	c := redis.NewClient(&redis.Options{
-		Addr: proxy.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1, PoolSize: 2,
-		DialTimeout: 2 * time.Second, ReadTimeout: 200 * time.Millisecond, WriteTimeout: time.Second,
-	})
-	t.Cleanup(func() { _ = c.Close() })
+	c, proxy := proxiedClient(t, s)
 	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
 		t.Run(string(mode), func(t *testing.T) {
 			e, err := NewExecutor(cat, mode, c)

@@ -31,6 +31,11 @@
 // revision is newer; it reads the host/cache/envelope headers. The lookup's
 // read needs no program (runtime.Deployment.ReadScoped).
 //
+// The lease programs (lease-acquire/inspect/renew/release-v1) keep an
+// efficiency lease as one attempt envelope (owner token + operation id) with
+// a PX TTL: a replay of the same attempt reports the server's remaining TTL,
+// renew and release act only for the attempt that holds the lease.
+//
 // A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
 // while the script lane is busy as one pipeline, each call keeping its own
 // atomicity, reply and certainty.

@@ -59,11 +59,25 @@ func vectorKeys(t testing.TB, b *keys.Builder, tag string, n int) []keys.Key {
 // other program two keys of the cache entry group.
 func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key {
 	t.Helper()
-	if program == "cache-put-v2" {
+	switch {
+	case program == "cache-put-v2":
 		f := shardedEntry(t, b, tag)
 		return []keys.Key{f.anchor(), f.entry(t, []byte("vector-scope"))}
+	case strings.HasPrefix(program, "lease-"):
+		// One lease owner key; it stands again as a second key (the same
+		// slot on Cluster) only to prove that a second key is refused.
+		k := leaseKey(t, b, tag)
+		return []keys.Key{k, k}
 	}
 	return vectorKeys(t, b, tag, 2)
+}
+
+// leaseKey builds the efficiency lease owner key of one resource.
+func leaseKey(t testing.TB, b *keys.Builder, resource string) keys.Key {
+	t.Helper()
+	k, err := b.Build(keys.Spec{Capability: keys.CapLease, Region: "jobs", KeyVersion: 1, Kind: "owner", Parts: [][]byte{[]byte(resource)}})
+	require.NoError(t, err)
+	return k
 }
 
 // shardFamily is one located resource of a sharded cache region: its
@@ -172,6 +186,21 @@ func standaloneClient(t testing.TB, s *redistest.Server) *redis.Client {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// proxiedClient returns a client that reaches s through a fault-injecting
+// proxy, with a 200 ms read timeout so that a reply the proxy holds back
+// (Stall: the command reached Redis) times out quickly: INDETERMINATE.
+func proxiedClient(t testing.TB, s *redistest.Server) (*redis.Client, *redistest.Proxy) {
+	t.Helper()
+	proxy := redistest.NewProxy(t, s.Addr())
+	user, pass := s.AdminUser()
+	c := redis.NewClient(&redis.Options{
+		Addr: proxy.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1, PoolSize: 2,
+		DialTimeout: 2 * time.Second, ReadTimeout: 200 * time.Millisecond, WriteTimeout: time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, proxy
 }
 
 func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {

@@ -396,6 +396,14 @@ func facadeStatuses(id string) []statusDef {
 		return generationInitStatuses()
 	case "set-if-absent-with-ttl-v1":
 		return setIfAbsentStatuses()
+	case "lease-acquire-v1":
+		return leaseAcquireStatuses()
+	case "lease-inspect-v1":
+		return leaseInspectStatuses()
+	case "lease-renew-v1":
+		return leaseRenewStatuses()
+	case "lease-release-v1":
+		return leaseReleaseStatuses()
 	case "rate-concurrency-acquire-v1":
 		return permitAcquireStatuses()
 	case "rate-concurrency-renew-v1":

@@ -138,6 +138,9 @@ func facades() map[string]facadeCall {
 	for id, f := range rateFacades() {
 		m[id] = f
 	}
+	for id, f := range leaseFacades() {
+		m[id] = f
+	}
 	return m
 }
 

@@ -1,0 +1,375 @@
+package programs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// MaxLeaseTTL is the longest TTL the lease programs accept (the catalog's
+// maxTtlMillis, 30 days).
+const MaxLeaseTTL = 2_592_000_000 * time.Millisecond
+
+// LeaseAttempt identifies one acquisition attempt of an efficiency or a
+// fenced lease: the owner token and the operation id. The caller mints both
+// before the first send (the owner token from a secure random source) and
+// reuses them to repeat, inspect, renew and release; a retry after a lost
+// reply with a new token would contend with itself. The stored lease names
+// the attempt, so a repeat of the same attempt is told apart from the same
+// owner under another operation.
+type LeaseAttempt struct {
+	// Owner is the owner token, 1..128 bytes.
+	Owner []byte
+	// OperationID is the operation the lease is for, 1..128 bytes.
+	OperationID []byte
+}
+
+// LeaseAcquireStatus is the status enum of lease-acquire-v1.
+type LeaseAcquireStatus uint8
+
+// Statuses of lease-acquire-v1 (codes as in the manifest).
+const (
+	// LeaseAcquired is ACQUIRED (code 1, APPLIED): the lease was free and
+	// is now held by the attempt for the TTL sent.
+	LeaseAcquired LeaseAcquireStatus = iota + 1
+	// LeaseReplayedSameOperation is REPLAYED_SAME_OPERATION (code 2,
+	// APPLIED): the attempt already holds the lease (a repeat after a lost
+	// reply); the TTL was not extended and PTTL is what remains of it.
+	LeaseReplayedSameOperation
+	// LeaseContended is CONTENDED (code 3, CONFLICT): another owner holds
+	// the lease; PTTL (RetryAfter) is what remains of it.
+	LeaseContended
+	// LeaseOwnerOperationConflict is OWNER_OPERATION_CONFLICT (code 4,
+	// CONFLICT): the same owner holds the lease for another operation.
+	LeaseOwnerOperationConflict
+	// LeaseAcquireWrongType is WRONG_TYPE (code 5, REJECTED): the key holds
+	// another type, a string that is no lease envelope, or an envelope
+	// without a TTL.
+	LeaseAcquireWrongType
+	// LeaseAcquireInvalid is INVALID (code 6, REJECTED).
+	LeaseAcquireInvalid
+)
+
+func leaseAcquireStatuses() []statusDef {
+	return []statusDef{
+		{"ACQUIRED", certainty.Applied},
+		{"REPLAYED_SAME_OPERATION", certainty.Applied},
+		{"CONTENDED", certainty.Conflict},
+		{"OWNER_OPERATION_CONFLICT", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s LeaseAcquireStatus) String() string { return statusName(leaseAcquireStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s LeaseAcquireStatus) Outcome() certainty.Outcome {
+	return statusOutcome(leaseAcquireStatuses(), uint8(s))
+}
+
+// LeaseInspectStatus is the status enum of lease-inspect-v1.
+type LeaseInspectStatus uint8
+
+// Statuses of lease-inspect-v1 (codes as in the manifest).
+const (
+	// LeaseOwned is OWNED (code 1, APPLIED): the attempt holds the lease.
+	LeaseOwned LeaseInspectStatus = iota + 1
+	// LeaseInspectAbsent is ABSENT (code 2, NOT_APPLIED): nobody holds it.
+	LeaseInspectAbsent
+	// LeaseInspectNotOwner is NOT_OWNER (code 3, CONFLICT): another owner
+	// holds it.
+	LeaseInspectNotOwner
+	// LeaseInspectOwnerOperationConflict is OWNER_OPERATION_CONFLICT (code
+	// 4, CONFLICT): the same owner holds it for another operation.
+	LeaseInspectOwnerOperationConflict
+	// LeaseInspectWrongType is WRONG_TYPE (code 5, REJECTED).
+	LeaseInspectWrongType
+	// LeaseInspectInvalid is INVALID (code 6, REJECTED).
+	LeaseInspectInvalid
+)
+
+func leaseInspectStatuses() []statusDef {
+	return []statusDef{
+		{"OWNED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"OWNER_OPERATION_CONFLICT", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s LeaseInspectStatus) String() string { return statusName(leaseInspectStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s LeaseInspectStatus) Outcome() certainty.Outcome {
+	return statusOutcome(leaseInspectStatuses(), uint8(s))
+}
+
+// LeaseRenewStatus is the status enum of lease-renew-v1.
+type LeaseRenewStatus uint8
+
+// Statuses of lease-renew-v1 (codes as in the manifest).
+const (
+	// LeaseRenewed is RENEWED (code 1, APPLIED): the lease's TTL is now the
+	// TTL sent.
+	LeaseRenewed LeaseRenewStatus = iota + 1
+	// LeaseRenewAbsent is ABSENT (code 2, NOT_APPLIED): the lease expired
+	// or was released; the attempt has lost it.
+	LeaseRenewAbsent
+	// LeaseRenewNotOwner is NOT_OWNER (code 3, CONFLICT): another attempt
+	// (another owner, or the same owner under another operation) holds it;
+	// the attempt has lost it.
+	LeaseRenewNotOwner
+	// LeaseRenewWrongType is WRONG_TYPE (code 4, REJECTED).
+	LeaseRenewWrongType
+	// LeaseRenewInvalid is INVALID (code 5, REJECTED).
+	LeaseRenewInvalid
+)
+
+func leaseRenewStatuses() []statusDef {
+	return []statusDef{
+		{"RENEWED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s LeaseRenewStatus) String() string { return statusName(leaseRenewStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s LeaseRenewStatus) Outcome() certainty.Outcome {
+	return statusOutcome(leaseRenewStatuses(), uint8(s))
+}
+
+// LeaseReleaseStatus is the status enum of lease-release-v1.
+type LeaseReleaseStatus uint8
+
+// Statuses of lease-release-v1 (codes as in the manifest).
+const (
+	// LeaseReleased is RELEASED (code 1, APPLIED).
+	LeaseReleased LeaseReleaseStatus = iota + 1
+	// LeaseReleaseAbsent is ABSENT (code 2, NOT_APPLIED): already gone (the
+	// desired absence holds).
+	LeaseReleaseAbsent
+	// LeaseReleaseNotOwner is NOT_OWNER (code 3, CONFLICT): another attempt
+	// holds the lease, which stays.
+	LeaseReleaseNotOwner
+	// LeaseReleaseWrongType is WRONG_TYPE (code 4, REJECTED).
+	LeaseReleaseWrongType
+	// LeaseReleaseInvalid is INVALID (code 5, REJECTED).
+	LeaseReleaseInvalid
+)
+
+func leaseReleaseStatuses() []statusDef {
+	return []statusDef{
+		{"RELEASED", certainty.Applied},
+		{"ABSENT", certainty.NotApplied},
+		{"NOT_OWNER", certainty.Conflict},
+		{"WRONG_TYPE", certainty.Rejected},
+		{"INVALID", certainty.Rejected},
+	}
+}
+
+// String returns the manifest name of the status.
+func (s LeaseReleaseStatus) String() string { return statusName(leaseReleaseStatuses(), uint8(s)) }
+
+// Outcome returns the certainty the status reports.
+func (s LeaseReleaseStatus) Outcome() certainty.Outcome {
+	return statusOutcome(leaseReleaseStatuses(), uint8(s))
+}
+
+// LeaseAcquireResult is the result of lease-acquire-v1.
+type LeaseAcquireResult struct {
+	Status LeaseAcquireStatus
+	// ServerNowMillis is 0: the program reads no clock.
+	ServerNowMillis int64
+	// PTTL is the lease's remaining TTL on the server: the TTL sent on
+	// ACQUIRED, what is left of it on REPLAYED_SAME_OPERATION (a replay
+	// does not extend it, so validity must be computed from this, not from
+	// the TTL of the first attempt), the holder's remaining TTL on
+	// CONTENDED and OWNER_OPERATION_CONFLICT; 0 otherwise.
+	PTTL time.Duration
+}
+
+// Outcome returns the certainty of the call.
+func (r LeaseAcquireResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// RetryAfter is the wait until the contended lease expires (the holder's
+// PTTL) on CONTENDED, else 0.
+func (r LeaseAcquireResult) RetryAfter() time.Duration {
+	if r.Status == LeaseContended {
+		return r.PTTL
+	}
+	return 0
+}
+
+// LeaseAcquire acquires the efficiency lease for attempt with ttl, or
+// reports who holds it. It never waits: a bounded wait is the caller's
+// backoff on RetryAfter. Repeating the same attempt after a timeout is safe
+// (REPLAYED_SAME_OPERATION with the remaining PTTL).
+func (e *Executor) LeaseAcquire(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
+	const id = "lease-acquire-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, millis(ttl), attempt.OperationID)
+	if err != nil {
+		return LeaseAcquireResult{}, err
+	}
+	return leaseAcquireResult(id, &r, ttl)
+}
+
+// leaseAcquireResult decodes r and checks its PTTL against the status and
+// the TTL sent.
+func leaseAcquireResult(id string, r *reply, ttl time.Duration) (LeaseAcquireResult, error) {
+	var err error
+	res := LeaseAcquireResult{Status: LeaseAcquireStatus(r.status), ServerNowMillis: r.serverNow}
+	pttl := r.int(0)
+	switch res.Status {
+	case LeaseAcquired:
+		err = wantPTTL(id, res.Status, pttl, ttl.Milliseconds(), ttl.Milliseconds())
+	case LeaseReplayedSameOperation, LeaseContended, LeaseOwnerOperationConflict:
+		err = wantPTTL(id, res.Status, pttl, 0, MaxLeaseTTL.Milliseconds())
+	default:
+		err = wantPTTL(id, res.Status, pttl, 0, 0)
+	}
+	if err != nil {
+		return LeaseAcquireResult{}, err
+	}
+	res.PTTL = time.Duration(pttl) * time.Millisecond
+	return res, nil
+}
+
+// LeaseInspectResult is the result of lease-inspect-v1.
+type LeaseInspectResult struct {
+	Status          LeaseInspectStatus
+	ServerNowMillis int64
+	// PTTL is the lease's remaining TTL on OWNED, else 0 (nothing about
+	// another owner's lease is reported).
+	PTTL time.Duration
+}
+
+// Outcome returns the certainty of the call.
+func (r LeaseInspectResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// LeaseInspect reports whether attempt holds the efficiency lease, and its
+// remaining TTL when it does: how a caller whose acquire timed out recovers
+// the handle. It writes nothing (FCALL_RO in functions-provisioned mode).
+func (e *Executor) LeaseInspect(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseInspectResult, error) {
+	const id = "lease-inspect-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, attempt.OperationID)
+	if err != nil {
+		return LeaseInspectResult{}, err
+	}
+	return leaseInspectResult(id, &r)
+}
+
+func leaseInspectResult(id string, r *reply) (LeaseInspectResult, error) {
+	var err error
+	res := LeaseInspectResult{Status: LeaseInspectStatus(r.status), ServerNowMillis: r.serverNow}
+	pttl := r.int(0)
+	if res.Status == LeaseOwned {
+		err = wantPTTL(id, res.Status, pttl, 0, MaxLeaseTTL.Milliseconds())
+	} else {
+		err = wantPTTL(id, res.Status, pttl, 0, 0)
+	}
+	if err != nil {
+		return LeaseInspectResult{}, err
+	}
+	res.PTTL = time.Duration(pttl) * time.Millisecond
+	return res, nil
+}
+
+// LeaseRenewResult is the result of lease-renew-v1.
+type LeaseRenewResult struct {
+	Status          LeaseRenewStatus
+	ServerNowMillis int64
+	// PTTL is the lease's new remaining TTL on RENEWED (the TTL sent), else 0.
+	PTTL time.Duration
+}
+
+// Outcome returns the certainty of the call.
+func (r LeaseRenewResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// LeaseRenew sets the efficiency lease's TTL to ttl only while attempt
+// holds it. ABSENT and NOT_OWNER mean the lease is lost; a timeout leaves it
+// UNKNOWN (the caller stops protected work and does not resend blindly).
+func (e *Executor) LeaseRenew(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseRenewResult, error) {
+	const id = "lease-renew-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, attempt.OperationID, millis(ttl))
+	if err != nil {
+		return LeaseRenewResult{}, err
+	}
+	return leaseRenewResult(id, &r, ttl)
+}
+
+func leaseRenewResult(id string, r *reply, ttl time.Duration) (LeaseRenewResult, error) {
+	var err error
+	res := LeaseRenewResult{Status: LeaseRenewStatus(r.status), ServerNowMillis: r.serverNow}
+	pttl := r.int(0)
+	if res.Status == LeaseRenewed {
+		err = wantPTTL(id, res.Status, pttl, ttl.Milliseconds(), ttl.Milliseconds())
+	} else {
+		err = wantPTTL(id, res.Status, pttl, 0, 0)
+	}
+	if err != nil {
+		return LeaseRenewResult{}, err
+	}
+	res.PTTL = time.Duration(pttl) * time.Millisecond
+	return res, nil
+}
+
+// LeaseReleaseResult is the result of lease-release-v1.
+type LeaseReleaseResult struct {
+	Status          LeaseReleaseStatus
+	ServerNowMillis int64
+	// Deleted is 1 on RELEASED, else 0.
+	Deleted int64
+}
+
+// Outcome returns the certainty of the call.
+func (r LeaseReleaseResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
+
+// LeaseRelease deletes the efficiency lease only while attempt holds it;
+// after a timeout, repeating it (ABSENT: the desired absence holds) or
+// inspecting reconciles.
+func (e *Executor) LeaseRelease(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
+	const id = "lease-release-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, attempt.OperationID)
+	if err != nil {
+		return LeaseReleaseResult{}, err
+	}
+	return leaseReleaseResult(id, &r)
+}
+
+func leaseReleaseResult(id string, r *reply) (LeaseReleaseResult, error) {
+	res := LeaseReleaseResult{Status: LeaseReleaseStatus(r.status), ServerNowMillis: r.serverNow, Deleted: r.int(0)}
+	if want := b2int(res.Status == LeaseReleased); res.Deleted != want {
+		return LeaseReleaseResult{}, &CompatibilityError{Program: id, Reason: fmt.Sprintf("%s with deleted %d", res.Status, res.Deleted)}
+	}
+	return res, nil
+}
+
+// wantPTTL refuses a reply whose PTTL field lies outside lo..hi for its
+// status: a reply that contradicts the request is ErrIncompatible, never a
+// success.
+func wantPTTL(id string, status fmt.Stringer, pttl, lo, hi int64) error {
+	if pttl < lo || pttl > hi {
+		return &CompatibilityError{Program: id, Reason: fmt.Sprintf("%s with pttl %d, want %d..%d", status, pttl, lo, hi)}
+	}
+	return nil
+}
+
+func b2int(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
