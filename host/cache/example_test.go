@@ -4,44 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"time"
 
 	"github.com/caphost/caphost/host/cache"
+	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 )
-
-// privateRedis starts a throwaway redis-server for the examples (it needs
-// redis-server on PATH) and returns its address and a stop function.
-func privateRedis() (string, func()) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "caphost-example-")
-	if err != nil {
-		panic(err)
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		panic("the example needs redis-server on PATH: " + err.Error())
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			_ = c.Close()
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
-}
 
 // exampleRuntime is a Redis runtime whose cache role is addr.
 func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) {
@@ -68,7 +37,7 @@ func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) 
 // lookup misses. Redis is a private redis-server the example starts.
 func ExampleRegion_GetOrLoad() {
 	ctx := context.Background()
-	addr, stop := privateRedis()
+	addr, stop := redistest.ForExample()
 	defer stop()
 	rt, err := exampleRuntime(ctx, addr)
 	if err != nil {
