@@ -1,0 +1,218 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Handle is a held lease. Its state is ACTIVE until Redis says otherwise,
+// its validity runs out, a reply is lost, or it is released; then it never
+// becomes ACTIVE again. It is safe for concurrent use.
+type Handle struct {
+	c          *Client
+	key        keys.Key
+	attempt    Attempt
+	ttl        time.Duration
+	acquiredAt time.Time
+
+	mu         sync.Mutex
+	state      State
+	validUntil time.Time // monotonic: from c.now() before a send
+	cause      error
+	done       chan struct{}
+}
+
+func (c *Client) handle(key keys.Key, r Request, sent time.Time, serverTTL time.Duration) *Handle {
+	h := &Handle{c: c, key: key, attempt: r.Attempt, ttl: r.TTL, acquiredAt: sent, state: Active,
+		validUntil: sent.Add(serverTTL - c.drift), done: make(chan struct{})}
+	if serverTTL <= c.drift {
+		// A replay with less left than the drift budget: never usable.
+		h.endLocked(Lost, ErrValidityExpired)
+	}
+	return h
+}
+
+// Attempt returns the attempt holding the lease.
+func (h *Handle) Attempt() Attempt { return h.attempt }
+
+// TTL is the lease's TTL (what every renew sets again).
+func (h *Handle) TTL() time.Duration { return h.ttl }
+
+// AcquiredAt is the local time just before the acquire that won was sent
+// (telemetry: validity never uses wall-clock time).
+func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
+
+// State returns the handle's state, moving it to LOST first if its
+// validity has run out.
+func (h *Handle) State() State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checkLocked()
+	return h.state
+}
+
+// Cause says why the handle left ACTIVE (nil while ACTIVE or after a
+// release): ErrLost, ErrValidityExpired or the runtime's error.
+func (h *Handle) Cause() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checkLocked()
+	return h.cause
+}
+
+// Done is closed when the handle leaves ACTIVE for any reason, including
+// its validity running out (noticed by State, Remaining, Renew or a Hold
+// watchdog's timer).
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Remaining is the validity left: the TTL from just before the last
+// acquire or renew that applied, minus the time since on the monotonic
+// clock and the drift budget. 0 when not ACTIVE.
+func (h *Handle) Remaining() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checkLocked()
+	if h.state != Active {
+		return 0
+	}
+	return h.validUntil.Sub(h.c.now())
+}
+
+// UsableFor reports whether work of the given budget fits in the validity
+// left. Work that does not fit should not start: release the lease.
+func (h *Handle) UsableFor(work time.Duration) bool {
+	r := h.Remaining()
+	return r > 0 && r >= work
+}
+
+// checkLocked ends an ACTIVE handle whose validity ran out.
+func (h *Handle) checkLocked() {
+	if h.state == Active && !h.c.now().Before(h.validUntil) {
+		h.endLocked(Lost, ErrValidityExpired)
+	}
+}
+
+// endLocked leaves ACTIVE for a terminal state; a terminal state is never
+// left.
+func (h *Handle) endLocked(s State, cause error) {
+	if h.state != Active {
+		return
+	}
+	h.state, h.cause = s, cause
+	close(h.done)
+}
+
+func (h *Handle) end(s State, cause error) {
+	h.mu.Lock()
+	h.endLocked(s, cause)
+	h.mu.Unlock()
+}
+
+// Renew sets the lease's TTL again, if the attempt still holds it: the
+// program checks the owner and operation and extends by the handle's TTL,
+// and the validity then counts from just before this send. Renew on a
+// handle that is not ACTIVE (or whose validity ran out) sends nothing and
+// fails with ErrNotActive. A lost reply makes the handle UNKNOWN: it is
+// never resent, because the lease's fate is then unknowable locally.
+func (h *Handle) Renew(ctx context.Context) (RenewKind, error) {
+	if h.State() != Active {
+		return 0, ErrNotActive
+	}
+	start := h.c.now()
+	res, err := h.c.exec.LeaseRenew(ctx, h.key, h.attempt.program(), h.ttl)
+	if err != nil {
+		o := certainty.Classify(err, true)
+		if o == certainty.Indeterminate {
+			h.end(Unknown, err)
+			return RenewIndeterminate, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return 0, ctx.Err()
+		}
+		return RenewUnavailable, nil
+	}
+	switch res.Status {
+	case programs.LeaseRenewed:
+		h.mu.Lock()
+		if h.state == Active {
+			// Two renews may race: the later send start gives the later
+			// validity, whichever reply arrives first.
+			if v := start.Add(h.ttl - h.c.drift); v.After(h.validUntil) {
+				h.validUntil = v
+			}
+		}
+		h.mu.Unlock()
+		return Renewed, nil
+	case programs.LeaseRenewAbsent, programs.LeaseRenewNotOwner:
+		h.end(Lost, ErrLost)
+		return RenewLost, nil
+	case programs.LeaseRenewWrongType:
+		h.end(Lost, ErrCorrupt)
+		return 0, ErrCorrupt
+	}
+	return 0, fmt.Errorf("lease: lease-renew-v1 answered %s to a validated request", res.Status)
+}
+
+// Release deletes the lease if the attempt still holds it (never a blind
+// DEL: another owner's lease stays). It sends from ACTIVE, UNKNOWN and LOST
+// (a lease lost by the local estimate may still be ours on the server, and
+// freeing it early helps the next holder); a released handle answers
+// ReleaseAlreadyReleased without sending. A lost reply is repeated once
+// (release is safe to repeat: ABSENT then means it applied).
+func (h *Handle) Release(ctx context.Context) (ReleaseKind, error) {
+	h.mu.Lock()
+	h.checkLocked()
+	if h.state == Released {
+		h.mu.Unlock()
+		return ReleaseAlreadyReleased, nil
+	}
+	h.mu.Unlock()
+	var (
+		res programs.LeaseReleaseResult
+		err error
+	)
+	for try := 0; try < 2; try++ {
+		res, err = h.c.exec.LeaseRelease(ctx, h.key, h.attempt.program())
+		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		if certainty.Classify(err, true) == certainty.Indeterminate {
+			h.end(Unknown, err)
+			return ReleaseIndeterminate, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return 0, ctx.Err()
+		}
+		return ReleaseUnavailable, nil
+	}
+	switch res.Status {
+	case programs.LeaseReleased:
+		h.end(Released, nil)
+		return ReleaseDone, nil
+	case programs.LeaseReleaseAbsent:
+		h.end(Released, nil)
+		return ReleaseAlreadyAbsent, nil
+	case programs.LeaseReleaseNotOwner:
+		h.end(Lost, ErrLost)
+		return ReleaseNotOwner, nil
+	case programs.LeaseReleaseWrongType:
+		return 0, ErrCorrupt
+	}
+	return 0, fmt.Errorf("lease: lease-release-v1 answered %s to a validated request", res.Status)
+}
+
+// validity is the monotonic instant the handle's validity runs out.
+func (h *Handle) validity() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validUntil
+}

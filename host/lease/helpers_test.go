@@ -1,0 +1,92 @@
+package lease
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+)
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// newRuntime builds a runtime whose coordination role points at addr, with
+// a command timeout short enough for the fault tests.
+func newRuntime(t testing.TB, addr string) *runtime.Runtime {
+	t.Helper()
+	lanes := make(map[policy.Lane]policy.LaneConfig)
+	for _, l := range policy.Lanes() {
+		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
+	}
+	dep := policy.Deployment{
+		ID: "coord", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-lease-test",
+		Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 3 * time.Second},
+		Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+		AdminShared: true,
+	}
+	cfg := policy.RedisConfig{
+		Deployments: map[string]policy.Deployment{"coord": dep},
+		Roles:       map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "coord", Required: true}},
+		Programs:    policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
+		Keys: policy.KeysConfig{App: "demo", Env: "test", HMAC: policy.KeyMaterial{
+			WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("0123456789abcdef0123456789abcdef"))},
+		}},
+	}
+	rt, err := runtime.New(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+func newClient(t testing.TB, addr string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(newRuntime(t, addr), Config{}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func attempt(t testing.TB, op string) Attempt {
+	t.Helper()
+	a, err := NewAttempt(op)
+	require.NoError(t, err)
+	return a
+}
+
+func req(a Attempt, ttl time.Duration) Request {
+	return Request{Purpose: "nightly-cleanup", Resource: []byte("tenant-42"), TTL: ttl, Attempt: a}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fakeClock is a monotonic clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func startRedis(t testing.TB) *redistest.Server { return redistest.StartStandalone(t) }

@@ -1,0 +1,378 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/caphost/caphost/host/owner"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Bounds and defaults.
+const (
+	// MaxTTL is the longest lease (the catalog's TTL bound).
+	MaxTTL = programs.MaxLeaseTTL
+	// MaxWait bounds one Acquire's wait.
+	MaxWait = 10 * time.Minute
+	// MaxOperationIDBytes bounds an operation id.
+	MaxOperationIDBytes = 128
+	// MaxResourceBytes bounds a resource name (it is only digested).
+	MaxResourceBytes = 1024
+	// DefaultDriftBudget is subtracted from every validity estimate: the
+	// clock-rate difference between this process and Redis over a TTL plus
+	// the scheduling delay between the reply and its reading.
+	DefaultDriftBudget = 50 * time.Millisecond
+	// keyVersion is the lease keys' schema version.
+	keyVersion = 1
+	// backoff bounds of a waiting acquire (full jitter between them).
+	backoffMin = 5 * time.Millisecond
+	backoffMax = 250 * time.Millisecond
+)
+
+// Config configures a Client.
+type Config struct {
+	// Role is the Redis role leases live on (default coordination, a
+	// correctness role: never the evictable cache).
+	Role policy.Role
+	// DriftBudget (default DefaultDriftBudget) is subtracted from every
+	// validity; a TTL must exceed it.
+	DriftBudget time.Duration
+}
+
+// Option configures a Client beyond Config.
+type Option func(*options)
+
+type options struct {
+	log    *slog.Logger
+	now    func() time.Time
+	jitter func(n int64) int64
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock replaces time.Now for validity (tests). The clock must carry a
+// monotonic reading or be monotonic itself.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// Client acquires efficiency leases on one Redis role. It is safe for
+// concurrent use.
+type Client struct {
+	exec   *programs.Executor
+	keys   *keys.Builder
+	drift  time.Duration
+	log    *slog.Logger
+	now    func() time.Time
+	jitter func(n int64) int64
+
+	mu      sync.Mutex
+	closed  bool
+	holds   sync.WaitGroup
+	closing chan struct{}
+
+	// Test hooks: beforeRepeat runs before the reconciling repeat of an
+	// acquire whose reply was lost, afterContended after each contended
+	// try of a waiting acquire, afterRenew after each watchdog renew.
+	beforeRepeat   func()
+	afterContended func()
+	afterRenew     func(RenewKind)
+}
+
+// New binds a client to cfg.Role of rt.
+func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
+	o := options{log: slog.Default(), now: time.Now, jitter: rand.Int64N}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if rt == nil {
+		return nil, fmt.Errorf("%w: New needs a runtime", ErrInvalidRequest)
+	}
+	role := cfg.Role
+	if role == "" {
+		role = policy.RoleCoordination
+	}
+	drift := cfg.DriftBudget
+	if drift == 0 {
+		drift = DefaultDriftBudget
+	}
+	if drift < 0 || drift >= MaxTTL {
+		return nil, fmt.Errorf("%w: drift budget %s out of range", ErrInvalidRequest, drift)
+	}
+	dep, err := rt.Role(role)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, log: o.log, now: o.now, jitter: o.jitter,
+		closing: make(chan struct{})}, nil
+}
+
+// Close stops every Hold's watchdog (their functions' contexts are
+// cancelled and their leases released) and waits for them; later calls
+// fail with ErrClosed.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.closing)
+	}
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.holds.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Attempt identifies one acquisition: an owner token minted by the host and
+// the caller's operation id. Keep it until the work is done: inspecting or
+// repeating an acquire whose reply was lost needs the same attempt.
+type Attempt struct {
+	token owner.Token
+	op    string
+}
+
+// NewAttempt mints a fresh owner token for operationID (1..128 bytes of
+// UTF-8). It touches no network.
+func NewAttempt(operationID string) (Attempt, error) {
+	if len(operationID) == 0 || len(operationID) > MaxOperationIDBytes || !utf8.ValidString(operationID) {
+		return Attempt{}, fmt.Errorf("%w: operation id must be 1..%d bytes of UTF-8", ErrInvalidRequest, MaxOperationIDBytes)
+	}
+	return Attempt{token: owner.New(), op: operationID}, nil
+}
+
+// ResumeAttempt rebuilds an attempt from its parts (a holder in another
+// process, or one restarted with the token it stored).
+func ResumeAttempt(token owner.Token, operationID string) (Attempt, error) {
+	a, err := NewAttempt(operationID)
+	if err != nil {
+		return Attempt{}, err
+	}
+	if token.IsZero() {
+		return Attempt{}, fmt.Errorf("%w: zero owner token", ErrInvalidRequest)
+	}
+	a.token = token
+	return a, nil
+}
+
+// Owner returns the attempt's owner token (redacted when printed).
+func (a Attempt) Owner() owner.Token { return a.token }
+
+// OperationID returns the attempt's operation id.
+func (a Attempt) OperationID() string { return a.op }
+
+// IsZero reports whether a is the zero Attempt.
+func (a Attempt) IsZero() bool { return a.token.IsZero() }
+
+func (a Attempt) program() programs.LeaseAttempt {
+	return programs.LeaseAttempt{Owner: []byte(a.token.Reveal()), OperationID: []byte(a.op)}
+}
+
+// Request is one acquisition.
+type Request struct {
+	// Purpose names what the lease is for (a key region slug: lower-case
+	// letters, digits and '-', 1..64 bytes), e.g. "nightly-cleanup".
+	Purpose string
+	// Resource names the resource (1..1024 bytes, only ever digested).
+	Resource []byte
+	// TTL is the lease's time to live on the server: whole milliseconds,
+	// more than the drift budget, at most MaxTTL.
+	TTL time.Duration
+	// Wait bounds how long Acquire retries a contended lease (0: one try).
+	Wait time.Duration
+	// Attempt is the caller's attempt (NewAttempt).
+	Attempt Attempt
+}
+
+// key validates r and builds its lease key.
+func (c *Client) key(r *Request) (keys.Key, error) {
+	switch {
+	case r.Attempt.IsZero():
+		return keys.Key{}, fmt.Errorf("%w: no attempt (mint one with NewAttempt)", ErrInvalidRequest)
+	case len(r.Resource) == 0 || len(r.Resource) > MaxResourceBytes:
+		return keys.Key{}, fmt.Errorf("%w: resource must be 1..%d bytes", ErrInvalidRequest, MaxResourceBytes)
+	case r.TTL <= c.drift || r.TTL > MaxTTL || r.TTL%time.Millisecond != 0:
+		return keys.Key{}, fmt.Errorf("%w: TTL must be whole milliseconds above the drift budget (%s) and at most %s",
+			ErrInvalidRequest, c.drift, MaxTTL)
+	case r.Wait < 0 || r.Wait > MaxWait:
+		return keys.Key{}, fmt.Errorf("%w: wait must be within 0..%s", ErrInvalidRequest, MaxWait)
+	}
+	k, err := c.keys.Build(keys.Spec{Capability: keys.CapLease, Region: r.Purpose, KeyVersion: keyVersion,
+		Kind: "owner", Parts: [][]byte{r.Resource}})
+	if err != nil {
+		return keys.Key{}, fmt.Errorf("%w: purpose must be a slug of 1..64 lower-case letters, digits and '-'", ErrInvalidRequest)
+	}
+	return k, nil
+}
+
+// Acquire acquires the lease for r.Attempt, waiting up to r.Wait while
+// another owner holds it or Redis is unreachable. A reply lost after the
+// send is reconciled by repeating the same attempt once (the program
+// answers REPLAYED_SAME_OPERATION if the first send applied); if that too
+// is lost the outcome is Indeterminate. Errors are ErrInvalidRequest,
+// ErrClosed, ErrCorrupt and ctx's.
+func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
+	key, err := c.key(&r)
+	if err != nil {
+		return Acquisition{}, err
+	}
+	if c.isClosed() {
+		return Acquisition{}, ErrClosed
+	}
+	deadline := c.now().Add(r.Wait)
+	var (
+		out        Acquisition
+		reconciled bool // the one immediate repeat after a lost reply was made
+		unsettled  bool // a send's reply was lost and no later answer settled it
+		pause      = backoffMin
+	)
+	for {
+		start := c.now()
+		res, err := c.exec.LeaseAcquire(ctx, key, r.Attempt.program(), r.TTL)
+		out.Attempts++
+		if err != nil {
+			o := certainty.Classify(err, true)
+			out = Acquisition{Kind: Unavailable, Certainty: o, Attempts: out.Attempts, Cause: err,
+				Overloaded: o == certainty.OverloadedBeforeSend}
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !unsettled {
+				return Acquisition{}, ctx.Err()
+			}
+			if o == certainty.Indeterminate {
+				unsettled = true
+			}
+			if unsettled {
+				// A later call that was never sent settles nothing: the lost
+				// one may have applied.
+				out.Kind, out.Certainty = Indeterminate, certainty.Indeterminate
+			}
+			if o == certainty.Indeterminate {
+				if !reconciled && ctx.Err() == nil {
+					reconciled = true
+					if c.beforeRepeat != nil {
+						c.beforeRepeat()
+					}
+					continue // the same attempt: a replay if the first applied
+				}
+				return out, nil
+			}
+		} else {
+			out = Acquisition{Certainty: res.Outcome(), Attempts: out.Attempts}
+			switch res.Status {
+			case programs.LeaseAcquired:
+				out.Kind, out.Handle = Acquired, c.handle(key, r, start, r.TTL)
+				return out, nil
+			case programs.LeaseReplayedSameOperation:
+				out.Kind, out.Handle = ReplayedSameOperation, c.handle(key, r, start, res.PTTL)
+				return out, nil
+			case programs.LeaseContended:
+				out.Kind, out.RetryAfter = Contended, res.PTTL
+			case programs.LeaseOwnerOperationConflict:
+				out.Kind, out.RetryAfter = OwnerOperationConflict, res.PTTL
+				return out, nil
+			case programs.LeaseAcquireWrongType:
+				return Acquisition{}, ErrCorrupt
+			default:
+				return Acquisition{}, fmt.Errorf("lease: lease-acquire-v1 answered %s to a validated request", res.Status)
+			}
+		}
+		// Contended or not sent: retry within the wait (the same attempt,
+		// so a send lost earlier is found as a replay).
+		if out.Kind == Contended && c.afterContended != nil {
+			c.afterContended()
+		}
+		left := deadline.Sub(c.now())
+		if left <= 0 {
+			return out, nil
+		}
+		d := c.jitter(int64(pause)) + 1 // full jitter in (0, pause]
+		if out.Kind == Contended {
+			d = min(d, int64(out.RetryAfter)+1)
+		}
+		if err := sleep(ctx, c.closing, min(time.Duration(d), left)); err != nil {
+			if errors.Is(err, ErrClosed) || unsettled {
+				return out, nil
+			}
+			return Acquisition{}, err
+		}
+		pause = min(2*pause, backoffMax)
+	}
+}
+
+// sleep waits d, or until ctx ends (its error) or the client closes
+// (ErrClosed).
+func sleep(ctx context.Context, closing <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closing:
+		return ErrClosed
+	}
+}
+
+// Inspect reports whether attempt holds the lease of (purpose, resource),
+// without changing it. When it does, the outcome is ReplayedSameOperation
+// with a handle whose validity counts from the server's remaining TTL and
+// whose renewals use ttl: this is how a lost acquire reply is reconciled.
+func (c *Client) Inspect(ctx context.Context, purpose string, resource []byte, attempt Attempt, ttl time.Duration) (Acquisition, error) {
+	r := Request{Purpose: purpose, Resource: resource, TTL: ttl, Attempt: attempt}
+	key, err := c.key(&r)
+	if err != nil {
+		return Acquisition{}, err
+	}
+	start := c.now()
+	res, err := c.exec.LeaseInspect(ctx, key, attempt.program())
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return Acquisition{}, ctx.Err()
+		}
+		o := certainty.Classify(err, false)
+		kind := Unavailable
+		if o == certainty.Indeterminate {
+			kind = Indeterminate
+		}
+		return Acquisition{Kind: kind, Certainty: o, Attempts: 1, Cause: err, Overloaded: o == certainty.OverloadedBeforeSend}, nil
+	}
+	out := Acquisition{Certainty: res.Outcome(), Attempts: 1}
+	switch res.Status {
+	case programs.LeaseOwned:
+		out.Kind, out.Handle = ReplayedSameOperation, c.handle(key, r, start, res.PTTL)
+	case programs.LeaseInspectAbsent:
+		out.Kind = Absent
+	case programs.LeaseInspectNotOwner:
+		out.Kind, out.RetryAfter = Contended, res.PTTL
+	case programs.LeaseInspectOwnerOperationConflict:
+		out.Kind, out.RetryAfter = OwnerOperationConflict, res.PTTL
+	case programs.LeaseInspectWrongType:
+		return Acquisition{}, ErrCorrupt
+	default:
+		return Acquisition{}, fmt.Errorf("lease: lease-inspect-v1 answered %s to a validated request", res.Status)
+	}
+	return out, nil
+}
