@@ -228,6 +228,13 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 				if !std && !extismGuest && !(toOurs && (under(toRel, "abi") || under(toRel, "guests"))) {
 					add("guests import only abi/guest, abi and the standard library (and -extism guests the Extism PDK)")
 				}
+			case under(fromRel, "host/fence"):
+				// The protected side of fenced leases: a service that owns the
+				// protected resource imports it without pulling in the host,
+				// go-redis or any other caphost package.
+				if !std {
+					add("host/fence imports the standard library only (database/sql included)")
+				}
 			case under(fromRel, "cmd/caphost"):
 				// policy is the shared vocabulary (roles, lanes, validation
 				// problems) the CLI prints, and plugins/trust is engine-free
@@ -318,7 +325,9 @@ func TestImportTableCatchesViolations(t *testing.T) {
 		"cmd/caphost -> runtime/keys",
 		"runtime/keys -> github.com/knadh/koanf/v2",
 		"host -> internal/redistest",
-		"abi -> github.com/redis/go-redis/v9", // from abi's test file
+		"host/fence -> host",
+		"host/fence -> github.com/knadh/koanf/v2", // host/... may, the leaf fence may not
+		"abi -> github.com/redis/go-redis/v9",     // from abi's test file
 	}
 	for _, w := range want {
 		require.True(t, got[w], "self-check: the rules missed %q", w)

@@ -1,0 +1,190 @@
+package fence
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+	"unicode/utf8"
+)
+
+// State is a registration's fencing status.
+type State uint8
+
+const (
+	// Pending: registered in the resource's durable store but the Redis
+	// counter is not provisioned (or not yet verified). Every token is
+	// rejected; fenced acquires fail closed.
+	Pending State = iota + 1
+	// Active: the counter is provisioned at this epoch; tokens of this
+	// epoch at or above the high watermark are admitted.
+	Active
+	// Retired: a durable tombstone. Every token is rejected; the epoch is
+	// never reused, and a re-registration takes a strictly larger one.
+	Retired
+)
+
+var stateNames = [...]string{Pending: "PENDING", Active: "ACTIVE", Retired: "RETIRED"}
+
+// String returns "PENDING", "ACTIVE" or "RETIRED" — the values stored in
+// the state column.
+func (s State) String() string {
+	if int(s) < len(stateNames) && stateNames[s] != "" {
+		return stateNames[s]
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+func parseState(s string) (State, bool) {
+	for i, n := range stateNames {
+		if n != "" && n == s {
+			return State(i), true
+		}
+	}
+	return 0, false
+}
+
+// Mode chooses what an equal token means.
+type Mode uint8
+
+const (
+	// Repeatable (the default) admits a token equal to the high watermark:
+	// the current holder may write several times under one lease. Safe as
+	// long as the Redis counter never re-issues a counter value, which is
+	// what the counter rules (no TTL, noeviction, reprovision only at or
+	// above this store's watermark after a loss) guarantee.
+	Repeatable Mode = iota
+	// Strict admits every token at most once: equal is stale (DESIGN
+	// reference §23.2 verbatim). Choose it when a holder writes once per
+	// lease, or when a counter regression after a failover could hand the
+	// same counter to a second holder before the operator reprovisions.
+	Strict
+)
+
+// Digest is a registration digest: 32 random bytes minted with the
+// registration and written, with the epoch, into the Redis counter
+// envelope by fenced-counter-provision-v1. It binds a provisioned counter
+// to exactly one durable registration. Its text form is 64 lower-case hex
+// digits.
+type Digest [32]byte
+
+// NewDigest returns a random Digest.
+func NewDigest() Digest {
+	var d Digest
+	_, _ = rand.Read(d[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return d
+}
+
+// String returns the 64 lower-case hex digits.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// IsZero reports whether d is all zero bytes (no digest).
+func (d Digest) IsZero() bool { return d == Digest{} }
+
+// MarshalText returns the 64 lower-case hex digits.
+func (d Digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText parses exactly 64 lower-case hex digits (ErrSyntax
+// otherwise).
+func (d *Digest) UnmarshalText(text []byte) error {
+	v, err := parseDigest(text)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// ParseDigest parses exactly 64 lower-case hex digits; the error wraps
+// ErrSyntax.
+func ParseDigest(s string) (Digest, error) { return parseDigest([]byte(s)) }
+
+func parseDigest(text []byte) (Digest, error) {
+	var d Digest
+	if len(text) != 2*len(d) {
+		return d, parseErr(text, ErrSyntax)
+	}
+	for _, c := range text {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return d, parseErr(text, ErrSyntax)
+		}
+	}
+	_, _ = hex.Decode(d[:], text)
+	return d, nil
+}
+
+// Registration is a resource's durable fencing registration — the row the
+// protected side owns (reference §23.3.1 "Counter registration and
+// restore").
+type Registration struct {
+	// Resource is the resource id: 1..MaxResourceLen bytes of UTF-8.
+	Resource string
+	// Epoch is the registration's resource epoch, never 0.
+	Epoch uint64
+	// Digest is the registration digest.
+	Digest Digest
+	// State is PENDING, ACTIVE or RETIRED.
+	State State
+	// HighWatermark is the largest counter admitted in Epoch (0: none).
+	// After a Redis counter loss the operator reprovisions the counter at
+	// or above it, never below.
+	HighWatermark int64
+}
+
+// Watermark returns the registration's epoch and high watermark as a
+// Token (with Counter 0 before the first admission).
+func (r Registration) Watermark() Token { return Token{Epoch: r.Epoch, Counter: r.HighWatermark} }
+
+// MaxResourceLen bounds a resource id in bytes.
+const MaxResourceLen = 255
+
+func validResource(resource string) bool {
+	return resource != "" && len(resource) <= MaxResourceLen && utf8.ValidString(resource)
+}
+
+// Epochs minted here stay below 2^62 at registration and grow by at most
+// 2^20 per re-registration, so they stay readable as signed 64-bit SQL
+// values for billions of re-registrations.
+const (
+	firstEpochBits = 62
+	epochStepBits  = 20
+)
+
+func randUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// firstEpoch returns a random epoch in 1..2^62: a resource id that is
+// deleted and created again does not meet its old epoch in practice.
+func firstEpoch() uint64 { return randUint64()>>(64-firstEpochBits) + 1 }
+
+// nextEpoch returns a random epoch strictly above prev (prev+1 ..
+// prev+2^20), or false when none is left.
+func nextEpoch(prev uint64) (uint64, bool) {
+	step := randUint64()>>(64-epochStepBits) + 1
+	if prev > ^uint64(0)-step {
+		return 0, false
+	}
+	return prev + step, true
+}
+
+// decide is the admission rule that Guard and Store share.
+func decide(st State, epoch uint64, hwm int64, tok Token, mode Mode) Outcome {
+	switch {
+	case tok.Validate() != nil:
+		return Invalid
+	case st != Active:
+		return NotActive
+	case tok.Epoch < epoch:
+		return EpochRetired
+	case tok.Epoch > epoch:
+		return EpochUnregistered
+	case tok.Counter > hwm:
+		return Admitted
+	case tok.Counter == hwm && mode == Repeatable:
+		return Readmitted
+	}
+	return Stale
+}
