@@ -130,10 +130,47 @@ func BenchmarkCachePut(b *testing.B) {
 	}
 }
 
+// benchCase is one path of a program benchmark: reset prepares the state
+// before the timer starts, call runs the i-th call.
+type benchCase struct {
+	name     string
+	readOnly bool // FCALL_RO in functions-provisioned mode
+	reset    func(b *testing.B)
+	call     func(i int) error
+}
+
+// runBenchCases runs every case under mode on s and reports the server's
+// time per call (INFO commandstats usec per EVALSHA, FCALL or FCALL_RO,
+// reset after the case's own set-up) beside the client-side ns/op.
+func runBenchCases(b *testing.B, s *redistest.Server, mode policy.ProgramMode, cases []benchCase) {
+	ctx := context.Background()
+	for _, c := range cases {
+		command := "evalsha"
+		if mode == policy.ProgramsFunctionsProvisioned {
+			command = "fcall"
+			if c.readOnly {
+				command = "fcall_ro"
+			}
+		}
+		b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
+			c.reset(b)
+			require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := c.call(i); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(s.MicrosPerCall(b, command), "server-µs/op")
+		})
+	}
+}
+
 // BenchmarkLease runs each lease program's common path on one private
-// server, both modes, and reports the server's time per call (INFO
-// commandstats usec per EVALSHA, FCALL or FCALL_RO, reset before each case).
-// "acquire+release" alternates the two writes on a free lease.
+// server, both modes. "acquire+release" alternates the two writes on a
+// free lease; the other cases start from a held lease.
 func BenchmarkLease(b *testing.B) {
 	s := redistest.StartStandalone(b)
 	ctx := context.Background()
@@ -147,11 +184,17 @@ func BenchmarkLease(b *testing.B) {
 	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
 		e, err := NewExecutor(cat, mode, client)
 		require.NoError(b, err)
-		cases := []struct {
-			name, command string
-			call          func(i int) error
-		}{
-			{"acquire+release", "evalsha", func(i int) error {
+		reset := func(hold bool) func(b *testing.B) {
+			return func(b *testing.B) {
+				require.NoError(b, s.Admin().Del(ctx, k.Redis()).Err())
+				if hold {
+					_, err := e.LeaseAcquire(ctx, k, held, time.Hour)
+					require.NoError(b, err)
+				}
+			}
+		}
+		runBenchCases(b, s, mode, []benchCase{
+			{"acquire+release", false, reset(false), func(i int) error {
 				if i%2 == 0 {
 					_, err := e.LeaseAcquire(ctx, k, held, time.Minute)
 					return err
@@ -159,36 +202,58 @@ func BenchmarkLease(b *testing.B) {
 				_, err := e.LeaseRelease(ctx, k, held)
 				return err
 			}},
-			{"replay", "evalsha", func(int) error { _, err := e.LeaseAcquire(ctx, k, held, time.Minute); return err }},
-			{"contended", "evalsha", func(int) error { _, err := e.LeaseAcquire(ctx, k, other, time.Minute); return err }},
-			{"renew", "evalsha", func(int) error { _, err := e.LeaseRenew(ctx, k, held, time.Minute); return err }},
-			{"inspect", "evalsha", func(int) error { _, err := e.LeaseInspect(ctx, k, held); return err }},
-		}
-		for _, c := range cases {
-			command := c.command
-			if mode == policy.ProgramsFunctionsProvisioned {
-				command = "fcall"
-				if c.name == "inspect" {
-					command = "fcall_ro"
+			{"replay", false, reset(true), func(int) error { _, err := e.LeaseAcquire(ctx, k, held, time.Minute); return err }},
+			{"contended", false, reset(true), func(int) error { _, err := e.LeaseAcquire(ctx, k, other, time.Minute); return err }},
+			{"renew", false, reset(true), func(int) error { _, err := e.LeaseRenew(ctx, k, held, time.Minute); return err }},
+			{"inspect", true, reset(true), func(int) error { _, err := e.LeaseInspect(ctx, k, held); return err }},
+		})
+	}
+}
+
+// BenchmarkFencedLease runs the fenced programs' common paths on one
+// private server, both modes. "acquire+release" alternates a new token
+// (the counter's increment) and its release; the other cases start from
+// a held lease.
+func BenchmarkFencedLease(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	require.NoError(b, Deploy(ctx, cat, s.Admin()))
+	ks := fenceKeys(b, testBuilder(b), "bench-fenced")
+	reg := FenceRegistration{Epoch: 1 << 40, Digest: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}
+	at := LeaseAttempt{Owner: []byte("owner-token-0123456789abcdef"), OperationID: []byte("operation-0001")}
+	acquire := FencedLeaseAcquireRequest{Registration: reg, Attempt: at, TTL: time.Minute, HardFailThreshold: MaxFenceInteger}
+	client := standaloneClient(b, s)
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(b, err)
+		var hold FencedLeaseHold
+		reset := func(held bool) func(b *testing.B) {
+			return func(b *testing.B) {
+				require.NoError(b, s.Admin().Del(ctx, ks[0].Redis(), ks[1].Redis()).Err())
+				_, err := e.FenceCounterProvision(ctx, ks[1], reg, 1<<40)
+				require.NoError(b, err)
+				if held {
+					r, err := e.FencedLeaseAcquire(ctx, ks[0], ks[1], acquire)
+					require.NoError(b, err)
+					hold = FencedLeaseHold{Registration: reg, Owner: at.Owner, Counter: r.Token.Counter}
 				}
 			}
-			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
-				require.NoError(b, s.Admin().Del(ctx, k.Redis()).Err())
-				if c.name != "acquire+release" {
-					_, err := e.LeaseAcquire(ctx, k, held, time.Hour)
-					require.NoError(b, err)
-				}
-				require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if err := c.call(i); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-				b.ReportMetric(s.MicrosPerCall(b, command), "server-µs/op")
-			})
 		}
+		runBenchCases(b, s, mode, []benchCase{
+			{"acquire+release", false, reset(false), func(i int) error {
+				if i%2 == 0 {
+					r, err := e.FencedLeaseAcquire(ctx, ks[0], ks[1], acquire)
+					hold = FencedLeaseHold{Registration: reg, Owner: at.Owner, Counter: r.Token.Counter}
+					return err
+				}
+				_, err := e.FencedLeaseRelease(ctx, ks[0], ks[1], hold)
+				return err
+			}},
+			{"replay", false, reset(true), func(int) error { _, err := e.FencedLeaseAcquire(ctx, ks[0], ks[1], acquire); return err }},
+			{"renew", false, reset(true), func(int) error { _, err := e.FencedLeaseRenew(ctx, ks[0], ks[1], hold, time.Minute); return err }},
+			{"inspect", true, reset(true), func(int) error { _, err := e.FencedLeaseInspect(ctx, ks[0], ks[1], reg, at); return err }},
+		})
 	}
 }

@@ -209,8 +209,8 @@ func (r CachePutResult) Outcome() certainty.Outcome { return r.Status.Outcome() 
 // never a success.
 func (e *Executor) CachePut(ctx context.Context, generation, entry keys.Key, req CachePutRequest) (CachePutResult, error) {
 	const id = "cache-put-v2"
-	if !generation.IsZero() && !entry.IsZero() && generation.Slot() != entry.Slot() {
-		return CachePutResult{}, &Error{Program: id, Err: ErrCrossSlot}
+	if err := sameSlot(id, generation, entry); err != nil {
+		return CachePutResult{}, err
 	}
 	obs := req.Observation
 	r, err := e.run(ctx, id, []keys.Key{generation, entry}, req.Captured, req.Value, millis(req.TTL),

@@ -481,12 +481,7 @@ func TestCachePutRepeatAfterRealTimeout(t *testing.T) {
 // the facade refuses before sending, on standalone too, so a key layout bug
 // shows before it meets a Cluster.
 func TestCachePutRefusesCrossSlotKeys(t *testing.T) {
-	s := redistest.StartStandalone(t)
-	rec := &recorder{}
-	c := standaloneClient(t, s)
-	c.AddHook(rec)
-	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, c)
-	require.NoError(t, err)
+	e, rec := recordingExecutor(t, redistest.StartStandalone(t))
 	b := testBuilder(t)
 	anchor := shardedEntry(t, b, "cross").anchor()
 	var other keys.Key
@@ -495,7 +490,7 @@ func TestCachePutRefusesCrossSlotKeys(t *testing.T) {
 			other = k
 		}
 	}
-	_, err = e.CachePut(context.Background(), anchor, other, CachePutRequest{Captured: randomGeneration(t),
+	_, err := e.CachePut(context.Background(), anchor, other, CachePutRequest{Captured: randomGeneration(t),
 		Value: revEnvelope(t, 1, "x"), TTL: time.Minute, Condition: CacheConditionAny})
 	require.ErrorIs(t, err, ErrCrossSlot)
 	assert.Empty(t, rec.take(), "nothing sent")

@@ -34,7 +34,11 @@
 // The lease programs (lease-acquire/inspect/renew/release-v1) keep an
 // efficiency lease as one attempt envelope (owner token + operation id) with
 // a PX TTL: a replay of the same attempt reports the server's remaining TTL,
-// renew and release act only for the attempt that holds the lease.
+// renew and release act only for the attempt that holds the lease. The
+// fenced programs (fenced-counter-provision-v1, fenced-lease-*-v1) add a
+// no-TTL fence counter in the same slot, provisioned only from the
+// protected store's durable registration, and issue fencing tokens
+// (resource epoch, counter) that never go back while the counter stands.
 //
 // A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
 // while the script lane is busy as one pipeline, each call keeping its own

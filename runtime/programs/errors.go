@@ -15,7 +15,8 @@ var (
 	// anything is sent.
 	ErrZeroKey = errors.New("programs: zero key")
 	// ErrCrossSlot rejects a call whose keys must share one Cluster slot
-	// (cache-put-v2's generation and entry) but do not, before anything is
+	// (cache-put-v2's generation and entry, a fenced lease's owner record
+	// and fence counter) but do not, before anything is
 	// sent, on standalone as well as on Cluster.
 	ErrCrossSlot = errors.New("programs: keys of one program call are in different slots")
 	// ErrSHAMismatch reports that SCRIPT LOAD returned a script id different

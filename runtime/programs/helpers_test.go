@@ -63,6 +63,11 @@ func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key 
 	case program == "cache-put-v2":
 		f := shardedEntry(t, b, tag)
 		return []keys.Key{f.anchor(), f.entry(t, []byte("vector-scope"))}
+	case program == "fenced-counter-provision-v1":
+		ks := fenceKeys(t, b, tag)
+		return []keys.Key{ks[1], ks[0]}
+	case strings.HasPrefix(program, "fenced-"):
+		return fenceKeys(t, b, tag)
 	case strings.HasPrefix(program, "lease-"):
 		// One lease owner key; it stands again as a second key (the same
 		// slot on Cluster) only to prove that a second key is refused.
@@ -78,6 +83,15 @@ func leaseKey(t testing.TB, b *keys.Builder, resource string) keys.Key {
 	k, err := b.Build(keys.Spec{Capability: keys.CapLease, Region: "jobs", KeyVersion: 1, Kind: "owner", Parts: [][]byte{[]byte(resource)}})
 	require.NoError(t, err)
 	return k
+}
+
+// fenceKeys builds a fenced resource's owner record and fence counter with
+// one keys.Builder.Group call: one hash tag, one Cluster slot.
+func fenceKeys(t testing.TB, b *keys.Builder, resource string) []keys.Key {
+	t.Helper()
+	ks, err := b.Group(keys.Spec{Capability: keys.CapFence, Region: "ledger", KeyVersion: 1, Parts: [][]byte{[]byte(resource)}}, "owner", "counter")
+	require.NoError(t, err)
+	return ks
 }
 
 // shardFamily is one located resource of a sharded cache region: its
@@ -201,6 +215,18 @@ func proxiedClient(t testing.TB, s *redistest.Server) (*redis.Client, *redistest
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c, proxy
+}
+
+// recordingExecutor returns an evalsha-managed executor on s whose client
+// records every command it sends.
+func recordingExecutor(t testing.TB, s *redistest.Server) (*Executor, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	c := standaloneClient(t, s)
+	c.AddHook(rec)
+	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, c)
+	require.NoError(t, err)
+	return e, rec
 }
 
 func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {

@@ -100,6 +100,17 @@ func leaseModes(t *testing.T, cat *Catalog, c redis.UniversalClient, f func(t *t
 	}
 }
 
+// racingClient is a client on s with a pool of 16 connections, so 16
+// goroutines race for real.
+func racingClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	user, pass := s.AdminUser()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: user, Password: pass, DisableIdentity: true,
+		MaxRetries: -1, PoolSize: 16, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // TestLeaseStaleOwner is §22's stale-owner evidence: A's lease expires, B
 // acquires, and A can neither release nor renew B's lease (NOT_OWNER), nor
 // inspect it as its own; B still owns it afterwards.
@@ -193,11 +204,7 @@ func TestLeaseExclusiveUnderContention(t *testing.T) {
 	ctx := context.Background()
 	cat := mustCatalog(t)
 	require.NoError(t, Deploy(ctx, cat, s.Admin()))
-	user, pass := s.AdminUser()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: user, Password: pass, DisableIdentity: true,
-		MaxRetries: -1, PoolSize: 16, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
-	t.Cleanup(func() { _ = c.Close() })
-	leaseModes(t, cat, c, func(t *testing.T, e *Executor, mode policy.ProgramMode) {
+	leaseModes(t, cat, racingClient(t, s), func(t *testing.T, e *Executor, mode policy.ProgramMode) {
 		for round := range 20 {
 			k := leaseKey(t, testBuilder(t), fmt.Sprintf("race-%s-%d", mode, round))
 			const n = 16

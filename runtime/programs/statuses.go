@@ -396,6 +396,16 @@ func facadeStatuses(id string) []statusDef {
 		return generationInitStatuses()
 	case "set-if-absent-with-ttl-v1":
 		return setIfAbsentStatuses()
+	case "fenced-counter-provision-v1":
+		return fenceProvisionStatuses()
+	case "fenced-lease-acquire-v1":
+		return fencedAcquireStatuses()
+	case "fenced-lease-inspect-v1":
+		return fencedInspectStatuses()
+	case "fenced-lease-renew-v1":
+		return fencedHoldStatuses("RENEWED")
+	case "fenced-lease-release-v1":
+		return fencedHoldStatuses("RELEASED")
 	case "lease-acquire-v1":
 		return leaseAcquireStatuses()
 	case "lease-inspect-v1":

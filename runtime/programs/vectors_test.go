@@ -141,6 +141,9 @@ func facades() map[string]facadeCall {
 	for id, f := range leaseFacades() {
 		m[id] = f
 	}
+	for id, f := range fenceFacades() {
+		m[id] = f
+	}
 	return m
 }
 
