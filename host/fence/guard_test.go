@@ -176,14 +176,17 @@ func TestEpochs(t *testing.T) {
 	for range 1000 {
 		e := firstEpoch()
 		require.GreaterOrEqual(t, e, uint64(1))
-		require.LessOrEqual(t, e, uint64(1)<<62)
+		require.LessOrEqual(t, e, uint64(1)<<48)
 		n, ok := nextEpoch(e)
 		require.True(t, ok)
 		require.Greater(t, n, e)
 		require.LessOrEqual(t, n-e, uint64(1)<<20)
 	}
-	_, ok := nextEpoch(^uint64(0))
-	assert.False(t, ok)
-	_, ok = nextEpoch(^uint64(0) - 1<<20 - 1)
+	for _, top := range []uint64{MaxEpoch, MaxEpoch + 1, ^uint64(0)} {
+		_, ok := nextEpoch(top)
+		assert.False(t, ok, "no epoch above %d", top)
+	}
+	n, ok := nextEpoch(MaxEpoch - 1)
 	assert.True(t, ok)
+	assert.Equal(t, MaxEpoch, n, "never past MaxEpoch")
 }

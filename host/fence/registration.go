@@ -142,11 +142,16 @@ func validResource(resource string) bool {
 	return resource != "" && len(resource) <= MaxResourceLen && utf8.ValidString(resource)
 }
 
-// Epochs minted here stay below 2^62 at registration and grow by at most
-// 2^20 per re-registration, so they stay readable as signed 64-bit SQL
-// values for billions of re-registrations.
+// MaxEpoch is the largest epoch this package mints: 2^53−1, the bound the
+// Redis side's fenced programs accept (their integers stay exact as Lua
+// numbers). A token's text form may carry any 64-bit epoch, but a
+// registration never does, so every registered epoch can be provisioned.
+const MaxEpoch uint64 = 1<<53 - 1
+
+// Epochs minted here start below 2^48 and grow by at most 2^20 per
+// re-registration, so at least 2^32 re-registrations fit below MaxEpoch.
 const (
-	firstEpochBits = 62
+	firstEpochBits = 48
 	epochStepBits  = 20
 )
 
@@ -156,18 +161,18 @@ func randUint64() uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// firstEpoch returns a random epoch in 1..2^62: a resource id that is
+// firstEpoch returns a random epoch in 1..2^48: a resource id that is
 // deleted and created again does not meet its old epoch in practice.
 func firstEpoch() uint64 { return randUint64()>>(64-firstEpochBits) + 1 }
 
 // nextEpoch returns a random epoch strictly above prev (prev+1 ..
-// prev+2^20), or false when none is left.
+// prev+2^20) and at most MaxEpoch, or false when none is left.
 func nextEpoch(prev uint64) (uint64, bool) {
 	step := randUint64()>>(64-epochStepBits) + 1
-	if prev > ^uint64(0)-step {
+	if prev >= MaxEpoch {
 		return 0, false
 	}
-	return prev + step, true
+	return min(prev+step, MaxEpoch), true
 }
 
 // decide is the admission rule that Guard and Store share.

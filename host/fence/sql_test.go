@@ -353,10 +353,10 @@ func TestStoreConcurrentWriters(t *testing.T) {
 	})
 }
 
-func TestStoreEpochAboveInt64(t *testing.T) {
+func TestStoreEpochAtTheTop(t *testing.T) {
 	eachDB(t, func(t *testing.T, tdb testDB) {
-		// An epoch ≥ 2^63 is stored bit for bit in the signed column and
-		// read back unchanged.
+		// Re-registration climbs towards MaxEpoch (the bound the Redis
+		// programs accept) and never past it; at the top it is refused.
 		ctx := context.Background()
 		s := newStore(t, tdb, Repeatable)
 		setEpoch := func(resource string, epoch uint64) {
@@ -364,22 +364,21 @@ func TestStoreEpochAboveInt64(t *testing.T) {
 			require.NoError(t, err)
 		}
 		reg := activeResource(t, s, "big")
+		assert.LessOrEqual(t, reg.Epoch, uint64(1)<<48, "first epochs leave room below MaxEpoch")
 		require.NoError(t, s.Retire(ctx, "big", reg.Epoch))
-		setEpoch("big", 1<<63+5)
-		r2, err := s.Reregister(ctx, "big", 1<<63+5)
+		setEpoch("big", MaxEpoch-1)
+		r2, err := s.Reregister(ctx, "big", MaxEpoch-1)
 		require.NoError(t, err)
+		assert.Equal(t, MaxEpoch, r2.Epoch)
 		require.NoError(t, s.Activate(ctx, "big", r2.Epoch, r2.Digest))
 		require.NoError(t, s.Write(ctx, "big", Token{r2.Epoch, 1}, func(context.Context, *sql.Tx) error { return nil }))
-		require.ErrorIs(t, s.Write(ctx, "big", Token{1<<63 + 5, 2}, func(context.Context, *sql.Tx) error { return nil }), ErrEpochRetired)
+		require.ErrorIs(t, s.Write(ctx, "big", Token{MaxEpoch - 1, 2}, func(context.Context, *sql.Tx) error { return nil }), ErrEpochRetired)
 		got, err := s.Lookup(ctx, "big")
 		require.NoError(t, err)
 		assert.Equal(t, Token{r2.Epoch, 1}, got.Watermark())
-		assert.Greater(t, got.Epoch, uint64(1<<63+5))
 
-		// At the top of the epoch space a re-registration is refused.
 		require.NoError(t, s.Retire(ctx, "big", r2.Epoch))
-		setEpoch("big", 1<<64-1)
-		_, err = s.Reregister(ctx, "big", 1<<64-1)
+		_, err = s.Reregister(ctx, "big", MaxEpoch)
 		require.ErrorIs(t, err, ErrEpochExhausted)
 	})
 }
