@@ -16,19 +16,29 @@ import (
 	"github.com/caphost/caphost/host/httpjson"
 )
 
-// The sidecar API's ServeMux patterns (the keys of Sidecar.Routes).
+// The sidecar API's ServeMux patterns (the keys of Sidecar.Routes) and
+// its bounds. The sidecar routes below /v1/cache/ itself, on the escaped
+// path, rather than through ServeMux wildcards: a wildcard cannot carry a
+// key of "/" (%2F alone reads as a trailing slash) and ServeMux answers
+// dot segments with a redirect. PatternRoot is registered so that ServeMux
+// never redirects /v1/cache to /v1/cache/.
 const (
-	PatternGet             = "GET /v1/cache/{region}/{key}"
-	PatternPut             = "PUT /v1/cache/{region}/{key}"
-	PatternDelete          = "DELETE /v1/cache/{region}/{key}"
-	PatternDeleteRegion    = "DELETE /v1/cache/{region}"
+	PatternRoot            = "/v1/cache"
+	PatternTree            = "/v1/cache/"
 	DefaultSidecarDeadline = time.Second
 	MaxSidecarWait         = 10 * time.Second
 )
 
+// The methods of the sidecar's two path shapes, as the Allow header of
+// its 405 lists them.
+const (
+	allowKey    = "GET, HEAD, PUT, DELETE"
+	allowRegion = "DELETE"
+)
+
 // SidecarPatterns lists the sidecar API's ServeMux patterns.
 func SidecarPatterns() []string {
-	return []string{PatternGet, PatternPut, PatternDelete, PatternDeleteRegion}
+	return []string{PatternRoot, PatternTree}
 }
 
 // Headers of the sidecar API. A value travels in the body as raw bytes;
@@ -81,7 +91,41 @@ type SidecarOptions struct {
 	Log *slog.Logger
 }
 
-// Sidecar serves the cache to non-Go services over HTTP.
+// Sidecar serves the cache to non-Go services over HTTP:
+//
+//	GET|HEAD|PUT|DELETE /v1/cache/{region}/{key}
+//	DELETE              /v1/cache/{region}
+//
+// Paths. The region and the key each travel in one path segment,
+// percent-encoded (url.PathEscape, or any encoding of the same bytes), and
+// are decoded exactly once: /v1/cache/items/a%2Fb is the key "a/b",
+// a%252F the key "a%2F", %2F the key "/". A key of "." or ".." is sent as
+// %2E or %2E%2E: a literal dot segment, an empty segment (so an empty key,
+// a double slash or a trailing slash) is not a path the sidecar serves —
+// behind `caphost serve` (host/httpapi) such a non-canonical path is a 400
+// bad-path before it reaches the sidecar; served alone the sidecar answers
+// it, like any path of another shape (/v1/cache, a third segment), 404
+// not-found. The decoded key must be valid UTF-8 of 1..MaxKeyPartBytes
+// bytes (400 invalid-key); an unknown region, its bytes whatever they are,
+// is 404 unknown-region.
+//
+// Methods. Another method is 405 method-not-allowed with an Allow header
+// (GET, HEAD, PUT, DELETE on a key; DELETE on a region). HEAD is a GET
+// without the body.
+//
+// Query. A key of a region without a canonicaliser takes no query
+// parameters; a region with one takes them as its attributes (each once,
+// valid UTF-8, not named key); a malformed query is refused: all 400
+// invalid-key. DELETE of a region takes none (400 bad-request).
+//
+// Every answer is one of: a 2xx (200 with the value as raw bytes for a
+// hit, 200 {"outcome": ...} for PUT and DELETE), a 404 with an empty body
+// and a Caphost-Cache-Status header (a miss or a cached absence), or a
+// JSON error body {"code", "message"} with a stable code (httpjson and the
+// Code constants here). The only 500s are corrupt-entry and codec-failure
+// (a region's codec guest or its stored entry failed; the entry was
+// quarantined); a 503 (cache-unavailable, unavailable) means read the
+// source. No answer is a redirect.
 type Sidecar struct {
 	c   *Cache
 	log *slog.Logger
@@ -95,14 +139,61 @@ func NewSidecar(c *Cache, o SidecarOptions) *Sidecar {
 	return &Sidecar{c: c, log: o.Log}
 }
 
-// Routes returns the handlers, keyed by SidecarPatterns.
+// Routes returns the handlers, keyed by SidecarPatterns: the sidecar
+// itself for both.
 func (s *Sidecar) Routes() map[string]http.Handler {
-	return map[string]http.Handler{
-		PatternGet:          http.HandlerFunc(s.get),
-		PatternPut:          http.HandlerFunc(s.put),
-		PatternDelete:       http.HandlerFunc(s.delete),
-		PatternDeleteRegion: http.HandlerFunc(s.deleteRegion),
+	return map[string]http.Handler{PatternRoot: s, PatternTree: s}
+}
+
+// ServeHTTP routes a request below /v1/cache/ on its escaped path.
+func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	region, key, hasKey, ok := splitPath(r.URL.EscapedPath())
+	switch {
+	case !ok:
+		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, httpjson.CodeNotFound, "no such endpoint"))
+	case !hasKey && r.Method == http.MethodDelete:
+		s.deleteRegion(w, r, region)
+	case !hasKey:
+		httpjson.MethodNotAllowed(allowRegion).ServeHTTP(w, r)
+	case r.Method == http.MethodGet, r.Method == http.MethodHead:
+		s.get(w, r, region, key)
+	case r.Method == http.MethodPut:
+		s.put(w, r, region, key)
+	case r.Method == http.MethodDelete:
+		s.delete(w, r, region, key)
+	default:
+		httpjson.MethodNotAllowed(allowKey).ServeHTTP(w, r)
 	}
+}
+
+// splitPath parses an escaped path /v1/cache/{region}[/{key}], each
+// segment non-empty, not a literal dot segment, and decoded exactly once.
+// Whether the decoded bytes are a region or a valid key is the caller's
+// question.
+func splitPath(escaped string) (region, key string, hasKey, ok bool) {
+	rest, found := strings.CutPrefix(escaped, PatternTree)
+	if !found {
+		return "", "", false, false
+	}
+	segs := strings.Split(rest, "/")
+	if len(segs) > 2 {
+		return "", "", false, false
+	}
+	dec := make([]string, len(segs))
+	for i, seg := range segs {
+		if seg == "" || seg == "." || seg == ".." {
+			return "", "", false, false
+		}
+		d, err := url.PathUnescape(seg)
+		if err != nil {
+			return "", "", false, false
+		}
+		dec[i] = d
+	}
+	if len(dec) == 1 {
+		return dec[0], "", false, true
+	}
+	return dec[0], dec[1], true, true
 }
 
 // outcomeBody is the JSON answer of PUT and DELETE.
@@ -110,8 +201,8 @@ type outcomeBody struct {
 	Outcome string `json:"outcome"`
 }
 
-func (s *Sidecar) get(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel, reg, key, herr := s.begin(r)
+func (s *Sidecar) get(w http.ResponseWriter, r *http.Request, region, raw string) {
+	ctx, cancel, reg, key, herr := s.begin(r, region, raw)
 	defer cancel()
 	if herr != nil {
 		httpjson.WriteError(w, herr)
@@ -189,8 +280,8 @@ func setMeta(h http.Header, lk Lookup) {
 	}
 }
 
-func (s *Sidecar) put(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel, reg, key, herr := s.begin(r)
+func (s *Sidecar) put(w http.ResponseWriter, r *http.Request, region, raw string) {
+	ctx, cancel, reg, key, herr := s.begin(r, region, raw)
 	defer cancel()
 	if herr != nil {
 		httpjson.WriteError(w, herr)
@@ -252,8 +343,8 @@ func (s *Sidecar) put(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, outcomeBody{Outcome: o.String()})
 }
 
-func (s *Sidecar) delete(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel, reg, key, herr := s.begin(r)
+func (s *Sidecar) delete(w http.ResponseWriter, r *http.Request, region, raw string) {
+	ctx, cancel, reg, key, herr := s.begin(r, region, raw)
 	defer cancel()
 	if herr != nil {
 		httpjson.WriteError(w, herr)
@@ -267,14 +358,18 @@ func (s *Sidecar) delete(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, outcomeBody{Outcome: o.String()})
 }
 
-func (s *Sidecar) deleteRegion(w http.ResponseWriter, r *http.Request) {
+func (s *Sidecar) deleteRegion(w http.ResponseWriter, r *http.Request, region string) {
 	ctx, cancel, herr := deadline(r)
 	defer cancel()
 	if herr != nil {
 		httpjson.WriteError(w, herr)
 		return
 	}
-	reg, err := s.c.Region(r.PathValue("region"))
+	if r.URL.RawQuery != "" {
+		httpjson.WriteError(w, httpjson.NewError(http.StatusBadRequest, httpjson.CodeBadRequest, "a region takes no query parameters"))
+		return
+	}
+	reg, err := s.c.Region(region)
 	if err != nil {
 		httpjson.WriteError(w, s.errorOf(err))
 		return
@@ -287,16 +382,17 @@ func (s *Sidecar) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, outcomeBody{Outcome: o.String()})
 }
 
-// begin bounds the call's deadline and resolves the region and the key:
-// the path key is the one part of a region without a canonicaliser; for a
-// region with one, the path key is the attribute "key" and the query
-// parameters are the other attributes (each at most once, valid UTF-8).
-func (s *Sidecar) begin(r *http.Request) (context.Context, context.CancelFunc, *Region, Key, *httpjson.Error) {
+// begin bounds the call's deadline and resolves the region and the key
+// (both decoded from the path by splitPath): the path key is the one part
+// of a region without a canonicaliser; for a region with one, the path key
+// is the attribute "key" and the query parameters are the other attributes
+// (each at most once, valid UTF-8).
+func (s *Sidecar) begin(r *http.Request, region, raw string) (context.Context, context.CancelFunc, *Region, Key, *httpjson.Error) {
 	ctx, cancel, herr := deadline(r)
 	if herr != nil {
 		return ctx, cancel, nil, Key{}, herr
 	}
-	reg, err := s.c.Region(r.PathValue("region"))
+	reg, err := s.c.Region(region)
 	if err != nil {
 		return ctx, cancel, nil, Key{}, s.errorOf(err)
 	}
@@ -304,7 +400,6 @@ func (s *Sidecar) begin(r *http.Request) (context.Context, context.CancelFunc, *
 	if err != nil {
 		return ctx, cancel, nil, Key{}, s.errorOf(err)
 	}
-	raw := r.PathValue("key")
 	if raw == "" || !utf8.ValidString(raw) {
 		return ctx, cancel, nil, Key{}, httpjson.NewError(http.StatusBadRequest, CodeInvalidKey, "the key must be non-empty UTF-8")
 	}
@@ -390,6 +485,9 @@ func (s *Sidecar) errorOf(err error) *httpjson.Error {
 	case errors.Is(err, ErrClosed), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return httpjson.NewError(http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the cache could not answer in time")
 	}
+	// An error this map does not know is the cache failing, not the
+	// request: the caller reads its source, as for any outage.
 	s.log.Error("cache sidecar error", "error", err)
-	return httpjson.NewError(http.StatusInternalServerError, CodeCacheUnavailable, "the cache failed")
+	return &httpjson.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
+		Body: httpjson.ErrorBody{Code: CodeCacheUnavailable, Message: "the cache failed; read the source"}}
 }

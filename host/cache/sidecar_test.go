@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -197,5 +198,91 @@ func TestSidecarRefusesHostileInput(t *testing.T) {
 		assert.Equal(t, tc.status, a.status, "%s: %s", name, a.body)
 		assert.Equal(t, tc.code, a.code(), name)
 		assert.NotContains(t, string(a.body), "\xff", name)
+	}
+}
+
+// TestSidecarPaths: the sidecar routes below /v1/cache/ on the escaped
+// path: the region and the key are one segment each, decoded exactly once
+// (so "..", "." and "/" are keys like any other when encoded), every other
+// shape is a JSON 404 and every other method a JSON 405 with Allow.
+// (Literal dot segments and empty segments never reach it behind
+// `caphost serve`: host/httpapi answers them 400 bad-path.)
+func TestSidecarPaths(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, nil), newClock(), nil)
+	s := newSidecarClient(t, in.c)
+
+	for key, enc := range map[string]string{"..": "%2E%2E", ".": "%2E", "/": "%2F", "a/b": "a%2Fb", "a%2F": "a%252F"} {
+		a := s.do("PUT", "/v1/cache/items/"+enc, []byte(key), nil)
+		require.Equal(t, http.StatusOK, a.status, "%s: %s", key, a.body)
+		a = s.do("GET", "/v1/cache/items/"+enc, nil, nil)
+		require.Equal(t, http.StatusOK, a.status, key)
+		assert.Equal(t, key, string(a.body), "decoded once: %q", key)
+		lk, err := in.region(t, "items").Lookup(context.Background(), Parts(key))
+		require.NoError(t, err)
+		assert.Equal(t, Hit, lk.Kind, "the path key %s is the part %q", enc, key)
+	}
+	a := s.do("DELETE", "/v1/cache/items/%2e%2e", nil, nil)
+	assert.Equal(t, "INVALIDATED", a.outcome(), "%2e%2e and %2E%2E are one key")
+
+	for name, tc := range map[string]struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		"root":                    {"GET", "/v1/cache", 404, string(httpjson.CodeNotFound), ""},
+		"empty region":            {"DELETE", "/v1/cache/", 404, string(httpjson.CodeNotFound), ""},
+		"empty key":               {"GET", "/v1/cache/items/", 404, string(httpjson.CodeNotFound), ""},
+		"third segment":           {"GET", "/v1/cache/items/a/b", 404, string(httpjson.CodeNotFound), ""},
+		"unknown region":          {"DELETE", "/v1/cache/%2E%2E", 404, string(CodeUnknownRegion), ""},
+		"invalid UTF-8 key":       {"PUT", "/v1/cache/items/%FF", 400, string(CodeInvalidKey), ""},
+		"over-long key":           {"DELETE", "/v1/cache/items/" + strings.Repeat("%2E", MaxKeyPartBytes+1), 400, string(CodeInvalidKey), ""},
+		"query on a region":       {"DELETE", "/v1/cache/items?x=1", 400, string(httpjson.CodeBadRequest), ""},
+		"wrong method (key)":      {"POST", "/v1/cache/items/k", 405, string(httpjson.CodeMethodNotAllowed), allowKey},
+		"wrong method (region)":   {"GET", "/v1/cache/items", 405, string(httpjson.CodeMethodNotAllowed), allowRegion},
+		"wrong method, dot key":   {"PATCH", "/v1/cache/items/%2E%2E", 405, string(httpjson.CodeMethodNotAllowed), allowKey},
+		"wrong method, no region": {"POST", "/v1/cache/nope", 405, string(httpjson.CodeMethodNotAllowed), allowRegion},
+	} {
+		a := s.do(tc.method, tc.path, nil, nil)
+		assert.Equal(t, tc.status, a.status, "%s: %s", name, a.body)
+		assert.Equal(t, tc.code, a.code(), name)
+		assert.Equal(t, tc.allow, a.header.Get("Allow"), name)
+		assert.Equal(t, "application/json", a.header.Get("Content-Type"), name)
+	}
+	a = s.do("HEAD", "/v1/cache/items/%2F", nil, nil)
+	assert.Equal(t, http.StatusOK, a.status, "HEAD is GET without the body")
+	assert.Equal(t, "fresh", a.header.Get(HeaderStatus))
+}
+
+// TestSidecarSplitPath: the path parser alone.
+func TestSidecarSplitPath(t *testing.T) {
+	for in, want := range map[string][3]string{
+		"/v1/cache/items":          {"items", "", "region"},
+		"/v1/cache/items/k":        {"items", "k", "key"},
+		"/v1/cache/it%65ms/%2E%2E": {"items", "..", "key"},
+		"/v1/cache/items/%2F":      {"items", "/", "key"},
+		"/v1/cache/items/%252F":    {"items", "%2F", "key"},
+		"/v1/cache/items/a+b":      {"items", "a+b", "key"},
+		"/v1/cache/%FF/%00":        {"\xff", "\x00", "key"},
+		"/v1/cache":                {"", "", ""},
+		"/v1/cache/":               {"", "", ""},
+		"/v1/cache/items/":         {"", "", ""},
+		"/v1/cache//k":             {"", "", ""},
+		"/v1/cache/items/..":       {"", "", ""},
+		"/v1/cache/./k":            {"", "", ""},
+		"/v1/cache/items/a/b":      {"", "", ""},
+		"/v1/cachex/items/k":       {"", "", ""},
+		"/v1/cache/items/%ZZ":      {"", "", ""},
+		"/other/v1/cache/items/k":  {"", "", ""},
+	} {
+		region, key, hasKey, ok := splitPath(in)
+		shape := ""
+		switch {
+		case ok && hasKey:
+			shape = "key"
+		case ok:
+			shape = "region"
+		}
+		assert.Equal(t, want, [3]string{region, key, shape}, in)
 	}
 }

@@ -23,17 +23,16 @@ import (
 
 const hmacKey = "httpapi-test-hmac-key-0123456789abcdefghijklmnop"
 
-// rateConfig: a per-api-key fixed window of 3 per minute, selected for
-// /orders. The sidecar itself is tested in host/ratelimit; this proves the
-// daemon mounts it over the host's capability.
-const rateConfig = `redis:
+// redisConfig is the redis block of the test hosts: one private
+// redis-server (the %q) holding the role the second argument names.
+const redisConfig = `redis:
   deployments:
     main:
       standalone: {endpoint: %q}
       auth: {admin-shared: true}
       timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
   roles:
-    coordination: {deployment: main, required: true, expected-eviction: noeviction}
+    %s: {deployment: main, required: %t, expected-eviction: noeviction}
   programs: {mode: evalsha-managed}
   keys:
     app: demo
@@ -41,7 +40,12 @@ const rateConfig = `redis:
     hmac:
       write-version: 1
       versions: {1: "secret://env/HTTPAPI_TEST_KEY"}
-capabilities:
+`
+
+// rateConfig: a per-api-key fixed window of 3 per minute, selected for
+// /orders. The sidecar itself is tested in host/ratelimit; this proves the
+// daemon mounts it over the host's capability.
+const rateConfig = `capabilities:
   rate-limit:
     provider: redis
     redis-role: coordination
@@ -51,23 +55,35 @@ capabilities:
       - {route: /orders, policies: [{policy: per-key}]}
 `
 
-// startHost assembles a real host against a private redis-server.
+// startHost assembles a real host with the rate-limit capability against
+// a private redis-server.
 func startHost(t *testing.T) *host.Host {
 	t.Helper()
-	srv := redistest.StartStandalone(t)
-	path := filepath.Join(t.TempDir(), "caphost.yaml")
-	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, rateConfig, srv.Addr()), 0o600))
+	return startHostWith(t, "coordination", true, rateConfig)
+}
+
+// startHostWith assembles a real host against a private redis-server: the
+// redis block with role (required or not), then capabilities.
+func startHostWith(tb testing.TB, role string, required bool, capabilities string) *host.Host {
+	tb.Helper()
+	srv := redistest.StartStandalone(tb)
+	path := filepath.Join(tb.TempDir(), "caphost.yaml")
+	conf := fmt.Sprintf(redisConfig, srv.Addr(), role, required) + capabilities
+	require.NoError(tb, os.WriteFile(path, []byte(conf), 0o600))
 	env := func(k string) (string, bool) {
-		if k == "HTTPAPI_TEST_KEY" {
+		switch k {
+		case "HTTPAPI_TEST_KEY":
 			return hmacKey, true
+		case "HTTPAPI_CACHE_HINT_KEY":
+			return "httpapi-cache-hint-key-0123456789abcdefghijklmnop", true
 		}
 		return "", false
 	}
 	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	h, err := host.New(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = h.Close(context.Background()) })
 	return h
 }
 

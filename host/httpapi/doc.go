@@ -2,8 +2,16 @@
 // host's operations endpoints (/livez, /readyz, /metrics), the capability
 // routes (today the rate-limit sidecar, ratelimit.Sidecar: POST
 // /v1/ratelimit/evaluate and POST /v1/concurrency/acquire, /renew and
-// /release) and serves the guest admin endpoints (GET /admin/guests, PUT
+// /release; and the cache sidecar, cache.Sidecar: /v1/cache/...) and
+// serves the guest admin endpoints (GET /admin/guests, PUT
 // /admin/guests/{name}, POST /admin/guests/{name}/rollback).
+//
+// Paths are routed only when canonical (Canonical, on the escaped path):
+// any other is a 400 bad-path before the mux sees it, because ServeMux
+// would answer it with a redirect and an HTML body. Percent-encoded bytes
+// are data: %2E%2E or %2F in a segment reach the route that serves it,
+// which decodes the segment once. No answer of this package is a redirect
+// or a text body.
 //
 // Everything that enters here is untrusted: bodies are read and errors
 // written through host/httpjson (size-bounded, strict, stable codes, no

@@ -2,10 +2,14 @@ package httpapi
 
 import "github.com/caphost/caphost/host/httpjson"
 
-// Error codes only the admin endpoints answer (the generic codes are
-// httpjson's, the sidecar's are ratelimit's). Stable: clients switch on
-// them.
+// Error codes only the daemon mux and the admin endpoints answer (the
+// generic codes are httpjson's, the sidecars' are ratelimit's and
+// cache's). Stable: clients switch on them.
 const (
+	// CodeBadPath: the request path is not canonical (an empty, . or ..
+	// segment, a double or trailing slash); 400 on every endpoint, before
+	// any route. Percent-encode a key that is "." or "..", or contains "/".
+	CodeBadPath httpjson.Code = "bad-path"
 	// CodeUnauthorized: missing or wrong admin bearer token.
 	CodeUnauthorized httpjson.Code = "unauthorized"
 	// CodeUnknownGuest: no configured guest has that name.
