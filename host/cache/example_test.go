@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/caphost/caphost/host/cache"
 	"github.com/caphost/caphost/internal/redistest"
@@ -14,22 +13,7 @@ import (
 
 // exampleRuntime is a Redis runtime whose cache role is addr.
 func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) {
-	lanes := map[policy.Lane]policy.LaneConfig{}
-	for _, l := range policy.Lanes() {
-		lanes[l] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 64}
-	}
-	return runtime.New(ctx, policy.RedisConfig{
-		Deployments: map[string]policy.Deployment{"main": {
-			ID: "main", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-example",
-			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: time.Second},
-			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
-			AdminShared: true,
-		}},
-		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCache: {Deployment: "main"}},
-		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
-		Keys: policy.KeysConfig{App: "shop", Env: "dev", HMAC: policy.KeyMaterial{WriteVersion: 1,
-			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-only-hmac-material-0123456789"))}}},
-	}, runtime.WithLogger(slog.New(slog.DiscardHandler)))
+	return runtime.New(ctx, redistest.ExampleConfig(addr, policy.RoleCache), runtime.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 // Region.GetOrLoad is cache-aside: the first call loads from the source and

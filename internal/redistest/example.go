@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strconv"
 	"time"
+
+	"github.com/caphost/caphost/policy"
 )
 
 // ForExample starts a throwaway standalone redis-server for a runnable
@@ -40,4 +42,26 @@ func ForExample() (addr string, stop func()) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
+}
+
+// ExampleConfig is the runtime configuration the runnable examples use: one
+// standalone deployment at addr bound to role, evalsha-managed programs, and
+// example-only HMAC key material (never use it outside an example).
+func ExampleConfig(addr string, role policy.Role) policy.RedisConfig {
+	lanes := map[policy.Lane]policy.LaneConfig{}
+	for _, l := range policy.Lanes() {
+		lanes[l] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 64}
+	}
+	return policy.RedisConfig{
+		Deployments: map[string]policy.Deployment{"main": {
+			ID: "main", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-example",
+			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: time.Second},
+			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
+			AdminShared: true,
+		}},
+		Roles:    map[policy.Role]policy.RoleBinding{role: {Deployment: "main", Required: role != policy.RoleCache}},
+		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
+		Keys: policy.KeysConfig{App: "shop", Env: "example", HMAC: policy.KeyMaterial{WriteVersion: 1,
+			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-only-hmac-material-0123456789"))}}},
+	}
 }
