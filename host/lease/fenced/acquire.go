@@ -1,0 +1,306 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/lease"
+	"github.com/caphost/caphost/host/lease/internal/hold"
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Acquire acquires the fenced lease for r.Attempt, waiting up to r.Wait
+// while another owner holds it or Redis is unreachable. A lost reply is
+// reconciled by repeating the same attempt once (the same token, no
+// increment, if the first send applied); a repeat that cannot be sent
+// leaves the outcome Indeterminate. Fence refusals are outcomes, never
+// errors; errors are lease.ErrInvalidRequest, lease.ErrCorrupt and ctx's.
+func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
+	k, err := c.prepare(&r)
+	if err != nil {
+		return Acquisition{}, err
+	}
+	req := programs.FencedLeaseAcquireRequest{Registration: k.reg, Attempt: k.attempt, TTL: r.TTL,
+		HardFailThreshold: c.threshold}
+	deadline := c.now().Add(r.Wait)
+	var (
+		out        Acquisition
+		reconciled bool
+		unsettled  bool
+		pause      = backoffMin
+	)
+	for {
+		start := c.now()
+		res, err := c.exec.FencedLeaseAcquire(ctx, k.owner, k.counter, req)
+		out.Attempts++
+		if err != nil {
+			o := certainty.Classify(err, true)
+			if o == certainty.Indeterminate {
+				unsettled = true
+			}
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !unsettled {
+				return Acquisition{}, ctx.Err()
+			}
+			out = Acquisition{Kind: Unavailable, Certainty: o, Attempts: out.Attempts, Cause: err}
+			if unsettled {
+				out.Kind, out.Certainty = Indeterminate, certainty.Indeterminate
+			}
+			if o == certainty.Indeterminate {
+				if !reconciled && ctx.Err() == nil {
+					reconciled = true
+					if c.beforeRepeat != nil {
+						c.beforeRepeat()
+					}
+					continue
+				}
+				return out, nil
+			}
+		} else {
+			out = Acquisition{Certainty: res.Outcome(), Attempts: out.Attempts, Fence: tokenOf(res.Fence)}
+			switch res.Status {
+			case programs.FencedAcquired:
+				out.Kind, out.Handle = Acquired, c.handle(k, r, start, res.PTTL, tokenOf(res.Token))
+				return out, nil
+			case programs.FencedReplayedSameOperation:
+				out.Kind, out.Handle = ReplayedSameOperation, c.handle(k, r, start, res.PTTL, tokenOf(res.Token))
+				return out, nil
+			case programs.FencedContended:
+				out.Kind, out.RetryAfter = Contended, res.PTTL
+			case programs.FencedOwnerOperationConflict:
+				out.Kind, out.RetryAfter = OwnerOperationConflict, res.PTTL
+				return out, nil
+			case programs.FencedAcquireCounterMissing:
+				out.Kind = CounterMissing
+				return out, nil
+			case programs.FencedAcquireEpochMismatch:
+				out.Kind = EpochMismatch
+				return out, nil
+			case programs.FencedAcquireRegistrationConflict:
+				out.Kind = RegistrationConflict
+				return out, nil
+			case programs.FencedAcquireRegression:
+				out.Kind = Regression
+				c.log.Error("fence counter regression: the counter is below a live token; refusing fenced leases",
+					"purpose", r.Purpose, "epoch", out.Fence.Epoch)
+				return out, nil
+			case programs.FencedAcquireExhausted:
+				out.Kind = Exhausted
+				return out, nil
+			case programs.FencedAcquireWrongType:
+				return Acquisition{}, lease.ErrCorrupt
+			default:
+				return Acquisition{}, fmt.Errorf("fenced: fenced-lease-acquire-v1 answered %s to a validated request", res.Status)
+			}
+		}
+		left := deadline.Sub(c.now())
+		if left <= 0 {
+			return out, nil
+		}
+		d := c.jitter(int64(pause)) + 1
+		if out.Kind == Contended {
+			d = min(d, int64(out.RetryAfter)+1)
+		}
+		if err := sleep(ctx, min(time.Duration(d), left)); err != nil {
+			if unsettled {
+				return out, nil
+			}
+			return Acquisition{}, err
+		}
+		pause = min(2*pause, backoffMax)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Inspect reports whether r.Attempt holds the fenced lease, without
+// changing anything. When it does, the outcome is ReplayedSameOperation
+// with a handle (its token, validity from the server's remaining TTL):
+// this is how a lost acquire reply is reconciled. r.Wait is ignored.
+func (c *Client) Inspect(ctx context.Context, r Request) (Acquisition, error) {
+	r.Wait = 0
+	k, err := c.prepare(&r)
+	if err != nil {
+		return Acquisition{}, err
+	}
+	start := c.now()
+	res, err := c.exec.FencedLeaseInspect(ctx, k.owner, k.counter, k.reg, k.attempt)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return Acquisition{}, ctx.Err()
+		}
+		o := certainty.Classify(err, false)
+		kind := Unavailable
+		if o == certainty.Indeterminate {
+			kind = Indeterminate
+		}
+		return Acquisition{Kind: kind, Certainty: o, Attempts: 1, Cause: err}, nil
+	}
+	out := Acquisition{Certainty: res.Outcome(), Attempts: 1, Fence: tokenOf(res.Fence)}
+	switch res.Status {
+	case programs.FencedOwned:
+		out.Kind, out.Handle = ReplayedSameOperation, c.handle(k, r, start, res.PTTL, tokenOf(res.Token))
+	case programs.FencedInspectAbsent:
+		out.Kind = Absent
+	case programs.FencedInspectNotOwner:
+		out.Kind = Contended
+	case programs.FencedInspectOwnerOperationConflict:
+		out.Kind = OwnerOperationConflict
+	case programs.FencedInspectCounterMissing:
+		out.Kind = CounterMissing
+	case programs.FencedInspectEpochMismatch:
+		out.Kind = EpochMismatch
+	case programs.FencedInspectRegistrationConflict:
+		out.Kind = RegistrationConflict
+	case programs.FencedInspectRegression:
+		out.Kind = Regression
+	case programs.FencedInspectWrongType:
+		return Acquisition{}, lease.ErrCorrupt
+	default:
+		return Acquisition{}, fmt.Errorf("fenced: fenced-lease-inspect-v1 answered %s to a validated request", res.Status)
+	}
+	return out, nil
+}
+
+// Handle is a held fenced lease. It is safe for concurrent use.
+type Handle struct {
+	c       *Client
+	k       call
+	attempt lease.Attempt
+	ttl     time.Duration
+	token   fence.Token
+	h       *hold.Hold
+}
+
+func (c *Client) handle(k call, r Request, sent time.Time, serverTTL time.Duration, tok fence.Token) *Handle {
+	return &Handle{c: c, k: k, attempt: r.Attempt, ttl: r.TTL, token: tok,
+		h: hold.New(c.now, c.drift, lease.ErrValidityExpired, sent, serverTTL)}
+}
+
+// Token is the lease's fencing token: pass it with every write to the
+// protected resource, which rejects it once a newer token has written.
+func (h *Handle) Token() fence.Token { return h.token }
+
+// Attempt returns the attempt holding the lease.
+func (h *Handle) Attempt() lease.Attempt { return h.attempt }
+
+// TTL is the lease's TTL.
+func (h *Handle) TTL() time.Duration { return h.ttl }
+
+// State returns the state, moving an expired handle to LOST first.
+func (h *Handle) State() State { return h.h.State() }
+
+// Cause says why the handle left ACTIVE: lease.ErrLost,
+// lease.ErrValidityExpired, ErrFenceBroken or the runtime's error.
+func (h *Handle) Cause() error { return h.h.Cause() }
+
+// Done is closed when the handle leaves ACTIVE.
+func (h *Handle) Done() <-chan struct{} { return h.h.Done() }
+
+// Remaining is the validity left (0 when not ACTIVE).
+func (h *Handle) Remaining() time.Duration { return h.h.Remaining() }
+
+// UsableFor reports whether work of the given budget fits in the validity
+// left.
+func (h *Handle) UsableFor(work time.Duration) bool { return h.h.UsableFor(work) }
+
+func (h *Handle) held() programs.FencedLeaseHold {
+	return programs.FencedLeaseHold{Registration: h.k.reg, Owner: h.k.attempt.Owner, Counter: h.token.Counter}
+}
+
+// Renew sets the TTL again if the attempt still holds the lease under its
+// token and the fence still matches. Not ACTIVE: lease.ErrNotActive,
+// nothing sent. A lost reply makes the handle UNKNOWN (never resent).
+func (h *Handle) Renew(ctx context.Context) (lease.RenewKind, error) {
+	if h.State() != Active {
+		return 0, lease.ErrNotActive
+	}
+	start := h.c.now()
+	res, err := h.c.exec.FencedLeaseRenew(ctx, h.k.owner, h.k.counter, h.held(), h.ttl)
+	if err != nil {
+		if certainty.Classify(err, true) == certainty.Indeterminate {
+			h.h.End(Unknown, err)
+			return lease.RenewIndeterminate, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return 0, ctx.Err()
+		}
+		return lease.RenewUnavailable, nil
+	}
+	switch res.Status {
+	case programs.FencedRenewed:
+		h.h.Extend(start, h.ttl)
+		return lease.Renewed, nil
+	case programs.FencedRenewAbsent, programs.FencedRenewNotOwner, programs.FencedRenewTokenMismatch:
+		h.h.End(Lost, lease.ErrLost)
+		return lease.RenewLost, nil
+	case programs.FencedRenewEpochMismatch, programs.FencedRenewRegistrationConflict,
+		programs.FencedRenewCounterMissing, programs.FencedRenewRegression:
+		h.h.End(Lost, ErrFenceBroken)
+		return lease.RenewLost, nil
+	case programs.FencedRenewWrongType:
+		h.h.End(Lost, lease.ErrCorrupt)
+		return 0, lease.ErrCorrupt
+	}
+	return 0, fmt.Errorf("fenced: fenced-lease-renew-v1 answered %s to a validated request", res.Status)
+}
+
+// Release deletes the lease if the attempt still holds it under its token
+// (the counter is never touched). It sends from ACTIVE, UNKNOWN and LOST;
+// a released handle answers lease.ReleaseAlreadyReleased without sending. A lost
+// reply is repeated once (ABSENT then means it applied).
+func (h *Handle) Release(ctx context.Context) (lease.ReleaseKind, error) {
+	if h.State() == Released {
+		return lease.ReleaseAlreadyReleased, nil
+	}
+	var (
+		res programs.FencedReleaseResult
+		err error
+	)
+	for try := 0; try < 2; try++ {
+		res, err = h.c.exec.FencedLeaseRelease(ctx, h.k.owner, h.k.counter, h.held())
+		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		if certainty.Classify(err, true) == certainty.Indeterminate {
+			h.h.End(Unknown, err)
+			return lease.ReleaseIndeterminate, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return 0, ctx.Err()
+		}
+		return lease.ReleaseUnavailable, nil
+	}
+	switch res.Status {
+	case programs.FencedReleased:
+		h.h.End(Released, nil)
+		return lease.ReleaseDone, nil
+	case programs.FencedReleaseAbsent:
+		h.h.End(Released, nil)
+		return lease.ReleaseAlreadyAbsent, nil
+	case programs.FencedReleaseNotOwner, programs.FencedReleaseTokenMismatch:
+		h.h.End(Lost, lease.ErrLost)
+		return lease.ReleaseNotOwner, nil
+	case programs.FencedReleaseEpochMismatch, programs.FencedReleaseRegistrationConflict,
+		programs.FencedReleaseCounterMissing, programs.FencedReleaseRegression:
+		h.h.End(Lost, ErrFenceBroken)
+		return lease.ReleaseNotOwner, nil
+	case programs.FencedReleaseWrongType:
+		return 0, lease.ErrCorrupt
+	}
+	return 0, fmt.Errorf("fenced: fenced-lease-release-v1 answered %s to a validated request", res.Status)
+}

@@ -1,0 +1,277 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/lease"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/keys"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+// Errors specific to fencing (the lease's own are host/lease's:
+// ErrInvalidRequest, ErrNotActive, ErrCorrupt, ErrValidityExpired, ErrLost).
+var (
+	// ErrFenceBroken is a handle's cause when Redis answered that the
+	// resource's counter no longer matches the lease's token (missing,
+	// another epoch or registration, regressed): the token cannot be
+	// trusted to order writes any more.
+	ErrFenceBroken = errors.New("fenced: the resource's fence counter no longer matches the token")
+	// ErrNotPending: Activate found the registration not PENDING.
+	ErrNotPending = errors.New("fenced: registration is not pending")
+)
+
+const (
+	keyVersion = 1
+	backoffMin = 5 * time.Millisecond
+	backoffMax = 250 * time.Millisecond
+)
+
+// Config configures a Client.
+type Config struct {
+	// Role is the Redis role (default coordination; the counter needs a
+	// noeviction deployment, which the startup probe checks for correctness
+	// roles).
+	Role policy.Role
+	// DriftBudget is subtracted from every validity (default
+	// lease.DefaultDriftBudget).
+	DriftBudget time.Duration
+	// HardFailThreshold is the highest counter an acquire may issue
+	// (default fence.MaxCounter); above it acquires answer Exhausted and
+	// the resource must be re-registered under a new epoch.
+	HardFailThreshold int64
+}
+
+// Option configures a Client beyond Config.
+type Option func(*options)
+
+type options struct {
+	log *slog.Logger
+	now func() time.Time
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock replaces time.Now for validity (tests); it must be monotonic.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// Client acquires fenced leases on one Redis role. It is safe for
+// concurrent use.
+type Client struct {
+	exec      *programs.Executor
+	keys      *keys.Builder
+	drift     time.Duration
+	threshold int64
+	log       *slog.Logger
+	now       func() time.Time
+	jitter    func(int64) int64
+
+	// beforeRepeat runs before the reconciling repeat of an acquire whose
+	// reply was lost (tests).
+	beforeRepeat func()
+}
+
+// New binds a client to cfg.Role of rt.
+func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
+	o := options{log: slog.Default(), now: time.Now}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if rt == nil {
+		return nil, fmt.Errorf("%w: New needs a runtime", lease.ErrInvalidRequest)
+	}
+	role := cfg.Role
+	if role == "" {
+		role = policy.RoleCoordination
+	}
+	if role == policy.RoleCache {
+		return nil, fmt.Errorf("%w: fence counters never live on the evictable cache role", lease.ErrInvalidRequest)
+	}
+	drift := cfg.DriftBudget
+	if drift == 0 {
+		drift = lease.DefaultDriftBudget
+	}
+	threshold := cfg.HardFailThreshold
+	if threshold == 0 {
+		threshold = fence.MaxCounter
+	}
+	switch {
+	case drift < 0 || drift >= lease.MaxTTL:
+		return nil, fmt.Errorf("%w: drift budget %s out of range", lease.ErrInvalidRequest, drift)
+	case threshold < 1 || threshold > fence.MaxCounter:
+		return nil, fmt.Errorf("%w: hard-fail threshold must be within 1..%d", lease.ErrInvalidRequest, fence.MaxCounter)
+	}
+	dep, err := rt.Role(role)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, threshold: threshold, log: o.log, now: o.now,
+		jitter: rand.Int64N}, nil
+}
+
+// keysOf builds the owner and counter keys of a resource (one hash slot).
+func (c *Client) keysOf(purpose, resource string) (owner, counter keys.Key, err error) {
+	ks, err := c.keys.Group(keys.Spec{Capability: keys.CapFence, Region: purpose, KeyVersion: keyVersion,
+		Parts: [][]byte{[]byte(resource)}}, "owner", "counter")
+	if err != nil {
+		return keys.Key{}, keys.Key{}, fmt.Errorf("%w: purpose must be a slug of 1..64 lower-case letters, digits and '-'", lease.ErrInvalidRequest)
+	}
+	return ks[0], ks[1], nil
+}
+
+func registration(reg fence.Registration) (programs.FenceRegistration, error) {
+	if reg.Epoch == 0 || reg.Epoch > fence.MaxEpoch || reg.Resource == "" {
+		return programs.FenceRegistration{}, fmt.Errorf("%w: a registration needs a resource and an epoch within 1..%d",
+			lease.ErrInvalidRequest, fence.MaxEpoch)
+	}
+	return programs.FenceRegistration{Epoch: int64(reg.Epoch), Digest: reg.Digest.String()}, nil
+}
+
+func tokenOf(t programs.FencingToken) fence.Token {
+	return fence.Token{Epoch: uint64(t.Epoch), Counter: t.Counter}
+}
+
+// ProvisionKind is what provisioning found.
+type ProvisionKind uint8
+
+// Provision outcomes.
+const (
+	// Provisioned: the counter was created at the registration's high
+	// watermark.
+	Provisioned ProvisionKind = iota + 1
+	// AlreadySame: the counter exists for this registration (a repeat), at
+	// or above the watermark.
+	AlreadySame
+	// ProvisionConflict: the counter belongs to another registration.
+	ProvisionConflict
+	// ProvisionRegression: the counter exists for this registration but
+	// below the watermark the protected store has admitted — the Redis
+	// side lost increments; never used until an operator reprovisions.
+	ProvisionRegression
+)
+
+var provisionNames = [...]string{Provisioned: "PROVISIONED", AlreadySame: "ALREADY_SAME",
+	ProvisionConflict: "REGISTRATION_CONFLICT", ProvisionRegression: "REGRESSION"}
+
+func (k ProvisionKind) String() string {
+	if int(k) <= 0 || int(k) >= len(provisionNames) {
+		return "INVALID"
+	}
+	return provisionNames[k]
+}
+
+// Provision creates the Redis counter of reg (step 2 of provisioning) at
+// its high watermark, or reports what is there. It never lowers or
+// replaces a counter. Errors are caller mistakes, ErrCorrupt and the
+// runtime's (an outage: provisioning is an operator or reconciler step and
+// is simply repeated).
+func (c *Client) Provision(ctx context.Context, purpose string, reg fence.Registration) (ProvisionKind, fence.Token, error) {
+	preg, err := registration(reg)
+	if err != nil {
+		return 0, fence.Token{}, err
+	}
+	_, counter, err := c.keysOf(purpose, reg.Resource)
+	if err != nil {
+		return 0, fence.Token{}, err
+	}
+	res, err := c.exec.FenceCounterProvision(ctx, counter, preg, reg.HighWatermark)
+	if err != nil {
+		return 0, fence.Token{}, err
+	}
+	tok := tokenOf(res.Fence)
+	switch res.Status {
+	case programs.FenceProvisioned:
+		return Provisioned, tok, nil
+	case programs.FenceAlreadySame:
+		return AlreadySame, tok, nil
+	case programs.FenceProvisionRegistrationConflict:
+		return ProvisionConflict, tok, nil
+	case programs.FenceProvisionRegression:
+		return ProvisionRegression, tok, nil
+	case programs.FenceProvisionWrongType:
+		return 0, fence.Token{}, lease.ErrCorrupt
+	}
+	return 0, fence.Token{}, fmt.Errorf("fenced: fenced-counter-provision-v1 answered %s to a validated request", res.Status)
+}
+
+// Activate runs the provisioning protocol for a PENDING registration of
+// store: provision the Redis counter from the durable registration, check
+// the receipt, then mark the registration ACTIVE. It is what the
+// after-commit reconciler calls, and it is safe to repeat (a crash between
+// the steps leaves a PENDING row whose counter answers AlreadySame).
+func (c *Client) Activate(ctx context.Context, purpose string, store *fence.Store, resource string) (fence.Registration, error) {
+	reg, err := store.Lookup(ctx, resource)
+	if err != nil {
+		return fence.Registration{}, err
+	}
+	if reg.State != fence.Pending {
+		return reg, fmt.Errorf("%w: %q is %v", ErrNotPending, resource, reg.State)
+	}
+	kind, tok, err := c.Provision(ctx, purpose, reg)
+	if err != nil {
+		return reg, err
+	}
+	if (kind != Provisioned && kind != AlreadySame) || tok.Epoch != reg.Epoch || tok.Counter < reg.HighWatermark {
+		return reg, fmt.Errorf("fenced: provisioning %q answered %s (counter %s): registration left PENDING", resource, kind, tok)
+	}
+	if err := store.Activate(ctx, resource, reg.Epoch, reg.Digest); err != nil {
+		return reg, err
+	}
+	reg.State = fence.Active
+	return reg, nil
+}
+
+// Request is one fenced acquisition.
+type Request struct {
+	// Purpose names what the lease is for (a key region slug).
+	Purpose string
+	// Registration is the resource's ACTIVE durable registration, read from
+	// the protected store (its Resource names the resource).
+	Registration fence.Registration
+	// TTL is the lease's TTL: whole milliseconds above the drift budget, at
+	// most lease.MaxTTL.
+	TTL time.Duration
+	// Wait bounds how long Acquire retries a contended lease (0: one try).
+	Wait time.Duration
+	// Attempt is the caller's attempt (lease.NewAttempt), minted before the
+	// first send and kept for repeats.
+	Attempt lease.Attempt
+}
+
+type call struct {
+	owner, counter keys.Key
+	reg            programs.FenceRegistration
+	attempt        programs.LeaseAttempt
+}
+
+func (c *Client) prepare(r *Request) (call, error) {
+	switch {
+	case r.Attempt.IsZero():
+		return call{}, fmt.Errorf("%w: no attempt (mint one with lease.NewAttempt)", lease.ErrInvalidRequest)
+	case r.TTL <= c.drift || r.TTL > lease.MaxTTL || r.TTL%time.Millisecond != 0:
+		return call{}, fmt.Errorf("%w: TTL must be whole milliseconds above the drift budget (%s) and at most %s",
+			lease.ErrInvalidRequest, c.drift, lease.MaxTTL)
+	case r.Wait < 0 || r.Wait > lease.MaxWait:
+		return call{}, fmt.Errorf("%w: wait must be within 0..%s", lease.ErrInvalidRequest, lease.MaxWait)
+	}
+	reg, err := registration(r.Registration)
+	if err != nil {
+		return call{}, err
+	}
+	owner, counter, err := c.keysOf(r.Purpose, r.Registration.Resource)
+	if err != nil {
+		return call{}, err
+	}
+	return call{owner: owner, counter: counter, reg: reg, attempt: programs.LeaseAttempt{
+		Owner: []byte(r.Attempt.Owner().Reveal()), OperationID: []byte(r.Attempt.OperationID())}}, nil
+}

@@ -1,0 +1,99 @@
+package fenced
+
+import (
+	"time"
+
+	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/lease/internal/hold"
+	"github.com/caphost/caphost/runtime/certainty"
+)
+
+// AcquireKind is what a fenced acquire (or inspect) found.
+type AcquireKind uint8
+
+// Acquire outcomes. The fence refusals (CounterMissing .. Exhausted) fail
+// closed: nothing is granted and waiting does not help.
+const (
+	// Acquired: the counter went up by one; the handle carries the token.
+	Acquired AcquireKind = iota + 1
+	// ReplayedSameOperation: the attempt already held the lease (a repeat
+	// after a lost reply): same token, no increment.
+	ReplayedSameOperation
+	// Contended: another owner holds it; RetryAfter is its remaining TTL.
+	Contended
+	// OwnerOperationConflict: the same owner holds it for another
+	// operation.
+	OwnerOperationConflict
+	// Absent (inspect only): nobody holds it.
+	Absent
+	// CounterMissing: the resource has no counter (never provisioned, or
+	// lost): it is not recreated on the request path.
+	CounterMissing
+	// EpochMismatch: the counter belongs to another epoch of the resource.
+	EpochMismatch
+	// RegistrationConflict: the counter belongs to another registration.
+	RegistrationConflict
+	// Regression: the counter is below a live token (a failover lost
+	// increments): alert; the resource side's watermark keeps stale writes
+	// out.
+	Regression
+	// Exhausted: the next counter would pass the hard-fail threshold.
+	Exhausted
+	// Unavailable: not sent, or refused before it ran; nothing changed.
+	Unavailable
+	// Indeterminate: sent and no reply, also after one reconciling repeat.
+	Indeterminate
+)
+
+var acquireNames = [...]string{Acquired: "ACQUIRED", ReplayedSameOperation: "REPLAYED_SAME_OPERATION",
+	Contended: "CONTENDED", OwnerOperationConflict: "OWNER_OPERATION_CONFLICT", Absent: "ABSENT",
+	CounterMissing: "FENCE_COUNTER_MISSING", EpochMismatch: "EPOCH_MISMATCH", RegistrationConflict: "REGISTRATION_CONFLICT",
+	Regression: "FENCE_REGRESSION", Exhausted: "FENCE_EXHAUSTED", Unavailable: "UNAVAILABLE", Indeterminate: "INDETERMINATE"}
+
+func (k AcquireKind) String() string { return enumName(acquireNames[:], int(k)) }
+
+// Held reports whether the outcome carries a handle.
+func (k AcquireKind) Held() bool { return k == Acquired || k == ReplayedSameOperation }
+
+// Acquisition is the outcome of Acquire and Inspect.
+type Acquisition struct {
+	Kind AcquireKind
+	// Handle is the held lease (Acquired, ReplayedSameOperation).
+	Handle *Handle
+	// RetryAfter is the holder's remaining TTL (Contended).
+	RetryAfter time.Duration
+	// Fence is the counter as the program read it, when it did: after the
+	// increment on Acquired, the other epoch on EpochMismatch, the value
+	// under a live token on Regression (for the alert).
+	Fence fence.Token
+	// Certainty is the certainty of the last call made.
+	Certainty certainty.Outcome
+	// Attempts is how many acquire calls were sent.
+	Attempts int
+	// Cause is the runtime's error (Unavailable, Indeterminate).
+	Cause error
+}
+
+// State is a handle's state (ACTIVE, then LOST, RELEASED or UNKNOWN).
+type State = hold.State
+
+// Handle states.
+const (
+	Active   = hold.Active
+	Lost     = hold.Lost
+	Released = hold.Released
+	Unknown  = hold.Unknown
+)
+
+// A renew and a release answer in the efficiency lease's vocabulary
+// (lease.RenewKind, lease.ReleaseKind). A fence that no longer matches the
+// token — a missing or regressed counter, another epoch or registration —
+// is lease.RenewLost or lease.ReleaseNotOwner with the handle's cause
+// ErrFenceBroken.
+
+func enumName(names []string, i int) string {
+	if i <= 0 || i >= len(names) || names[i] == "" {
+		return "INVALID"
+	}
+	return names[i]
+}
