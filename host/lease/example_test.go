@@ -14,22 +14,7 @@ import (
 
 // exampleRuntime is a Redis runtime whose coordination role is addr.
 func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) {
-	lanes := map[policy.Lane]policy.LaneConfig{}
-	for _, l := range policy.Lanes() {
-		lanes[l] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 64}
-	}
-	return runtime.New(ctx, policy.RedisConfig{
-		Deployments: map[string]policy.Deployment{"main": {
-			ID: "main", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-example",
-			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: time.Second},
-			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
-			AdminShared: true,
-		}},
-		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "main", Required: true}},
-		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
-		Keys: policy.KeysConfig{App: "shop", Env: "example", HMAC: policy.KeyMaterial{WriteVersion: 1,
-			Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("an example key of 32 bytes......"))}}},
-	}, runtime.WithLogger(slog.New(slog.DiscardHandler)))
+	return runtime.New(ctx, redistest.ExampleConfig(addr, policy.RoleCoordination), runtime.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 // Hold runs a job while the lease is held: one replica of many does the
