@@ -5,9 +5,11 @@ go 1.26.8
 replace github.com/caphost/caphost => ../
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/caphost/caphost v0.0.0-00010101000000-000000000000
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

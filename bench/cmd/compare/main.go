@@ -74,7 +74,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := runOpts{dur: *dur, slice: *slice, rounds: *rounds, addr: *addr, control: *control,
-		get: !*onlyRate, rate: !*onlyGet, cache: !*onlyGet && !*onlyRate, serverStats: *serverStats, rows: *rowFilter,
+		get: !*onlyRate, rate: !*onlyGet, cache: !*onlyGet && !*onlyRate, lease: !*onlyGet && !*onlyRate, serverStats: *serverStats, rows: *rowFilter,
 		codecWasm: *codecWasmPath, stampedeSlice: *stampedeSlice,
 		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights, idleCheck: *idleCheck}
 	if err := run(o); err != nil {
@@ -109,6 +109,7 @@ type runOpts struct {
 	control     bool
 	get, rate   bool // which row groups run
 	cache       bool
+	lease       bool
 	serverStats bool
 	rows        string // label filter ("" = all)
 	// solo runs the matching rate contenders alone instead of the rows.
@@ -206,6 +207,11 @@ func run(o runOpts) error {
 	}
 	if o.cache {
 		if err := cacheRows(ctx, plain, o, want, row, stats); err != nil {
+			return err
+		}
+	}
+	if o.lease {
+		if err := leaseRows(ctx, rt, plain, o, want, row, stats); err != nil {
 			return err
 		}
 	}
