@@ -18,6 +18,7 @@ import (
 type Handle struct {
 	c          *Client
 	key        keys.Key
+	purpose    string // the metric label
 	attempt    Attempt
 	ttl        time.Duration
 	acquiredAt time.Time
@@ -30,7 +31,7 @@ type Handle struct {
 }
 
 func (c *Client) handle(key keys.Key, r Request, sent time.Time, serverTTL time.Duration) *Handle {
-	h := &Handle{c: c, key: key, attempt: r.Attempt, ttl: r.TTL, acquiredAt: sent, state: Active,
+	h := &Handle{c: c, key: key, purpose: c.m.purpose(r.Purpose), attempt: r.Attempt, ttl: r.TTL, acquiredAt: sent, state: Active,
 		validUntil: sent.Add(serverTTL - c.drift), done: make(chan struct{})}
 	if serverTTL <= c.drift {
 		// A replay with less left than the drift budget: never usable.
@@ -107,6 +108,9 @@ func (h *Handle) endLocked(s State, cause error) {
 	}
 	h.state, h.cause = s, cause
 	close(h.done)
+	if s != Released {
+		h.c.m.lostLabel(h.purpose, s, cause)
+	}
 }
 
 func (h *Handle) end(s State, cause error) {
@@ -125,21 +129,18 @@ func (h *Handle) Renew(ctx context.Context) (RenewKind, error) {
 	if h.State() != Active {
 		return 0, ErrNotActive
 	}
-	start := h.c.now()
-	res, err := h.c.exec.LeaseRenew(ctx, h.key, h.attempt.program(), h.ttl)
-	if err != nil {
-		o := certainty.Classify(err, true)
-		if o == certainty.Indeterminate {
-			h.end(Unknown, err)
-			return RenewIndeterminate, nil
+	res, start, err := h.c.renewCall(ctx, h.key, h.purpose, h.attempt, h.ttl)
+	switch {
+	case err != nil:
+		if errors.Is(err, ErrCorrupt) {
+			h.end(Lost, ErrCorrupt)
 		}
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return 0, ctx.Err()
-		}
-		return RenewUnavailable, nil
-	}
-	switch res.Status {
-	case programs.LeaseRenewed:
+		return 0, err
+	case res.Kind == RenewIndeterminate:
+		h.end(Unknown, res.Cause)
+	case res.Kind == RenewLost:
+		h.end(Lost, ErrLost)
+	case res.Kind == Renewed:
 		h.mu.Lock()
 		if h.state == Active {
 			// Two renews may race: the later send start gives the later
@@ -149,15 +150,44 @@ func (h *Handle) Renew(ctx context.Context) (RenewKind, error) {
 			}
 		}
 		h.mu.Unlock()
-		return Renewed, nil
-	case programs.LeaseRenewAbsent, programs.LeaseRenewNotOwner:
-		h.end(Lost, ErrLost)
-		return RenewLost, nil
-	case programs.LeaseRenewWrongType:
-		h.end(Lost, ErrCorrupt)
-		return 0, ErrCorrupt
 	}
-	return 0, fmt.Errorf("lease: lease-renew-v1 answered %s to a validated request", res.Status)
+	return res.Kind, nil
+}
+
+// renewCall sends lease-renew-v1 once and counts its outcome under the
+// purpose label; start is the local time just before the send. A lost
+// reply is never resent.
+func (c *Client) renewCall(ctx context.Context, key keys.Key, label string, a Attempt, ttl time.Duration) (RenewResult, time.Time, error) {
+	start := c.now()
+	res, err := c.renewOnce(ctx, key, a, ttl)
+	c.m.renewed(label, res.Kind, err)
+	return res, start, err
+}
+
+func (c *Client) renewOnce(ctx context.Context, key keys.Key, a Attempt, ttl time.Duration) (RenewResult, error) {
+	res, err := c.exec.LeaseRenew(ctx, key, a.program(), ttl)
+	if err != nil {
+		o := certainty.Classify(err, true)
+		if o == certainty.Indeterminate {
+			return RenewResult{Kind: RenewIndeterminate, Certainty: o, Cause: err}, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return RenewResult{}, ctx.Err()
+		}
+		return RenewResult{Kind: RenewUnavailable, Certainty: o, Cause: err, Overloaded: o == certainty.OverloadedBeforeSend}, nil
+	}
+	out := RenewResult{Certainty: res.Outcome()}
+	switch res.Status {
+	case programs.LeaseRenewed:
+		out.Kind = Renewed
+	case programs.LeaseRenewAbsent, programs.LeaseRenewNotOwner:
+		out.Kind = RenewLost
+	case programs.LeaseRenewWrongType:
+		return RenewResult{}, ErrCorrupt
+	default:
+		return RenewResult{}, fmt.Errorf("lease: lease-renew-v1 answered %s to a validated request", res.Status)
+	}
+	return out, nil
 }
 
 // Release deletes the lease if the attempt still holds it (never a blind
@@ -174,40 +204,65 @@ func (h *Handle) Release(ctx context.Context) (ReleaseKind, error) {
 		return ReleaseAlreadyReleased, nil
 	}
 	h.mu.Unlock()
+	res, err := h.c.releaseCall(ctx, h.key, h.purpose, h.attempt)
+	if err != nil {
+		return 0, err
+	}
+	switch res.Kind {
+	case ReleaseIndeterminate:
+		h.end(Unknown, res.Cause)
+	case ReleaseDone, ReleaseAlreadyAbsent:
+		h.end(Released, nil)
+	case ReleaseNotOwner:
+		h.end(Lost, ErrLost)
+	}
+	return res.Kind, nil
+}
+
+// releaseCall sends lease-release-v1, repeating it once after a lost reply
+// (release is safe to repeat: ABSENT then means it applied), and counts its
+// outcome under the purpose label.
+func (c *Client) releaseCall(ctx context.Context, key keys.Key, label string, a Attempt) (ReleaseResult, error) {
+	res, err := c.releaseTwice(ctx, key, a)
+	c.m.released(label, res.Kind, err)
+	return res, err
+}
+
+func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (ReleaseResult, error) {
 	var (
 		res programs.LeaseReleaseResult
 		err error
 	)
 	for try := 0; try < 2; try++ {
-		res, err = h.c.exec.LeaseRelease(ctx, h.key, h.attempt.program())
+		res, err = c.exec.LeaseRelease(ctx, key, a.program())
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
 	}
 	if err != nil {
-		if certainty.Classify(err, true) == certainty.Indeterminate {
-			h.end(Unknown, err)
-			return ReleaseIndeterminate, nil
+		o := certainty.Classify(err, true)
+		if o == certainty.Indeterminate {
+			return ReleaseResult{Kind: ReleaseIndeterminate, Certainty: o, Cause: err}, nil
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return 0, ctx.Err()
+			return ReleaseResult{}, ctx.Err()
 		}
-		return ReleaseUnavailable, nil
+		return ReleaseResult{Kind: ReleaseUnavailable, Certainty: o, Cause: err, Overloaded: o == certainty.OverloadedBeforeSend}, nil
 	}
+	out := ReleaseResult{Certainty: res.Outcome()}
 	switch res.Status {
 	case programs.LeaseReleased:
-		h.end(Released, nil)
-		return ReleaseDone, nil
+		out.Kind = ReleaseDone
 	case programs.LeaseReleaseAbsent:
-		h.end(Released, nil)
-		return ReleaseAlreadyAbsent, nil
+		out.Kind = ReleaseAlreadyAbsent
 	case programs.LeaseReleaseNotOwner:
-		h.end(Lost, ErrLost)
-		return ReleaseNotOwner, nil
+		out.Kind = ReleaseNotOwner
 	case programs.LeaseReleaseWrongType:
-		return 0, ErrCorrupt
+		return ReleaseResult{}, ErrCorrupt
+	default:
+		return ReleaseResult{}, fmt.Errorf("lease: lease-release-v1 answered %s to a validated request", res.Status)
 	}
-	return 0, fmt.Errorf("lease: lease-release-v1 answered %s to a validated request", res.Status)
+	return out, nil
 }
 
 // validity is the monotonic instant the handle's validity runs out.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/internal/redistest"
@@ -90,3 +92,32 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 func startRedis(t testing.TB) *redistest.Server { return redistest.StartStandalone(t) }
+
+// value reads one counter.
+func value(t testing.TB, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	require.NoError(t, m.Write(&d))
+	return d.GetCounter().GetValue()
+}
+
+// series counts the series a collector holds.
+func series(c prometheus.Collector) int {
+	ch := make(chan prometheus.Metric, 1024)
+	c.Collect(ch)
+	close(ch)
+	return len(ch)
+}
+
+// gathered counts the series of the metric family name on reg.
+func gathered(t testing.TB, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}

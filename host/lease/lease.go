@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/host/owner"
 	"github.com/caphost/caphost/policy"
@@ -28,6 +31,8 @@ const (
 	MaxOperationIDBytes = 128
 	// MaxResourceBytes bounds a resource name (it is only digested).
 	MaxResourceBytes = 1024
+	// MaxPurposes bounds Config.Purposes (and the purpose metric label).
+	MaxPurposes = 64
 	// DefaultDriftBudget is subtracted from every validity estimate: the
 	// clock-rate difference between this process and Redis over a TTL plus
 	// the scheduling delay between the reply and its reading.
@@ -47,6 +52,16 @@ type Config struct {
 	// DriftBudget (default DefaultDriftBudget) is subtracted from every
 	// validity; a TTL must exceed it.
 	DriftBudget time.Duration
+	// MaxTTL (default and at most the package's MaxTTL) bounds a request's
+	// TTL.
+	MaxTTL time.Duration
+	// MaxWait (default and at most the package's MaxWait) bounds a
+	// request's wait.
+	MaxWait time.Duration
+	// Purposes, when not empty, is the closed set of purposes the client
+	// accepts (at most MaxPurposes slugs); any other purpose is an invalid
+	// request. It is also the set of purpose metric labels.
+	Purposes []string
 }
 
 // Option configures a Client beyond Config.
@@ -54,12 +69,17 @@ type Option func(*options)
 
 type options struct {
 	log    *slog.Logger
+	reg    prometheus.Registerer
 	now    func() time.Time
 	jitter func(n int64) int64
 }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRegisterer registers the client's metrics on reg (default: none; the
+// instruments still count). One client per registry.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 // WithClock replaces time.Now for validity (tests). The clock must carry a
 // monotonic reading or be monotonic itself.
@@ -68,12 +88,16 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // Client acquires efficiency leases on one Redis role. It is safe for
 // concurrent use.
 type Client struct {
-	exec   *programs.Executor
-	keys   *keys.Builder
-	drift  time.Duration
-	log    *slog.Logger
-	now    func() time.Time
-	jitter func(n int64) int64
+	exec     *programs.Executor
+	keys     *keys.Builder
+	drift    time.Duration
+	maxTTL   time.Duration
+	maxWait  time.Duration
+	purposes map[string]bool // nil: any purpose
+	m        *metrics
+	log      *slog.Logger
+	now      func() time.Time
+	jitter   func(n int64) int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -107,16 +131,60 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 	if drift == 0 {
 		drift = DefaultDriftBudget
 	}
-	if drift < 0 || drift >= MaxTTL {
+	maxTTL, maxWait := cfg.MaxTTL, cfg.MaxWait
+	if maxTTL == 0 {
+		maxTTL = MaxTTL
+	}
+	if maxWait == 0 {
+		maxWait = MaxWait
+	}
+	switch {
+	case drift < 0 || drift >= MaxTTL:
 		return nil, fmt.Errorf("%w: drift budget %s out of range", ErrInvalidRequest, drift)
+	case maxTTL <= drift || maxTTL > MaxTTL || maxTTL%time.Millisecond != 0:
+		return nil, fmt.Errorf("%w: max TTL %s must be whole milliseconds above the drift budget and at most %s", ErrInvalidRequest, maxTTL, MaxTTL)
+	case maxWait < 0 || maxWait > MaxWait:
+		return nil, fmt.Errorf("%w: max wait %s out of range", ErrInvalidRequest, maxWait)
+	case len(cfg.Purposes) > MaxPurposes:
+		return nil, fmt.Errorf("%w: at most %d purposes", ErrInvalidRequest, MaxPurposes)
+	}
+	var purposes map[string]bool
+	if len(cfg.Purposes) > 0 {
+		purposes = make(map[string]bool, len(cfg.Purposes))
+		for _, p := range cfg.Purposes {
+			if !ValidPurpose(p) {
+				return nil, fmt.Errorf("%w: purpose %q is not a slug", ErrInvalidRequest, p)
+			}
+			purposes[p] = true
+		}
 	}
 	dep, err := rt.Role(role)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, log: o.log, now: o.now, jitter: o.jitter,
-		closing: make(chan struct{})}, nil
+	m, err := newMetrics(o.reg, cfg.Purposes)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, maxTTL: maxTTL, maxWait: maxWait,
+		purposes: purposes, m: m, log: o.log, now: o.now, jitter: o.jitter, closing: make(chan struct{})}, nil
 }
+
+var purposePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+
+// ValidPurpose reports whether p is a purpose slug: 1..64 lower-case
+// letters, digits and '-', not starting with '-' (the key builder's region
+// slug).
+func ValidPurpose(p string) bool { return purposePattern.MatchString(p) }
+
+// MaxTTL is the longest TTL the client accepts.
+func (c *Client) MaxTTL() time.Duration { return c.maxTTL }
+
+// MaxWait is the longest wait the client accepts.
+func (c *Client) MaxWait() time.Duration { return c.maxWait }
+
+// DriftBudget is what the client subtracts from every validity.
+func (c *Client) DriftBudget() time.Duration { return c.drift }
 
 // Close stops every Hold's watchdog (their functions' contexts are
 // cancelled and their leases released) and waits for them; later calls
@@ -212,16 +280,25 @@ func (c *Client) key(r *Request) (keys.Key, error) {
 	switch {
 	case r.Attempt.IsZero():
 		return keys.Key{}, fmt.Errorf("%w: no attempt (mint one with NewAttempt)", ErrInvalidRequest)
-	case len(r.Resource) == 0 || len(r.Resource) > MaxResourceBytes:
-		return keys.Key{}, fmt.Errorf("%w: resource must be 1..%d bytes", ErrInvalidRequest, MaxResourceBytes)
-	case r.TTL <= c.drift || r.TTL > MaxTTL || r.TTL%time.Millisecond != 0:
+	case r.TTL <= c.drift || r.TTL > c.maxTTL || r.TTL%time.Millisecond != 0:
 		return keys.Key{}, fmt.Errorf("%w: TTL must be whole milliseconds above the drift budget (%s) and at most %s",
-			ErrInvalidRequest, c.drift, MaxTTL)
-	case r.Wait < 0 || r.Wait > MaxWait:
-		return keys.Key{}, fmt.Errorf("%w: wait must be within 0..%s", ErrInvalidRequest, MaxWait)
+			ErrInvalidRequest, c.drift, c.maxTTL)
+	case r.Wait < 0 || r.Wait > c.maxWait:
+		return keys.Key{}, fmt.Errorf("%w: wait must be within 0..%s", ErrInvalidRequest, c.maxWait)
 	}
-	k, err := c.keys.Build(keys.Spec{Capability: keys.CapLease, Region: r.Purpose, KeyVersion: keyVersion,
-		Kind: "owner", Parts: [][]byte{r.Resource}})
+	return c.resourceKey(r.Purpose, r.Resource)
+}
+
+// resourceKey validates a purpose and a resource and builds their lease key.
+func (c *Client) resourceKey(purpose string, resource []byte) (keys.Key, error) {
+	if len(resource) == 0 || len(resource) > MaxResourceBytes {
+		return keys.Key{}, fmt.Errorf("%w: resource must be 1..%d bytes", ErrInvalidRequest, MaxResourceBytes)
+	}
+	if c.purposes != nil && !c.purposes[purpose] {
+		return keys.Key{}, fmt.Errorf("%w: purpose is not one of the configured purposes", ErrInvalidRequest)
+	}
+	k, err := c.keys.Build(keys.Spec{Capability: keys.CapLease, Region: purpose, KeyVersion: keyVersion,
+		Kind: "owner", Parts: [][]byte{resource}})
 	if err != nil {
 		return keys.Key{}, fmt.Errorf("%w: purpose must be a slug of 1..64 lower-case letters, digits and '-'", ErrInvalidRequest)
 	}
@@ -242,6 +319,14 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
 	if c.isClosed() {
 		return Acquisition{}, ErrClosed
 	}
+	start := c.now()
+	out, err := c.acquire(ctx, key, r)
+	c.m.acquired(r.Purpose, out.Kind, err, c.now().Sub(start))
+	return out, err
+}
+
+// acquire is Acquire once r is validated.
+func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisition, error) {
 	deadline := c.now().Add(r.Wait)
 	var (
 		out        Acquisition
@@ -346,6 +431,14 @@ func (c *Client) Inspect(ctx context.Context, purpose string, resource []byte, a
 	if err != nil {
 		return Acquisition{}, err
 	}
+	out, err := c.inspect(ctx, key, r)
+	c.m.inspected(purpose, out.Kind, err)
+	return out, err
+}
+
+// inspect is Inspect once its request is validated.
+func (c *Client) inspect(ctx context.Context, key keys.Key, r Request) (Acquisition, error) {
+	attempt := r.Attempt
 	start := c.now()
 	res, err := c.exec.LeaseInspect(ctx, key, attempt.program())
 	if err != nil {

@@ -129,6 +129,35 @@ var renewNames = [...]string{Renewed: "RENEWED", RenewLost: "LOST", RenewUnavail
 
 func (k RenewKind) String() string { return enumName(renewNames[:], int(k)) }
 
+// RenewResult is the outcome of Client.Renew (and, internally, of every
+// renew).
+type RenewResult struct {
+	Kind RenewKind
+	// Validity is the validity left after a renew that applied (Client.Renew
+	// only; a Handle keeps its own).
+	Validity time.Duration
+	// Certainty is the certainty of the renew call.
+	Certainty certainty.Outcome
+	// Overloaded: RenewUnavailable because the host's admission or Redis
+	// refused the call for load.
+	Overloaded bool
+	// Cause is the runtime's error (RenewUnavailable, RenewIndeterminate).
+	Cause error
+}
+
+// ReleaseResult is the outcome of Client.Release (and, internally, of
+// every release).
+type ReleaseResult struct {
+	Kind ReleaseKind
+	// Certainty is the certainty of the last release call.
+	Certainty certainty.Outcome
+	// Overloaded: ReleaseUnavailable because the host's admission or Redis
+	// refused the call for load.
+	Overloaded bool
+	// Cause is the runtime's error (ReleaseUnavailable, ReleaseIndeterminate).
+	Cause error
+}
+
 // ReleaseKind is what a release did.
 type ReleaseKind uint8
 
