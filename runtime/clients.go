@@ -34,8 +34,10 @@ const dialerRetries = 1
 // commands — which would send a write that may already have been applied a
 // second time. go-redis offers no way to keep the redirect and drop the
 // network retry, so a MOVED/ASK reply surfaces as NOT_APPLIED (the server
-// did not execute it) and the slot map is reloaded in the background;
-// the caller decides whether to repeat.
+// did not execute it) and the slot map is reloaded in the background
+// (by go-redis on MOVED/ASK/READONLY, and by the runtime on every
+// topology-class failure: topology.go); the caller decides whether to
+// repeat.
 const maxRedirects = -1
 
 func disabledMaint() *maintnotifications.Config {
@@ -271,5 +273,8 @@ func newCluster(d policy.Deployment, l policy.Lane, t *policy.Cluster, dataTLS *
 		// Legacy routing sends each command to exactly one node.
 		DisableRoutingPolicies:   true,
 		MaintNotificationsConfig: disabledMaint(),
+		// The backstop for a stale slot map; topology-class failures
+		// refresh it sooner (topology.go).
+		ClusterStateReloadInterval: stateReloadInterval,
 	})
 }

@@ -27,6 +27,9 @@ type lane struct {
 	name   policy.Lane
 	client redis.UniversalClient
 	guard  *guard.Guard
+	// refresh spaces the client's slot-map reloads (topology.go); nil
+	// unless the deployment is a Cluster.
+	refresh *slotRefresher
 }
 
 // ID returns the deployment id.

@@ -12,6 +12,12 @@
 // client has MaxRetries -1, Cluster MaxRedirects -1, RESP2 without
 // maintenance notifications, primary-only routing — are invariants pinned
 // by tests; relaxing one needs a proof that no write can be sent twice.
+// topology.go refreshes a Cluster lane client's slot map on topology-class
+// failures (refused or broken connections, i/o timeouts, MOVED/ASK,
+// CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING, READONLY), at most once per
+// lane every 250 ms (and go-redis reloads a map older than 10 s as a
+// backstop); it only refreshes the map — the failed call keeps its
+// certainty and is never sent again.
 // probe.go is the startup probe; operate.go the operator actions on the
 // program catalog; ops.go the typed single-key primitives (GET, SET PX,
 // UNLINK) that capabilities build on; pubsub.go the Pub/Sub facade (sharded

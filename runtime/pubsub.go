@@ -33,10 +33,14 @@ import (
 //     context that the pubsub dial hook refuses, so the attempt ends instead
 //     and the loop decides (down, backoff, a fresh attempt).
 //   - Cluster: ClusterClient.SSubscribe dials the slot's primary from the
-//     cached slot map, which is refreshed only every 60 s or after a MOVED
-//     on a regular command; a dead primary is dialled again and again. The
-//     loop reloads the slot map while it waits to retry and retries at once
-//     when the channel's slot has a new primary (a promoted replica). When a
+//     cached slot map, which go-redis refreshes only when it is older than
+//     stateReloadInterval or after a MOVED on a regular command (the
+//     runtime's refresh hook adds topology-class failures of commands,
+//     topology.go, but a subscribe does not pass through it); a dead
+//     primary is dialled again and again. The loop reloads the slot map
+//     (through the lane's slotRefresher) while it waits to retry and
+//     retries at once when the channel's slot has a new primary (a
+//     promoted replica). When a
 //     slot moves away (migration, or a failover with the old primary alive)
 //     Redis sends SUNSUBSCRIBE; go-redis hands it over as a Subscription and
 //     keeps the connection, so the loop treats it as down.
@@ -326,7 +330,12 @@ func (s *Subscription) pause(d time.Duration, tried string) bool {
 	tick := time.NewTicker(clusterRecheck)
 	defer tick.Stop()
 	for {
-		cc.ReloadState(s.ctx) // asynchronous, at most one reload in flight
+		// Asynchronous; spaced with the lane's other refreshes (topology.go).
+		if s.ln.refresh != nil {
+			s.ln.refresh.request(causeSubscribe)
+		} else {
+			cc.ReloadState(s.ctx)
+		}
 		select {
 		case <-t.C:
 			return true

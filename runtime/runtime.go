@@ -29,6 +29,10 @@ type Observer interface {
 	CommandDone(deployment string, lane policy.Lane, command string, outcome certainty.Outcome, d time.Duration)
 	// InFlight reports the lane's in-flight count after it changed.
 	InFlight(deployment string, lane policy.Lane, n int)
+	// SlotMapRefresh reports one Cluster slot-map refresh the lane's client
+	// was asked for after a topology-class failure (topology.go): at most
+	// one per lane every 250 ms.
+	SlotMapRefresh(deployment string, lane policy.Lane)
 }
 
 type nopObserver struct{}
@@ -38,6 +42,7 @@ func (nopObserver) Rejected(policy.Lane, string, guard.Reason)                  
 func (nopObserver) ReplyBytes(policy.Lane, int)                                               {}
 func (nopObserver) CommandDone(string, policy.Lane, string, certainty.Outcome, time.Duration) {}
 func (nopObserver) InFlight(string, policy.Lane, int)                                         {}
+func (nopObserver) SlotMapRefresh(string, policy.Lane)                                        {}
 
 // Option configures New.
 type Option func(*options)
@@ -92,6 +97,7 @@ type registered struct {
 	deployment string
 	lane       policy.Lane
 	client     redis.UniversalClient
+	refresh    *slotRefresher // Cluster only; stopped before the client closes
 	closes     atomic.Int32
 }
 
@@ -171,6 +177,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 	d := &Deployment{id: dc.ID, topology: dc.Topology.TopologyKind(), budgets: dc.Budgets, lanes: make(map[policy.Lane]*lane)}
 	cluster := d.topology == policy.TopologyCluster
 	dial := &pubsubDial{}
+	rlog := &refreshLog{log: r.log}
 	for _, l := range policy.Lanes() {
 		lc := dc.Lanes[l]
 		g, err := guard.New(guard.Config{
@@ -196,8 +203,15 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 			return nil, fmt.Errorf("%w: deployment %s lane %s: %w", ErrConfig, dc.ID, l, err)
 		}
 		install(client)
-		r.registry = append(r.registry, &registered{deployment: dc.ID, lane: l, client: client})
-		d.lanes[l] = &lane{name: l, client: client, guard: g}
+		var refresh *slotRefresher
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			// Innermost on the Cluster client only: it sees the call's
+			// go-redis error after routing, before admission refines it.
+			refresh = newSlotRefresher(dc.ID, l, cc, obs, rlog)
+			cc.AddHook(refreshHook{r: refresh})
+		}
+		r.registry = append(r.registry, &registered{deployment: dc.ID, lane: l, client: client, refresh: refresh})
+		d.lanes[l] = &lane{name: l, client: client, guard: g, refresh: refresh}
 	}
 	d.regular = d.lanes[policy.LaneRegular]
 	d.ps = newPubsubHost(r, dc, dial)
@@ -279,6 +293,9 @@ func (r *Runtime) closeClients() error {
 	for _, reg := range r.registry {
 		if reg.closes.Add(1) != 1 {
 			continue
+		}
+		if reg.refresh != nil {
+			reg.refresh.close()
 		}
 		if err := reg.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			errs = append(errs, fmt.Errorf("close %s/%s: %w", reg.deployment, reg.lane, err))

@@ -34,6 +34,7 @@ type Redis struct {
 	rejections *prometheus.CounterVec   // lane, command, reason
 	replyBytes *prometheus.HistogramVec // lane
 	inFlight   *prometheus.GaugeVec     // deployment, lane
+	slotMap    *prometheus.CounterVec   // deployment, lane
 
 	deployments map[string]bool
 	commandSet  map[string]bool
@@ -67,10 +68,14 @@ func NewRedis(reg prometheus.Registerer, deployments, commands []string) (*Redis
 			Namespace: "caphost", Subsystem: "lane", Name: "in_flight",
 			Help: "Commands admitted and not yet finished, per lane.",
 		}, []string{"deployment", "lane"}),
+		slotMap: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "caphost", Subsystem: "redis", Name: "slot_map_refreshes_total",
+			Help: "Cluster slot-map refreshes requested after a topology-class failure (at most one per lane every 250 ms).",
+		}, []string{"deployment", "lane"}),
 		deployments: set(deployments),
 		commandSet:  set(append(slices.Clone(commands), pipelineLabel)),
 	}
-	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight, m.slotMap} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,6 +98,7 @@ func (m *Redis) precreate(deployments, commands []string) {
 		for _, d := range deployments {
 			m.inFlight.WithLabelValues(d, string(l))
 			m.duration.WithLabelValues(d, string(l))
+			m.slotMap.WithLabelValues(d, string(l))
 		}
 	}
 }
@@ -142,6 +148,11 @@ func (m *Redis) CommandDone(dep string, l policy.Lane, command string, o certain
 // InFlight implements runtime.Observer.
 func (m *Redis) InFlight(dep string, l policy.Lane, n int) {
 	m.inFlight.WithLabelValues(m.deployment(dep), lane(l)).Set(float64(n))
+}
+
+// SlotMapRefresh implements runtime.Observer.
+func (m *Redis) SlotMapRefresh(dep string, l policy.Lane) {
+	m.slotMap.WithLabelValues(m.deployment(dep), lane(l)).Inc()
 }
 
 func reasonLabel(r guard.Reason) string {
