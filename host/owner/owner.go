@@ -16,6 +16,7 @@ package owner
 
 import (
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,14 +30,21 @@ const Bytes = 16
 // mints.
 var ErrMalformed = errors.New("owner: malformed owner token")
 
-// Token is an owner token. The zero Token is "no owner".
-type Token struct{ v string }
+// Token is an owner token. The zero Token is "no owner". Tokens compare
+// by Equal, not ==.
+//
+// The secret sits behind a pointer so that reflection-based printing of
+// a struct that holds a Token in an unexported field (fmt cannot call the
+// redacting methods there) prints an address, never the token.
+type Token struct{ p *secret }
+
+type secret struct{ v string }
 
 // New mints 128 random bits, lower-case hex.
 func New() Token {
 	var b [Bytes]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return Token{v: hex.EncodeToString(b[:])}
+	return Token{p: &secret{v: hex.EncodeToString(b[:])}}
 }
 
 // Parse accepts exactly the form New mints (32 lower-case hex digits), so a
@@ -50,14 +58,24 @@ func Parse(s string) (Token, error) {
 			return Token{}, ErrMalformed
 		}
 	}
-	return Token{v: s}, nil
+	return Token{p: &secret{v: s}}, nil
 }
 
 // Reveal returns the token itself: give it to its holder, never to a log.
-func (t Token) Reveal() string { return t.v }
+func (t Token) Reveal() string {
+	if t.p == nil {
+		return ""
+	}
+	return t.p.v
+}
 
 // IsZero reports whether t is the zero token.
-func (t Token) IsZero() bool { return t.v == "" }
+func (t Token) IsZero() bool { return t.p == nil || t.p.v == "" }
+
+// Equal reports whether t and u are the same token (in constant time).
+func (t Token) Equal(u Token) bool {
+	return subtle.ConstantTimeCompare([]byte(t.Reveal()), []byte(u.Reveal())) == 1
+}
 
 // String redacts the token.
 func (Token) String() string { return "owner.Token(***)" }

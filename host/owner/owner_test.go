@@ -18,7 +18,8 @@ func TestNewIsRandomAndParses(t *testing.T) {
 	assert.Len(t, a.Reveal(), 2*Bytes)
 	p, err := Parse(a.Reveal())
 	require.NoError(t, err)
-	assert.Equal(t, a, p)
+	assert.True(t, a.Equal(p))
+	assert.False(t, a.Equal(b))
 	assert.False(t, a.IsZero())
 	assert.True(t, Token{}.IsZero())
 }
@@ -39,8 +40,14 @@ func TestRedaction(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "token", tok)
 	js, err := json.Marshal(struct{ T Token }{tok})
 	require.NoError(t, err)
+	type holder struct {
+		hidden Token
+		op     string
+	}
+	h := holder{tok, "op"}
 	for _, s := range []string{fmt.Sprint(tok), fmt.Sprintf("%v %+v %#v %s %q %x", tok, tok, tok, tok, tok, tok),
-		fmt.Sprintf("%v", struct{ T Token }{tok}), logged.String(), string(js)} {
+		fmt.Sprintf("%v", struct{ T Token }{tok}), logged.String(), string(js),
+		fmt.Sprintf("%v %+v %#v", h, h, &h)} {
 		assert.NotContains(t, s, secret)
 	}
 }
@@ -63,4 +70,23 @@ func ExampleNew() {
 	tok := New()
 	fmt.Println(tok, len(tok.Reveal()))
 	// Output: owner.Token(***) 32
+}
+
+func TestAttempt(t *testing.T) {
+	a, err := NewAttempt("op-1")
+	require.NoError(t, err)
+	assert.False(t, a.IsZero())
+	assert.Equal(t, "op-1", a.OperationID())
+	b, err := ResumeAttempt(a.Owner(), "op-1")
+	require.NoError(t, err)
+	assert.True(t, a.Owner().Equal(b.Owner()))
+	assert.Equal(t, a.OperationID(), b.OperationID())
+	for _, op := range []string{"", strings.Repeat("x", MaxOperationIDBytes+1), "\xff"} {
+		_, err := NewAttempt(op)
+		assert.ErrorIs(t, err, ErrInvalidAttempt, "%q", op)
+	}
+	_, err = ResumeAttempt(Token{}, "op")
+	assert.ErrorIs(t, err, ErrInvalidAttempt)
+	assert.True(t, Attempt{}.IsZero())
+	assert.NotContains(t, fmt.Sprintf("%v %+v", a, a), a.Owner().Reveal())
 }

@@ -24,7 +24,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
 	if err != nil {
 		return Acquisition{}, err
 	}
-	req := programs.FencedLeaseAcquireRequest{Registration: k.reg, Attempt: k.attempt, TTL: r.TTL,
+	req := programs.FencedLeaseAcquireRequest{Registration: k.reg, Attempt: k.program(), TTL: r.TTL,
 		HardFailThreshold: c.threshold}
 	deadline := c.now().Add(r.Wait)
 	var (
@@ -136,7 +136,7 @@ func (c *Client) Inspect(ctx context.Context, r Request) (Acquisition, error) {
 		return Acquisition{}, err
 	}
 	start := c.now()
-	res, err := c.exec.FencedLeaseInspect(ctx, k.owner, k.counter, k.reg, k.attempt)
+	res, err := c.exec.FencedLeaseInspect(ctx, k.owner, k.counter, k.reg, k.program())
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return Acquisition{}, ctx.Err()
@@ -217,7 +217,7 @@ func (h *Handle) Remaining() time.Duration { return h.h.Remaining() }
 func (h *Handle) UsableFor(work time.Duration) bool { return h.h.UsableFor(work) }
 
 func (h *Handle) held() programs.FencedLeaseHold {
-	return programs.FencedLeaseHold{Registration: h.k.reg, Owner: h.k.attempt.Owner, Counter: h.token.Counter}
+	return programs.FencedLeaseHold{Registration: h.k.reg, Owner: []byte(h.attempt.Owner().Reveal()), Counter: h.token.Counter}
 }
 
 // Renew sets the TTL again if the attempt still holds the lease under its

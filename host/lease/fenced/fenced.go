@@ -248,10 +248,17 @@ type Request struct {
 	Attempt lease.Attempt
 }
 
+// call is one request's keys and registration. The attempt is kept as
+// its redacting type and rendered for each send only: a handle printed
+// with %v must not show the owner token.
 type call struct {
 	owner, counter keys.Key
 	reg            programs.FenceRegistration
-	attempt        programs.LeaseAttempt
+	attempt        lease.Attempt
+}
+
+func (k call) program() programs.LeaseAttempt {
+	return programs.LeaseAttempt{Owner: []byte(k.attempt.Owner().Reveal()), OperationID: []byte(k.attempt.OperationID())}
 }
 
 func (c *Client) prepare(r *Request) (call, error) {
@@ -272,6 +279,5 @@ func (c *Client) prepare(r *Request) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{owner: owner, counter: counter, reg: reg, attempt: programs.LeaseAttempt{
-		Owner: []byte(r.Attempt.Owner().Reveal()), OperationID: []byte(r.Attempt.OperationID())}}, nil
+	return call{owner: owner, counter: counter, reg: reg, attempt: r.Attempt}, nil
 }

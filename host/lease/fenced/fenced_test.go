@@ -3,6 +3,7 @@ package fenced
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -160,6 +161,11 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ReplayedSameOperation, insp.Kind, "B still holds it")
 	assert.Equal(t, tokB, insp.Handle.Token())
+
+	secret := b.Handle.Attempt().Owner().Reveal()
+	for _, s := range []string{fmt.Sprintf("%v %+v %#v", b.Handle, b.Handle, b.Handle), fmt.Sprintf("%+v", b)} {
+		assert.NotContains(t, s, secret, "a printed handle never shows its owner token")
+	}
 }
 
 // TestProvisioningProtocol: no fenced lease before the registration is
