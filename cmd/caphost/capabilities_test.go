@@ -75,7 +75,7 @@ func TestCheckRejectsUnimplementedCapability(t *testing.T) {
 	path := capFile(t, "127.0.0.1:1", "  session: {provider: redis, redis-role: coordination, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
 	code, out, _ := cli(t, "check", "--config", path)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache) [capability.unimplemented]")
+	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache, lease) [capability.unimplemented]")
 	assert.Contains(t, out, "1 problem(s)")
 }
 
@@ -113,7 +113,7 @@ func TestCapabilitiesCommand(t *testing.T) {
 		GuestKinds []struct{ Kind, Readiness string } `json:"guest-kinds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Capabilities, 2, "every capability this host implements, in registration order")
+	require.Len(t, doc.Capabilities, 3, "every capability this host implements, in registration order")
 	assert.Equal(t, "cache", doc.Capabilities[1].Capability)
 	assert.Equal(t, "disabled", doc.Capabilities[1].State, "no cache block: nothing built")
 	c := doc.Capabilities[0]
@@ -151,4 +151,26 @@ func TestCapabilitiesShowsTheCache(t *testing.T) {
 	assert.Contains(t, out, "invalidation-wins-over-refill")
 	assert.Regexp(t, `codec\s+R\d\s+consumed by cache`, out)
 	assert.Regexp(t, `cache-region\s+R\d\s+consumed by cache`, out)
+}
+
+// TestCapabilitiesShowsTheLease: an active lease capability reports its
+// descriptor: the R1 it claims, the coordination role, EFFICIENCY_ONLY and
+// what it does not promise; `caphost check` refuses it on the cache role.
+func TestCapabilitiesShowsTheLease(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	path := capFile(t, srv.Addr(), "  lease:\n    provider: redis\n    redis-role: coordination\n    purposes: [nightly-cleanup]\n")
+	code, out, errOut := cli(t, "capabilities", "--config", path)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Regexp(t, `lease\s+active\s+readiness R1 \(claimed R1\)\s+provider redis\s+role coordination \(required\)`, out)
+	assert.Contains(t, out, "failure mode:   fail-closed")
+	assert.Contains(t, out, "efficiency-only")
+	assert.Contains(t, out, "strict-coordination")
+
+	bad := capFile(t, srv.Addr(), "  lease:\n    provider: redis\n    redis-role: cache\n    max-ttl: 1s\n    drift-budget: 2s\n")
+	code, out, _ = cli(t, "check", "--config", bad)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "capabilities.lease.redis-role: a lease needs a correctness role")
+	assert.Contains(t, out, "capabilities.lease.max-ttl: must exceed drift-budget (2s)")
+	assert.Contains(t, out, "[lease.bounds]")
+	assert.Contains(t, out, "3 problem(s)", "with the unbound cache role: every problem at once")
 }

@@ -71,7 +71,10 @@ func TestDescriptorValidate(t *testing.T) {
 		"role without impact":  func(d *Descriptor) { d.Impact = ImpactNone },
 		"unknown role":         func(d *Descriptor) { d.Role = "storage" },
 		"quota on evictable":   func(d *Descriptor) { d.Role = policy.RoleCache },
-		"no implementation":    func(d *Descriptor) { d.Implementation = "" },
+		"lease on evictable": func(d *Descriptor) {
+			d.Guarantees, d.MultiInstance, d.Role = []Guarantee{GuaranteeEfficiencyOnly}, false, policy.RoleCache
+		},
+		"no implementation": func(d *Descriptor) { d.Implementation = "" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

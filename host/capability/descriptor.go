@@ -47,6 +47,20 @@ const (
 	// region's L1 age cap, and is dropped when invalidation hints may have
 	// been lost.
 	GuaranteeBoundedStaleness Guarantee = "bounded-staleness"
+	// GuaranteeEfficiencyOnly: a lease makes one holder of a resource the
+	// usual case, so duplicated work is rare; it is not mutual exclusion
+	// (a paused holder, a clock step or a failover can leave two holders),
+	// and correctness stays with a fenced or idempotent resource.
+	GuaranteeEfficiencyOnly Guarantee = "efficiency-only"
+	// GuaranteeOwnerChecked: renew and release act only on the caller's own
+	// lease (owner token and operation id checked by the server-side
+	// program); another owner's lease is never extended or deleted.
+	GuaranteeOwnerChecked Guarantee = "owner-checked-renew-release"
+	// GuaranteeLocalValidity: a held lease's validity is measured on the
+	// holder's monotonic clock from just before the send (or from the
+	// server's remaining TTL on a replay), minus a drift budget; a lease is
+	// never reported held on a guess.
+	GuaranteeLocalValidity Guarantee = "conservative-local-validity"
 )
 
 // NonGuarantee is something a capability explicitly does not promise, so
@@ -221,6 +235,10 @@ func (d Descriptor) Validate() error {
 	if d.Role == policy.RoleCache && d.MultiInstance && slices.Contains(d.Guarantees, GuaranteeGlobalQuota) {
 		// An evictable deployment can forget a quota at any moment.
 		bad("a quota guarantee on the evictable cache role")
+	}
+	if d.Role == policy.RoleCache && slices.Contains(d.Guarantees, GuaranteeEfficiencyOnly) {
+		// An evicted lease frees its resource to a second holder silently.
+		bad("a lease on the evictable cache role")
 	}
 	if d.Implementation == "" {
 		bad("no implementation version")

@@ -12,6 +12,7 @@ package builtin
 import (
 	"github.com/caphost/caphost/host/cache"
 	"github.com/caphost/caphost/host/internal/module"
+	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/host/ratelimit"
 )
 
@@ -20,6 +21,7 @@ func Capabilities() []module.Info {
 	return []module.Info{
 		ratelimit.CapabilityInfo(),
 		cache.CapabilityInfo(),
+		lease.CapabilityInfo(),
 	}
 }
 
