@@ -2,6 +2,7 @@ package programs
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
 )
 
 // BenchmarkCompareAndDelete compares the typed facade (both modes) with a
@@ -254,6 +256,72 @@ func BenchmarkFencedLease(b *testing.B) {
 			{"replay", false, reset(true), func(int) error { _, err := e.FencedLeaseAcquire(ctx, ks[0], ks[1], acquire); return err }},
 			{"renew", false, reset(true), func(int) error { _, err := e.FencedLeaseRenew(ctx, ks[0], ks[1], hold, time.Minute); return err }},
 			{"inspect", true, reset(true), func(int) error { _, err := e.FencedLeaseInspect(ctx, ks[0], ks[1], reg, at); return err }},
+		})
+	}
+}
+
+// BenchmarkIdempotency runs the idempotency programs' common paths on one
+// private server, both modes. "request" is one idempotent request's three
+// writes in turn on a fresh record (claim ACQUIRED, start, complete with a
+// 1 KiB response), so its server-µs/op is the mean of the three; the other
+// cases repeat one call on a prepared record.
+func BenchmarkIdempotency(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	require.NoError(b, Deploy(ctx, cat, s.Admin()))
+	builder := testBuilder(b)
+	client := standaloneClient(b, s)
+	body := []byte(strings.Repeat("r", 1024))
+	claim := testClaim("owner-token-0123456789abcdef", "claim-operation-0001", time.Minute)
+	other := testClaim("owner-token-fedcba9876543210", "claim-operation-0002", time.Minute)
+	complete := func(o IdemOwner) IdemCompleteRequest {
+		return IdemCompleteRequest{Owner: o, OperationID: []byte("complete-operation-0001"),
+			Response: IdemResponse{Version: 1, Digest: testDigest, Payload: body}, ReplayTTL: time.Minute}
+	}
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(b, err)
+		k := idemKey(b, builder, "bench-idem-"+string(mode))
+		owner := IdemOwner{Owner: claim.Attempt.Owner, Attempt: 1}
+		reset := func(state IdemState) func(b *testing.B) {
+			return func(b *testing.B) {
+				require.NoError(b, s.Admin().Del(ctx, k.Redis()).Err())
+				_, err := e.IdempotencyClaim(ctx, k, claim)
+				require.NoError(b, err)
+				if state >= IdemStateExecuting {
+					_, err = e.IdempotencyStart(ctx, k, owner, []byte("start-operation-0001"), time.Minute)
+					require.NoError(b, err)
+				}
+				if state == IdemStateCompleted {
+					_, err = e.IdempotencyComplete(ctx, k, complete(owner))
+					require.NoError(b, err)
+				}
+			}
+		}
+		var fresh keys.Key
+		runBenchCases(b, s, mode, []benchCase{
+			{"request", false, func(*testing.B) {}, func(i int) error {
+				var err error
+				switch i % 3 {
+				case 0:
+					fresh = idemKey(b, builder, fmt.Sprintf("bench-request-%s-%d", mode, i))
+					_, err = e.IdempotencyClaim(ctx, fresh, claim)
+				case 1:
+					_, err = e.IdempotencyStart(ctx, fresh, owner, []byte("start-operation-0001"), time.Minute)
+				default:
+					_, err = e.IdempotencyComplete(ctx, fresh, complete(owner))
+				}
+				return err
+			}},
+			{"completed-replay", false, reset(IdemStateCompleted), func(int) error { _, err := e.IdempotencyClaim(ctx, k, other); return err }},
+			{"in-progress", false, reset(IdemStateExecuting), func(int) error { _, err := e.IdempotencyClaim(ctx, k, other); return err }},
+			{"renew", false, reset(IdemStateExecuting), func(i int) error {
+				_, err := e.IdempotencyRenew(ctx, k, owner, []byte(fmt.Sprintf("renew-%d", i)), time.Minute)
+				return err
+			}},
+			{"inspect", true, reset(IdemStateExecuting), func(int) error { _, err := e.IdempotencyInspect(ctx, k, inspectOf(claim)); return err }},
 		})
 	}
 }

@@ -40,6 +40,14 @@
 // protected store's durable registration, and issue fencing tokens
 // (resource epoch, counter) that never go back while the counter stands.
 //
+// The idempotency programs (idempotency-claim/inspect/start/renew/complete/
+// fail/release-v1) keep one record per request scope: an atomic claim that
+// elects one owner (owner token + attempt), owner-safe transitions
+// CLAIMED -> EXECUTING -> COMPLETED | FAILED_RETRYABLE | ABANDONED, a
+// bounded response replayed for its own TTL, and PTTL-based deadlines: the
+// key lives lease + retention while in progress, so an expired execution is
+// found and fails closed (RECOVERY_REQUIRED), never taken over.
+//
 // A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
 // while the script lane is busy as one pipeline, each call keeping its own
 // atomicity, reply and certainty.

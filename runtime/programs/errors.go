@@ -19,6 +19,10 @@ var (
 	// and fence counter) but do not, before anything is
 	// sent, on standalone as well as on Cluster.
 	ErrCrossSlot = errors.New("programs: keys of one program call are in different slots")
+	// ErrResponseTooLarge rejects an idempotency completion whose response
+	// payload exceeds the configured bound, before anything is sent (the
+	// program refuses it too, before any write: RESPONSE_TOO_LARGE).
+	ErrResponseTooLarge = errors.New("programs: idempotency response exceeds the configured bound")
 	// ErrSHAMismatch reports that SCRIPT LOAD returned a script id different
 	// from the manifest's sha1; the program is not retried.
 	ErrSHAMismatch = errors.New("programs: SCRIPT LOAD returned an unexpected sha1")

@@ -68,6 +68,10 @@ func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key 
 		return []keys.Key{ks[1], ks[0]}
 	case strings.HasPrefix(program, "fenced-"):
 		return fenceKeys(t, b, tag)
+	case strings.HasPrefix(program, "idempotency-"):
+		// One record key; a second key only proves that it is refused.
+		k := idemKey(t, b, tag)
+		return []keys.Key{k, k}
 	case strings.HasPrefix(program, "lease-"):
 		// One lease owner key; it stands again as a second key (the same
 		// slot on Cluster) only to prove that a second key is refused.
@@ -81,6 +85,14 @@ func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key 
 func leaseKey(t testing.TB, b *keys.Builder, resource string) keys.Key {
 	t.Helper()
 	k, err := b.Build(keys.Spec{Capability: keys.CapLease, Region: "jobs", KeyVersion: 1, Kind: "owner", Parts: [][]byte{[]byte(resource)}})
+	require.NoError(t, err)
+	return k
+}
+
+// idemKey builds the idempotency record key of one scope.
+func idemKey(t testing.TB, b *keys.Builder, scope string) keys.Key {
+	t.Helper()
+	k, err := b.Build(keys.Spec{Capability: keys.CapIdem, Region: "orders", KeyVersion: 1, Kind: "record", Parts: [][]byte{[]byte(scope)}})
 	require.NoError(t, err)
 	return k
 }

@@ -20,7 +20,7 @@ const (
 	maxKeysPerProg   = 8
 	maxArgsPerProg   = 16
 	maxStatuses      = 32
-	maxResultFields  = 8
+	maxResultFields  = 12
 	maxValueBytes    = 1 << 20 // hard cap of any opaque-bytes argument
 	maxSafeInteger   = 1<<53 - 1
 	maxNameLen       = 64

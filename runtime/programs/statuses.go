@@ -406,6 +406,20 @@ func facadeStatuses(id string) []statusDef {
 		return fencedHoldStatuses("RENEWED")
 	case "fenced-lease-release-v1":
 		return fencedHoldStatuses("RELEASED")
+	case "idempotency-claim-v1":
+		return idemClaimStatuses()
+	case "idempotency-inspect-v1":
+		return idemInspectStatuses()
+	case "idempotency-start-v1":
+		return idemStartStatuses()
+	case "idempotency-renew-v1":
+		return idemRenewStatuses()
+	case "idempotency-complete-v1":
+		return idemCompleteStatuses()
+	case "idempotency-fail-v1":
+		return idemFailStatuses()
+	case "idempotency-release-v1":
+		return idemReleaseStatuses()
 	case "lease-acquire-v1":
 		return leaseAcquireStatuses()
 	case "lease-inspect-v1":

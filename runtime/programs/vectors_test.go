@@ -144,6 +144,9 @@ func facades() map[string]facadeCall {
 	for id, f := range fenceFacades() {
 		m[id] = f
 	}
+	for id, f := range idemFacades() {
+		m[id] = f
+	}
 	return m
 }
 
@@ -284,7 +287,14 @@ func applySetup(ctx context.Context, t *testing.T, admin redis.UniversalClient, 
 		for f, v := range it.Hash {
 			require.NoError(t, admin.HSet(ctx, k.Redis(), f, v).Err())
 		}
-		require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Minute).Err())
+		// A minute unless the item names a TTL (or none: noTtl).
+		switch {
+		case it.NoTTL:
+		case it.TTLMillis > 0:
+			require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Duration(it.TTLMillis)*time.Millisecond).Err())
+		default:
+			require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Minute).Err())
+		}
 	case it.ZSet != nil:
 		for m, sc := range it.ZSet {
 			score, err := strconv.ParseFloat(sc, 64)
