@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -319,3 +320,33 @@ func (s *Sidecar) errorOf(err error) *httpjson.Error {
 	s.c.log.Error("lease: sidecar call failed", "error", err)
 	return httpjson.NewError(http.StatusInternalServerError, "internal", "the lease call failed")
 }
+
+// redacted stands for an owner token in printed requests and answers.
+func redacted(tok string) string {
+	if tok == "" {
+		return `""`
+	}
+	return "***"
+}
+
+// Format prints r (every verb) without its owner token and with only the
+// resource's length, so a request that reaches a log or an error carries
+// neither the secret nor the caller's data.
+func (r SidecarRequest) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprintf(f, "lease.SidecarRequest{Purpose:%q, Resource:(%d bytes), TTLMs:%d, WaitMs:%d, OperationID:%q, OwnerToken:%s}",
+		r.Purpose, len(r.Resource), r.TTLMs, r.WaitMs, r.OperationID, redacted(r.OwnerToken))
+}
+
+// LogValue logs r as Format prints it (slog's JSON handler would otherwise
+// marshal the token).
+func (r SidecarRequest) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(r)) }
+
+// Format prints r (every verb) without its owner token; only the JSON
+// answer to acquire carries it.
+func (r SidecarResponse) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprintf(f, "lease.SidecarResponse{Operation:%s, Kind:%s, Held:%t, OwnerToken:%s, ValidityMs:%d, RetryAfterMs:%d, Certainty:%s, Attempts:%d}",
+		r.Operation, r.Kind, r.Held, redacted(r.OwnerToken), r.ValidityMs, r.RetryAfterMs, r.Certainty, r.Attempts)
+}
+
+// LogValue logs r as Format prints it.
+func (r SidecarResponse) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(r)) }

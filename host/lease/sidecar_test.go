@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -283,4 +285,30 @@ func TestSidecarRefusesHostileInput(t *testing.T) {
 	after, err := srv.Admin().DBSize(ctx).Result()
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "nothing reached Redis")
+}
+
+// TestSidecarValuesNeverPrintTheToken: a decoded request or an answer that
+// reaches fmt or slog (text or JSON) shows neither the owner token nor the
+// resource; the answer's JSON body still carries the token on purpose.
+func TestSidecarValuesNeverPrintTheToken(t *testing.T) {
+	const tok = "0123456789abcdef0123456789abcdef"
+	req, err := DecodeRequest(OpRenew, []byte(`{"purpose":"nightly-cleanup","resource":"tenant-secret-42","operation-id":"op","ttl-ms":1000,"owner-token":"`+tok+`"}`),
+		Limits{DriftBudget: DefaultDriftBudget, MaxTTL: time.Hour, MaxWait: time.Minute})
+	require.NoError(t, err)
+	resp := SidecarResponse{Operation: "acquire", Kind: "ACQUIRED", Held: true, OwnerToken: tok}
+	var buf bytes.Buffer
+	for _, h := range []slog.Handler{slog.NewJSONHandler(&buf, nil), slog.NewTextHandler(&buf, nil)} {
+		slog.New(h).Info("call", "request", req, "answer", resp)
+	}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		buf.WriteString(fmt.Sprintf(verb, req) + fmt.Sprintf(verb, resp) + fmt.Sprintf(verb, &req))
+	}
+	out := buf.String()
+	assert.NotContains(t, out, tok)
+	assert.NotContains(t, out, "tenant-secret-42")
+	assert.Contains(t, out, "OwnerToken:***")
+	assert.Contains(t, out, "Resource:(16 bytes)")
+	b, err := json.Marshal(resp)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), tok, "the acquire answer itself carries the token")
 }
