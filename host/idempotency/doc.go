@@ -1,12 +1,25 @@
 // Package idempotency is owner-safe idempotent execution: a request that
 // carries an idempotency key runs its action at most once per attempt, and
 // a retry of a completed request gets the stored response back instead of
-// a second execution. It owns the HTTP side of the IETF Idempotency-Key
-// draft — parsing the header, the request fingerprint, and the bounded
-// capture and strict encoding of a response for replay. The executor over
-// the catalog's idempotency programs (claim → start → complete, with a
-// processing lease separate from the replay TTL) and the middleware that
-// joins the two are being built on top of these parts.
+// a second execution.
+//
+// The Executor runs the protocol over the catalog's idempotency programs:
+// claim (one atomic step that elects one owner among concurrent
+// duplicates, or answers the stored response), start immediately before
+// the action, renew at a third of the processing lease while it runs,
+// then complete with the response, or mark the record retryable (the
+// action proved it had no effect) or abandoned (its effect is unknown: a
+// panic, an unclassified error, a response too large to store). The
+// action runs only after a start this very call sent was confirmed; a
+// second call of the same attempt in the process never starts it. Lost
+// replies are repeated once with the same operation id, then inspected.
+// The processing lease and the replay TTL are separate durations.
+//
+// Middleware puts the IETF Idempotency-Key draft in front of any
+// http.Handler: the header parsed as a Structured Field string, the
+// request fingerprint (method, target, body), the bounded capture of the
+// handler's response and its replay (status, allowlisted headers, body),
+// 400/409/422/503 as the draft describes.
 //
 // Its guarantee is REQUEST_REPLAY: while a record lives, the same request
 // fingerprint under the same scope elects one current owner among

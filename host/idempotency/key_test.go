@@ -12,10 +12,10 @@ import (
 func TestParseKey(t *testing.T) {
 	ok := map[string]string{
 		`"8e03978e-40d5-43e8-bc93-6894a57f9324"`: "8e03978e-40d5-43e8-bc93-6894a57f9324",
-		`"a"`:                "a",
-		`"with \"quote\""`:   `with "quote"`,
-		`"k";version=2`:      "k", // parameters are ignored (RFC 9651)
-		` "spaced" `:         "spaced",
+		`"a"`:                                    "a",
+		`"with \"quote\""`:                       `with "quote"`,
+		`"k";version=2`:                          "k", // parameters are ignored (RFC 9651)
+		` "spaced" `:                             "spaced",
 		`"` + strings.Repeat("x", MaxKeyBytes) + `"`: strings.Repeat("x", MaxKeyBytes),
 	}
 	for raw, want := range ok {

@@ -1,0 +1,281 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/owner"
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/programs"
+)
+
+func newRuntime(t testing.TB, addr string) *runtime.Runtime {
+	t.Helper()
+	cfg := redistest.ExampleConfig(addr, policy.RoleCoordination)
+	dep := cfg.Deployments["main"]
+	dep.Timeouts.Command = time.Second
+	cfg.Deployments["main"] = dep
+	rt, err := runtime.New(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+func newExecutor(t testing.TB, addr string, cfg Config) *Executor {
+	t.Helper()
+	e, err := New(newRuntime(t, addr), cfg)
+	require.NoError(t, err)
+	return e
+}
+
+func request(t testing.TB, key, body string) Request {
+	t.Helper()
+	a, err := owner.NewAttempt("req-" + key)
+	require.NoError(t, err)
+	return Request{Scope: Scope{Route: "create-payment", Principal: []byte("tenant-7"), Key: key},
+		Fingerprint: FingerprintOf("POST", "/v1/payments", "", []byte(body)), Attempt: a}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestRunsOnceThenReplays: the first request runs the action and stores
+// its response; a retry with a new attempt (a client retry after a lost
+// HTTP response) replays it without running anything; the same key with
+// another body is a fingerprint mismatch.
+func TestRunsOnceThenReplays(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	ctx := ctxT(t)
+	var runs atomic.Int32
+	action := func(context.Context) Result { runs.Add(1); return Committed([]byte(`{"id":42}`)) }
+
+	first, err := e.Execute(ctx, request(t, "k1", `{"amount":5}`), action)
+	require.NoError(t, err)
+	require.Equal(t, Executed, first.Kind)
+	assert.True(t, first.Recorded)
+	assert.Equal(t, int64(1), first.Attempt)
+
+	again, err := e.Execute(ctx, request(t, "k1", `{"amount":5}`), action)
+	require.NoError(t, err)
+	assert.Equal(t, Replayed, again.Kind)
+	assert.Equal(t, `{"id":42}`, string(again.Response))
+	assert.Equal(t, int32(1), runs.Load(), "the action ran once")
+
+	other, err := e.Execute(ctx, request(t, "k1", `{"amount":6}`), action)
+	require.NoError(t, err)
+	assert.Equal(t, FingerprintMismatch, other.Kind)
+	assert.Equal(t, int32(1), runs.Load())
+}
+
+// race runs n concurrent Executes, each with the request next returns;
+// the action blocks until every other call has returned, so the outcome
+// does not depend on timing. It returns how often each kind was answered
+// and how often the action ran.
+func race(t *testing.T, e *Executor, n int, next func() Request) (map[Kind]int, int32) {
+	t.Helper()
+	ctx := ctxT(t)
+	var (
+		runs    atomic.Int32
+		others  sync.WaitGroup
+		release = make(chan struct{})
+	)
+	others.Add(n - 1)
+	action := func(context.Context) Result {
+		runs.Add(1)
+		<-release
+		return Committed([]byte("ok"))
+	}
+	kinds := make(chan Kind, n)
+	for range n {
+		r := next()
+		go func() {
+			ex, err := e.Execute(ctx, r, action)
+			assert.NoError(t, err)
+			kinds <- ex.Kind
+			if ex.Kind != Executed {
+				others.Done()
+			}
+		}()
+	}
+	others.Wait()
+	close(release)
+	counts := map[Kind]int{}
+	for range n {
+		counts[<-kinds]++
+	}
+	return counts, runs.Load()
+}
+
+// TestConcurrentDuplicatesRunOnce: N clients send the same request at
+// once; exactly one runs the action while the others are told it is in
+// progress.
+func TestConcurrentDuplicatesRunOnce(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	counts, runs := race(t, e, 8, func() Request { return request(t, "dup", "{}") })
+	assert.Equal(t, int32(1), runs)
+	assert.Equal(t, map[Kind]int{Executed: 1, InProgress: 7}, counts)
+}
+
+// TestSameAttemptReentersOnce: the same attempt entering Execute from
+// several goroutines (a caller retrying its own in-flight call) runs the
+// action once; the re-entrant calls never start it.
+func TestSameAttemptReentersOnce(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	req := request(t, "reenter", "{}")
+	counts, runs := race(t, e, 8, func() Request { return req })
+	assert.Equal(t, int32(1), runs, "at most once per attempt")
+	assert.Equal(t, map[Kind]int{Executed: 1, InProgress: 7}, counts)
+	ex, err := e.Execute(ctxT(t), req, func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+	assert.Equal(t, Replayed, ex.Kind)
+}
+
+// TestFailureDispositions: no effect → FAILED_RETRYABLE and the next
+// attempt runs again (attempt 2); an unknown effect or a panic →
+// ABANDONED and every retry is RECOVERY_REQUIRED.
+func TestFailureDispositions(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	ctx := ctxT(t)
+	refused := errors.New("card declined before charging")
+	ex, err := e.Execute(ctx, request(t, "retry", "{}"), func(context.Context) Result { return RetryableNoEffect(refused) })
+	require.NoError(t, err)
+	assert.Equal(t, FailedRetryable, ex.Kind)
+	assert.ErrorIs(t, ex.ActionErr, refused)
+	ex, err = e.Execute(ctx, request(t, "retry", "{}"), func(context.Context) Result { return Committed([]byte("paid")) })
+	require.NoError(t, err)
+	assert.Equal(t, Executed, ex.Kind)
+	assert.Equal(t, int64(2), ex.Attempt, "taken over with attempt + 1")
+
+	ex, err = e.Execute(ctx, request(t, "unknown", "{}"), func(context.Context) Result {
+		return EffectUnknown(errors.New("gateway timed out after the charge was sent"))
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Abandoned, ex.Kind)
+	ex, err = e.Execute(ctx, request(t, "unknown", "{}"), func(context.Context) Result {
+		t.Error("never runs while recovery is required")
+		return Committed(nil)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, RecoveryRequired, ex.Kind)
+
+	ex, err = e.Execute(ctx, request(t, "panics", "{}"), func(context.Context) Result { panic("boom") })
+	require.NoError(t, err)
+	assert.Equal(t, Abandoned, ex.Kind, "an unclassified panic is an unknown effect")
+	assert.ErrorContains(t, ex.ActionErr, "panicked")
+
+	big := make([]byte, DefaultMaxResponseBytes+1)
+	ex, err = e.Execute(ctx, request(t, "big", "{}"), func(context.Context) Result { return Committed(big) })
+	require.NoError(t, err)
+	assert.Equal(t, Abandoned, ex.Kind, "a response that cannot be stored fails closed")
+	assert.ErrorIs(t, ex.ActionErr, programs.ErrResponseTooLarge)
+	ex, err = e.Execute(ctx, request(t, "big", "{}"), func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+	assert.Equal(t, RecoveryRequired, ex.Kind)
+}
+
+// TestLongActionIsRenewed: the executor renews the processing lease while
+// the action runs, and the lease is really extended.
+func TestLongActionIsRenewed(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{Lease: 600 * time.Millisecond})
+	renewed := make(chan programs.IdemRenewStatus, 16)
+	e.afterRenew = func(s programs.IdemRenewStatus) { renewed <- s }
+	ctx := ctxT(t)
+	ex, err := e.Execute(ctx, request(t, "long", "{}"), func(ctx context.Context) Result {
+		for range 3 {
+			select {
+			case s := <-renewed:
+				if s != programs.IdemRenewed {
+					return EffectUnknown(errors.New(s.String()))
+				}
+			case <-ctx.Done():
+				return EffectUnknown(context.Cause(ctx))
+			}
+		}
+		return Committed([]byte("done"))
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Executed, ex.Kind, "three renews kept the lease past three lease lengths: %v", ex.ActionErr)
+	assert.True(t, ex.Recorded)
+}
+
+// TestLostClaimReplyIsReconciled: the claim reaches Redis and its reply
+// is lost; the repeat with the same attempt finds the claim and the action
+// runs once.
+func TestLostClaimReplyIsReconciled(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	e := newExecutor(t, p.Addr(), Config{})
+	ctx := ctxT(t)
+	// Load the scripts first, so the stalled call is the claim itself.
+	_, err := e.Execute(ctx, request(t, "warm", "{}"), func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+	var repeats atomic.Int32
+	e.beforeRepeat = func(string) { repeats.Add(1); p.Passthrough() }
+	var runs atomic.Int32
+	p.Stall()
+	ex, err := e.Execute(ctx, request(t, "lost", "{}"), func(context.Context) Result { runs.Add(1); return Committed([]byte("x")) })
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), repeats.Load())
+	assert.Equal(t, Executed, ex.Kind)
+	assert.Equal(t, int32(1), runs.Load())
+}
+
+func TestInvalidRequests(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	ctx := ctxT(t)
+	good := request(t, "k", "{}")
+	never := func(context.Context) Result { t.Error("must not run"); return Committed(nil) }
+	for name, mut := range map[string]func(*Request){
+		"no attempt":     func(r *Request) { r.Attempt = owner.Attempt{} },
+		"no principal":   func(r *Request) { r.Scope.Principal = nil },
+		"no key":         func(r *Request) { r.Scope.Key = "" },
+		"bad route":      func(r *Request) { r.Scope.Route = "Create Payment" },
+		"no fingerprint": func(r *Request) { r.Fingerprint = Fingerprint{} },
+	} {
+		r := good
+		mut(&r)
+		_, err := e.Execute(ctx, r, never)
+		assert.ErrorIs(t, err, ErrInvalidRequest, name)
+	}
+	_, err := New(newRuntime(t, srv.Addr()), Config{Role: policy.RoleCache})
+	assert.ErrorIs(t, err, ErrInvalidRequest)
+}
+
+// TestRedisDownNeverRuns: with Redis gone the action never runs: the
+// outcome is Unavailable (nothing sent) or Indeterminate (a pooled
+// connection broke under the send), never an execution.
+func TestRedisDownNeverRuns(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	e := newExecutor(t, srv.Addr(), Config{})
+	ctx := ctxT(t)
+	_, err := e.Execute(ctx, request(t, "warm", "{}"), func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+	srv.Kill()
+	for range 3 {
+		ex, err := e.Execute(ctx, request(t, "down", "{}"), func(context.Context) Result {
+			t.Error("the action ran without a confirmed claim")
+			return Committed(nil)
+		})
+		require.NoError(t, err)
+		assert.Contains(t, []Kind{Unavailable, Indeterminate}, ex.Kind)
+		assert.Error(t, ex.Cause)
+	}
+}
