@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/caphost/caphost/host/lease/internal/hold"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/keys"
 	"github.com/caphost/caphost/runtime/programs"
@@ -14,7 +14,8 @@ import (
 
 // Handle is a held lease. Its state is ACTIVE until Redis says otherwise,
 // its validity runs out, a reply is lost, or it is released; then it never
-// becomes ACTIVE again. It is safe for concurrent use.
+// becomes ACTIVE again (the state machine is host/lease/internal/hold,
+// shared with fenced leases). It is safe for concurrent use.
 type Handle struct {
 	c          *Client
 	key        keys.Key
@@ -22,21 +23,17 @@ type Handle struct {
 	attempt    Attempt
 	ttl        time.Duration
 	acquiredAt time.Time
-
-	mu         sync.Mutex
-	state      State
-	validUntil time.Time // monotonic: from c.now() before a send
-	cause      error
-	done       chan struct{}
+	st         *hold.Hold
 }
 
 func (c *Client) handle(key keys.Key, r Request, sent time.Time, serverTTL time.Duration) *Handle {
-	h := &Handle{c: c, key: key, purpose: c.m.purpose(r.Purpose), attempt: r.Attempt, ttl: r.TTL, acquiredAt: sent, state: Active,
-		validUntil: sent.Add(serverTTL - c.drift), done: make(chan struct{})}
-	if serverTTL <= c.drift {
-		// A replay with less left than the drift budget: never usable.
-		h.endLocked(Lost, ErrValidityExpired)
-	}
+	h := &Handle{c: c, key: key, purpose: c.m.purpose(r.Purpose), attempt: r.Attempt, ttl: r.TTL, acquiredAt: sent}
+	// A replay with less left than the drift budget is LOST at once.
+	h.st = hold.New(c.now, c.drift, ErrValidityExpired, sent, serverTTL, func(s State, cause error) {
+		if s != Released {
+			c.m.lostLabel(h.purpose, s, cause)
+		}
+	})
 	return h
 }
 
@@ -52,72 +49,27 @@ func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
 
 // State returns the handle's state, moving it to LOST first if its
 // validity has run out.
-func (h *Handle) State() State {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.checkLocked()
-	return h.state
-}
+func (h *Handle) State() State { return h.st.State() }
 
 // Cause says why the handle left ACTIVE (nil while ACTIVE or after a
 // release): ErrLost, ErrValidityExpired or the runtime's error.
-func (h *Handle) Cause() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.checkLocked()
-	return h.cause
-}
+func (h *Handle) Cause() error { return h.st.Cause() }
 
 // Done is closed when the handle leaves ACTIVE for any reason, including
 // its validity running out (noticed by State, Remaining, Renew or a Hold
 // watchdog's timer).
-func (h *Handle) Done() <-chan struct{} { return h.done }
+func (h *Handle) Done() <-chan struct{} { return h.st.Done() }
 
 // Remaining is the validity left: the TTL from just before the last
 // acquire or renew that applied, minus the time since on the monotonic
 // clock and the drift budget. 0 when not ACTIVE.
-func (h *Handle) Remaining() time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.checkLocked()
-	if h.state != Active {
-		return 0
-	}
-	return h.validUntil.Sub(h.c.now())
-}
+func (h *Handle) Remaining() time.Duration { return h.st.Remaining() }
 
 // UsableFor reports whether work of the given budget fits in the validity
 // left. Work that does not fit should not start: release the lease.
-func (h *Handle) UsableFor(work time.Duration) bool {
-	r := h.Remaining()
-	return r > 0 && r >= work
-}
+func (h *Handle) UsableFor(work time.Duration) bool { return h.st.UsableFor(work) }
 
-// checkLocked ends an ACTIVE handle whose validity ran out.
-func (h *Handle) checkLocked() {
-	if h.state == Active && !h.c.now().Before(h.validUntil) {
-		h.endLocked(Lost, ErrValidityExpired)
-	}
-}
-
-// endLocked leaves ACTIVE for a terminal state; a terminal state is never
-// left.
-func (h *Handle) endLocked(s State, cause error) {
-	if h.state != Active {
-		return
-	}
-	h.state, h.cause = s, cause
-	close(h.done)
-	if s != Released {
-		h.c.m.lostLabel(h.purpose, s, cause)
-	}
-}
-
-func (h *Handle) end(s State, cause error) {
-	h.mu.Lock()
-	h.endLocked(s, cause)
-	h.mu.Unlock()
-}
+func (h *Handle) end(s State, cause error) { h.st.End(s, cause) }
 
 // Renew sets the lease's TTL again, if the attempt still holds it: the
 // program checks the owner and operation and extends by the handle's TTL,
@@ -141,15 +93,8 @@ func (h *Handle) Renew(ctx context.Context) (RenewKind, error) {
 	case res.Kind == RenewLost:
 		h.end(Lost, ErrLost)
 	case res.Kind == Renewed:
-		h.mu.Lock()
-		if h.state == Active {
-			// Two renews may race: the later send start gives the later
-			// validity, whichever reply arrives first.
-			if v := start.Add(h.ttl - h.c.drift); v.After(h.validUntil) {
-				h.validUntil = v
-			}
-		}
-		h.mu.Unlock()
+		// Two renews may race: the later send start wins.
+		h.st.Extend(start, h.ttl)
 	}
 	return res.Kind, nil
 }
@@ -165,7 +110,7 @@ func (c *Client) renewCall(ctx context.Context, key keys.Key, label string, a At
 }
 
 func (c *Client) renewOnce(ctx context.Context, key keys.Key, a Attempt, ttl time.Duration) (RenewResult, error) {
-	res, err := c.exec.LeaseRenew(ctx, key, a.program(), ttl)
+	res, err := c.exec.LeaseRenew(ctx, key, program(a), ttl)
 	if err != nil {
 		o := certainty.Classify(err, true)
 		if o == certainty.Indeterminate {
@@ -197,13 +142,9 @@ func (c *Client) renewOnce(ctx context.Context, key keys.Key, a Attempt, ttl tim
 // ReleaseAlreadyReleased without sending. A lost reply is repeated once
 // (release is safe to repeat: ABSENT then means it applied).
 func (h *Handle) Release(ctx context.Context) (ReleaseKind, error) {
-	h.mu.Lock()
-	h.checkLocked()
-	if h.state == Released {
-		h.mu.Unlock()
+	if h.State() == Released {
 		return ReleaseAlreadyReleased, nil
 	}
-	h.mu.Unlock()
 	res, err := h.c.releaseCall(ctx, h.key, h.purpose, h.attempt)
 	if err != nil {
 		return 0, err
@@ -234,7 +175,7 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 		err error
 	)
 	for try := 0; try < 2; try++ {
-		res, err = c.exec.LeaseRelease(ctx, key, a.program())
+		res, err = c.exec.LeaseRelease(ctx, key, program(a))
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
@@ -266,8 +207,4 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 }
 
 // validity is the monotonic instant the handle's validity runs out.
-func (h *Handle) validity() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.validUntil
-}
+func (h *Handle) validity() time.Time { return h.st.ValidUntil() }

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,7 +27,7 @@ const (
 	// MaxWait bounds one Acquire's wait.
 	MaxWait = 10 * time.Minute
 	// MaxOperationIDBytes bounds an operation id.
-	MaxOperationIDBytes = 128
+	MaxOperationIDBytes = owner.MaxOperationIDBytes
 	// MaxResourceBytes bounds a resource name (it is only digested).
 	MaxResourceBytes = 1024
 	// MaxPurposes bounds Config.Purposes (and the purpose metric label).
@@ -216,47 +215,34 @@ func (c *Client) isClosed() bool {
 }
 
 // Attempt identifies one acquisition: an owner token minted by the host and
-// the caller's operation id. Keep it until the work is done: inspecting or
-// repeating an acquire whose reply was lost needs the same attempt.
-type Attempt struct {
-	token owner.Token
-	op    string
-}
+// the caller's operation id (host/owner's attempt, shared with idempotency
+// claims). Keep it until the work is done: inspecting or repeating an
+// acquire whose reply was lost needs the same attempt.
+type Attempt = owner.Attempt
 
 // NewAttempt mints a fresh owner token for operationID (1..128 bytes of
 // UTF-8). It touches no network.
 func NewAttempt(operationID string) (Attempt, error) {
-	if len(operationID) == 0 || len(operationID) > MaxOperationIDBytes || !utf8.ValidString(operationID) {
-		return Attempt{}, fmt.Errorf("%w: operation id must be 1..%d bytes of UTF-8", ErrInvalidRequest, MaxOperationIDBytes)
+	a, err := owner.NewAttempt(operationID)
+	if err != nil {
+		return Attempt{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	return Attempt{token: owner.New(), op: operationID}, nil
+	return a, nil
 }
 
 // ResumeAttempt rebuilds an attempt from its parts (a holder in another
 // process, or one restarted with the token it stored).
 func ResumeAttempt(token owner.Token, operationID string) (Attempt, error) {
-	a, err := NewAttempt(operationID)
+	a, err := owner.ResumeAttempt(token, operationID)
 	if err != nil {
-		return Attempt{}, err
+		return Attempt{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	if token.IsZero() {
-		return Attempt{}, fmt.Errorf("%w: zero owner token", ErrInvalidRequest)
-	}
-	a.token = token
 	return a, nil
 }
 
-// Owner returns the attempt's owner token (redacted when printed).
-func (a Attempt) Owner() owner.Token { return a.token }
-
-// OperationID returns the attempt's operation id.
-func (a Attempt) OperationID() string { return a.op }
-
-// IsZero reports whether a is the zero Attempt.
-func (a Attempt) IsZero() bool { return a.token.IsZero() }
-
-func (a Attempt) program() programs.LeaseAttempt {
-	return programs.LeaseAttempt{Owner: []byte(a.token.Reveal()), OperationID: []byte(a.op)}
+// program renders a for a lease program's arguments.
+func program(a Attempt) programs.LeaseAttempt {
+	return programs.LeaseAttempt{Owner: []byte(a.Owner().Reveal()), OperationID: []byte(a.OperationID())}
 }
 
 // Request is one acquisition.
@@ -336,7 +322,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 	)
 	for {
 		start := c.now()
-		res, err := c.exec.LeaseAcquire(ctx, key, r.Attempt.program(), r.TTL)
+		res, err := c.exec.LeaseAcquire(ctx, key, program(r.Attempt), r.TTL)
 		out.Attempts++
 		if err != nil {
 			o := certainty.Classify(err, true)
@@ -440,7 +426,7 @@ func (c *Client) Inspect(ctx context.Context, purpose string, resource []byte, a
 func (c *Client) inspect(ctx context.Context, key keys.Key, r Request) (Acquisition, error) {
 	attempt := r.Attempt
 	start := c.now()
-	res, err := c.exec.LeaseInspect(ctx, key, attempt.program())
+	res, err := c.exec.LeaseInspect(ctx, key, program(attempt))
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return Acquisition{}, ctx.Err()

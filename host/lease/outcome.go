@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/caphost/caphost/host/lease/internal/hold"
+
 	"github.com/caphost/caphost/runtime/certainty"
 )
 
@@ -86,27 +88,23 @@ type Acquisition struct {
 }
 
 // State is a handle's state. ACTIVE is the only state a lease can be used
-// in; the other three are terminal.
-type State uint8
+// in; LOST, RELEASED and UNKNOWN are terminal.
+type State = hold.State
 
 // Handle states.
 const (
 	// Active: held, and the local validity has not run out.
-	Active State = iota + 1
+	Active = hold.Active
 	// Lost: Redis answered that another attempt holds it or nobody does, or
 	// the validity ran out before a renew extended it.
-	Lost
+	Lost = hold.Lost
 	// Released: released by its holder.
-	Released
+	Released = hold.Released
 	// Unknown: a renew or release was sent and no reply came. The lease may
 	// still be held by this attempt until its TTL runs out; work must treat
 	// it as lost.
-	Unknown
+	Unknown = hold.Unknown
 )
-
-var stateNames = [...]string{Active: "ACTIVE", Lost: "LOST", Released: "RELEASED", Unknown: "UNKNOWN"}
-
-func (s State) String() string { return enumName(stateNames[:], int(s)) }
 
 // RenewKind is what a renew did.
 type RenewKind uint8

@@ -186,7 +186,7 @@ type Handle struct {
 
 func (c *Client) handle(k call, r Request, sent time.Time, serverTTL time.Duration, tok fence.Token) *Handle {
 	return &Handle{c: c, k: k, attempt: r.Attempt, ttl: r.TTL, token: tok,
-		h: hold.New(c.now, c.drift, lease.ErrValidityExpired, sent, serverTTL)}
+		h: hold.New(c.now, c.drift, lease.ErrValidityExpired, sent, serverTTL, nil)}
 }
 
 // Token is the lease's fencing token: pass it with every write to the

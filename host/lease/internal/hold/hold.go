@@ -46,7 +46,8 @@ func (s State) String() string {
 type Hold struct {
 	now     func() time.Time
 	drift   time.Duration
-	expired error // the cause when the validity runs out
+	expired error                      // the cause when the validity runs out
+	onEnd   func(s State, cause error) // called once, under the lock, on leaving ACTIVE
 
 	mu         sync.Mutex
 	state      State
@@ -57,9 +58,11 @@ type Hold struct {
 
 // New returns an ACTIVE hold valid for serverTTL − drift from sent (the
 // clock reading just before the granting send), or a LOST one with cause
-// expired when that leaves nothing.
-func New(now func() time.Time, drift time.Duration, expired error, sent time.Time, serverTTL time.Duration) *Hold {
-	h := &Hold{now: now, drift: drift, expired: expired, state: Active, validUntil: sent.Add(serverTTL - drift),
+// expired when that leaves nothing. onEnd (optional) is called once when
+// the hold leaves ACTIVE, with the state and cause (for metrics).
+func New(now func() time.Time, drift time.Duration, expired error, sent time.Time, serverTTL time.Duration,
+	onEnd func(State, error)) *Hold {
+	h := &Hold{now: now, drift: drift, expired: expired, onEnd: onEnd, state: Active, validUntil: sent.Add(serverTTL - drift),
 		done: make(chan struct{})}
 	if serverTTL <= drift {
 		h.endLocked(Lost, expired)
@@ -147,4 +150,7 @@ func (h *Hold) endLocked(s State, cause error) {
 	}
 	h.state, h.cause = s, cause
 	close(h.done)
+	if h.onEnd != nil {
+		h.onEnd(s, cause)
+	}
 }

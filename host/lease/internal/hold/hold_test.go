@@ -3,6 +3,7 @@ package hold
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func (c *clock) add(d time.Duration) {
 
 func TestValidityAndTerminalStates(t *testing.T) {
 	clk := &clock{t: time.Unix(100, 0)}
-	h := New(clk.now, 50*time.Millisecond, errExpired, clk.now(), time.Second)
+	h := New(clk.now, 50*time.Millisecond, errExpired, clk.now(), time.Second, nil)
 	assert.Equal(t, Active, h.State())
 	assert.Equal(t, 950*time.Millisecond, h.Remaining())
 	assert.True(t, h.UsableFor(900*time.Millisecond))
@@ -49,20 +50,22 @@ func TestValidityAndTerminalStates(t *testing.T) {
 
 func TestNothingLeftIsLostAtOnce(t *testing.T) {
 	clk := &clock{t: time.Unix(100, 0)}
-	h := New(clk.now, 50*time.Millisecond, errExpired, clk.now(), 50*time.Millisecond)
+	h := New(clk.now, 50*time.Millisecond, errExpired, clk.now(), 50*time.Millisecond, nil)
 	assert.Equal(t, Lost, h.State())
 	assert.ErrorIs(t, h.Cause(), errExpired)
 }
 
 func TestEndIsOnceUnderRace(t *testing.T) {
 	clk := &clock{t: time.Unix(100, 0)}
-	h := New(clk.now, 0, errExpired, clk.now(), time.Hour)
+	var ends atomic.Int32
+	h := New(clk.now, 0, errExpired, clk.now(), time.Hour, func(State, error) { ends.Add(1) })
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() { h.End(State(2+i%3), nil) })
 	}
 	wg.Wait()
 	<-h.Done() // closed exactly once (a second close would panic)
+	assert.Equal(t, int32(1), ends.Load(), "onEnd runs once")
 	assert.NotEqual(t, Active, h.State())
 	assert.Equal(t, "INVALID", State(0).String())
 }
