@@ -2,7 +2,9 @@
 // host's operations endpoints (/livez, /readyz, /metrics), the capability
 // routes (today the rate-limit sidecar, ratelimit.Sidecar: POST
 // /v1/ratelimit/evaluate and POST /v1/concurrency/acquire, /renew and
-// /release; and the cache sidecar, cache.Sidecar: /v1/cache/...) and
+// /release; the cache sidecar, cache.Sidecar: /v1/cache/...; and the
+// lease sidecar, lease.Sidecar: POST /v1/lease/acquire, /inspect, /renew
+// and /release) and
 // serves the guest admin endpoints (GET /admin/guests, PUT
 // /admin/guests/{name}, POST /admin/guests/{name}/rollback).
 //
