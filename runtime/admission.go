@@ -252,8 +252,10 @@ func bareContextError(err error) bool {
 	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	// context.DeadlineExceeded is itself a net.Error (it has Timeout), so
+	// only a net.Error other than it means the deadline hit a socket.
 	var ne net.Error
-	return !errors.As(err, &ne)
+	return !errors.As(err, &ne) || error(ne) == context.DeadlineExceeded
 }
 
 // admit enforces the lifecycle and the in-flight bound, waiting at most
