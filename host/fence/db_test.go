@@ -66,7 +66,8 @@ func privateDatabase(t testing.TB) string {
 		}
 		pgRun.base = pgServer + pgRun.name + "?sslmode=disable"
 	}
-	require.NoError(t, pgRun.err, "PostgreSQL is a prerequisite of these tests")
+	require.NoError(t, pgRun.err, "PostgreSQL on 127.0.0.1:5432 with trust auth is a prerequisite of these tests: "+
+		"apt-get install -y postgresql, then pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
 	return pgRun.base
 }
 
