@@ -75,7 +75,7 @@ func TestCheckRejectsUnimplementedCapability(t *testing.T) {
 	path := capFile(t, "127.0.0.1:1", "  session: {provider: redis, redis-role: coordination, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
 	code, out, _ := cli(t, "check", "--config", path)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache, lease) [capability.unimplemented]")
+	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache, lease, idempotency) [capability.unimplemented]")
 	assert.Contains(t, out, "1 problem(s)")
 }
 
@@ -113,7 +113,7 @@ func TestCapabilitiesCommand(t *testing.T) {
 		GuestKinds []struct{ Kind, Readiness string } `json:"guest-kinds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Capabilities, 3, "every capability this host implements, in registration order")
+	require.Len(t, doc.Capabilities, 4, "every capability this host implements, in registration order")
 	assert.Equal(t, "cache", doc.Capabilities[1].Capability)
 	assert.Equal(t, "disabled", doc.Capabilities[1].State, "no cache block: nothing built")
 	c := doc.Capabilities[0]
@@ -173,4 +173,28 @@ func TestCapabilitiesShowsTheLease(t *testing.T) {
 	assert.Contains(t, out, "capabilities.lease.max-ttl: must exceed drift-budget (2s)")
 	assert.Contains(t, out, "[lease.bounds]")
 	assert.Contains(t, out, "3 problem(s)", "with the unbound cache role: every problem at once")
+}
+
+// TestCapabilitiesShowsIdempotency: an active idempotency capability
+// reports its descriptor: the R1 it claims, the coordination role,
+// request-replay and what it does not promise; `caphost check` refuses it
+// on the cache role and reports every bad value at once.
+func TestCapabilitiesShowsIdempotency(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	path := capFile(t, srv.Addr(), "  idempotency:\n    provider: redis\n    redis-role: coordination\n    routes: [create-payment]\n")
+	code, out, errOut := cli(t, "capabilities", "--config", path)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Regexp(t, `idempotency\s+active\s+readiness R1 \(claimed R1\)\s+provider redis\s+role coordination \(required\)`, out)
+	assert.Contains(t, out, "failure mode:   fail-closed")
+	assert.Contains(t, out, "request-replay")
+	assert.Contains(t, out, "at-most-once-per-attempt")
+	assert.Contains(t, out, "exactly-once-side-effects")
+
+	bad := capFile(t, srv.Addr(), "  idempotency:\n    provider: redis\n    redis-role: cache\n    max-response-bytes: 0\n    routes: [Payments]\n")
+	code, out, _ = cli(t, "check", "--config", bad)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "capabilities.idempotency.redis-role: idempotency records need a correctness role")
+	assert.Contains(t, out, "capabilities.idempotency.max-response-bytes: must be within 1..1048576")
+	assert.Contains(t, out, "[idempotency.bounds]")
+	assert.Contains(t, out, "[idempotency.routes]")
 }

@@ -74,6 +74,9 @@ func TestDescriptorValidate(t *testing.T) {
 		"lease on evictable": func(d *Descriptor) {
 			d.Guarantees, d.MultiInstance, d.Role = []Guarantee{GuaranteeEfficiencyOnly}, false, policy.RoleCache
 		},
+		"idempotency on evictable": func(d *Descriptor) {
+			d.Guarantees, d.MultiInstance, d.Role = []Guarantee{GuaranteeRequestReplay}, false, policy.RoleCache
+		},
 		"no implementation": func(d *Descriptor) { d.Implementation = "" },
 	}
 	for name, mutate := range cases {

@@ -61,6 +61,21 @@ const (
 	// server's remaining TTL on a replay), minus a drift budget; a lease is
 	// never reported held on a guess.
 	GuaranteeLocalValidity Guarantee = "conservative-local-validity"
+	// GuaranteeRequestReplay: while its record lives, a request (scope and
+	// fingerprint) elects one current owner among concurrent duplicates,
+	// and a retry of a completed one gets the stored response back instead
+	// of a second execution; the same key with another request is refused.
+	GuaranteeRequestReplay Guarantee = "request-replay"
+	// GuaranteeAtMostOncePerAttempt: an action runs only after a start of
+	// its attempt was confirmed, never twice for one attempt (also when the
+	// attempt re-enters or a reply was lost); an action whose effect is
+	// unknown makes its record ABANDONED (RECOVERY_REQUIRED), never a
+	// second run.
+	GuaranteeAtMostOncePerAttempt Guarantee = "at-most-once-per-attempt"
+	// GuaranteeBoundedResponse: a stored response is bounded by the
+	// configuration; one over the bound is never stored truncated or
+	// dropped silently (the record fails closed).
+	GuaranteeBoundedResponse Guarantee = "bounded-stored-response"
 )
 
 // NonGuarantee is something a capability explicitly does not promise, so
@@ -95,6 +110,12 @@ const (
 	// expires mid-load, two hosts may load one key; loaders must be
 	// read-only or idempotent.
 	NonGuaranteeSingleLoader NonGuarantee = "single-loader-across-failover"
+	// NonGuaranteeExactlyOnceEffects: idempotent execution runs an action at
+	// most once per attempt and replays its response; it does not make side
+	// effects outside the action's own store exactly-once (a crash between
+	// the effect and the completion leaves the record ABANDONED for
+	// reconciliation).
+	NonGuaranteeExactlyOnceEffects NonGuarantee = "exactly-once-side-effects"
 )
 
 // FailureMode is what a capability does when its backing service cannot
@@ -239,6 +260,10 @@ func (d Descriptor) Validate() error {
 	if d.Role == policy.RoleCache && slices.Contains(d.Guarantees, GuaranteeEfficiencyOnly) {
 		// An evicted lease frees its resource to a second holder silently.
 		bad("a lease on the evictable cache role")
+	}
+	if d.Role == policy.RoleCache && slices.Contains(d.Guarantees, GuaranteeRequestReplay) {
+		// An evicted record runs the action a second time.
+		bad("idempotency records on the evictable cache role")
 	}
 	if d.Implementation == "" {
 		bad("no implementation version")

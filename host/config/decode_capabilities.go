@@ -20,7 +20,7 @@ const ProviderDisabled = "disabled"
 
 // planned names capabilities the design describes that this host does not
 // implement yet; naming one gets a clearer problem than a typo does.
-var planned = [...]string{"idempotency", "notify", "session"}
+var planned = [...]string{"notify", "session"}
 
 // capabilities reads the envelope every block shares (provider, redis-role)
 // and selects the roles active capabilities name. The capability's own keys

@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/host/owner"
 	"github.com/caphost/caphost/policy"
@@ -38,6 +41,9 @@ var (
 	// ErrCorrupt: the record key holds something no idempotency program
 	// wrote.
 	ErrCorrupt = errors.New("idempotency: record corrupt")
+	// ErrUnknownRoute: the route is not on Config.Routes (it also matches
+	// ErrInvalidRequest); nothing was sent.
+	ErrUnknownRoute = errors.New("idempotency: route not on the allowlist")
 )
 
 // Config configures an Executor.
@@ -64,6 +70,10 @@ type Config struct {
 	// PolicyRevision is stored with each record; a response is replayed
 	// only under the same revision (default "1").
 	PolicyRevision string
+	// Routes, when set, is the closed list of routes (slugs, at most
+	// MaxRoutes): a request for another route is ErrInvalidRequest, and the
+	// metrics' route label is one of them. Empty: any route slug.
+	Routes []string
 }
 
 func (c *Config) fill() error {
@@ -98,10 +108,38 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: durations must be whole milliseconds within 1ms..%s", ErrInvalidRequest, programs.MaxIdemTTL)
 	case c.MaxResponseBytes < 1 || c.MaxResponseBytes > programs.MaxIdemResponseBytes:
 		return fmt.Errorf("%w: max response bytes must be within 1..%d", ErrInvalidRequest, programs.MaxIdemResponseBytes)
-	case len(c.PolicyRevision) > 128:
-		return fmt.Errorf("%w: policy revision longer than 128 bytes", ErrInvalidRequest)
+	case len(c.PolicyRevision) > MaxPolicyRevisionBytes:
+		return fmt.Errorf("%w: policy revision longer than %d bytes", ErrInvalidRequest, MaxPolicyRevisionBytes)
+	case len(c.Routes) > MaxRoutes:
+		return fmt.Errorf("%w: at most %d routes", ErrInvalidRequest, MaxRoutes)
+	}
+	for i, r := range c.Routes {
+		if !ValidRoute(r) || slices.Contains(c.Routes[:i], r) {
+			return fmt.Errorf("%w: routes must be distinct slugs of 1..64 lower-case letters, digits and '-'", ErrInvalidRequest)
+		}
 	}
 	return nil
+}
+
+// budgetOverhead bounds what an idempotency call sends or receives
+// besides the response payload: the record key, owner token, operation
+// id, digest, codec id, numbers and the RESP framing.
+const budgetOverhead = 2048
+
+// checkBudgets refuses a response bound the deployment's guard would not
+// let through: a complete sends the payload with its other arguments, a
+// replaying claim receives it with the record's fields.
+func checkBudgets(maxResponse int, b policy.Budgets) error {
+	var errs []error
+	if need := maxResponse + budgetOverhead; b.MaxRequestBytes > 0 && need > b.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("idempotency: max-response-bytes %d needs budgets.max-request-bytes of at least %d on the role's deployment (it is %d): lower max-response-bytes or raise the budget",
+			maxResponse, need, b.MaxRequestBytes))
+	}
+	if need := maxResponse + budgetOverhead; b.MaxReplyBytes > 0 && need > b.MaxReplyBytes {
+		errs = append(errs, fmt.Errorf("idempotency: max-response-bytes %d needs budgets.max-reply-bytes of at least %d on the role's deployment (it is %d): lower max-response-bytes or raise the budget",
+			maxResponse, need, b.MaxReplyBytes))
+	}
+	return errors.Join(errs...)
 }
 
 // Option configures an Executor beyond Config.
@@ -117,6 +155,10 @@ type Executor struct {
 	keys *keys.Builder
 	cfg  Config
 	log  *slog.Logger
+	reg  prometheus.Registerer
+	m    *metrics
+	// routes is the allowlist (nil: any route slug).
+	routes map[string]bool
 
 	// running holds the attempts whose action this process may be running:
 	// a second call of the same attempt never sends a start of its own.
@@ -139,11 +181,23 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkBudgets(cfg.MaxResponseBytes, dep.Budgets()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
 	e := &Executor{exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			o(e)
 		}
+	}
+	if len(cfg.Routes) > 0 {
+		e.routes = map[string]bool{}
+		for _, r := range cfg.Routes {
+			e.routes[r] = true
+		}
+	}
+	if e.m, err = newMetrics(e.reg, cfg.Routes); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -301,6 +355,9 @@ func (e *Executor) prepare(r Request) (call, error) {
 	if len(r.CodecID) > 64 {
 		return call{}, fmt.Errorf("%w: codec id longer than 64 bytes", ErrInvalidRequest)
 	}
+	if e.routes != nil && !e.routes[r.Scope.Route] {
+		return call{}, fmt.Errorf("%w: %w", ErrInvalidRequest, ErrUnknownRoute)
+	}
 	k, err := e.keys.Build(keys.Spec{Capability: keys.CapIdem, Region: r.Scope.Route, KeyVersion: keyVersion, Kind: "record",
 		Parts: [][]byte{r.Scope.Principal, []byte(r.Scope.Key)}})
 	if err != nil {
@@ -328,6 +385,12 @@ func (e *Executor) Execute(ctx context.Context, r Request, action Action) (Execu
 	if err != nil {
 		return Execution{}, err
 	}
+	ex, err := e.execute(ctx, c, action)
+	e.m.executed(r.Scope.Route, ex, err)
+	return ex, err
+}
+
+func (e *Executor) execute(ctx context.Context, c call, action Action) (Execution, error) {
 	ex, own, err := e.claim(ctx, c)
 	if err != nil || ex.Kind != 0 {
 		return ex, err
@@ -362,8 +425,14 @@ func (e *Executor) claim(ctx context.Context, c call) (Execution, programs.IdemO
 		}
 	}
 	if err != nil {
+		if certainty.Classify(err, true) == certainty.Indeterminate {
+			e.m.claimed(c.req.Scope.Route, "INDETERMINATE")
+		} else if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			e.m.claimed(c.req.Scope.Route, "UNAVAILABLE")
+		}
 		return e.claimFailed(ctx, c, err)
 	}
+	e.m.claimed(c.req.Scope.Route, res.Status.String())
 	switch res.Status {
 	case programs.IdemClaimAcquired, programs.IdemClaimTakenOverClaimed:
 		own, _ := res.Owned(c.attempt)
@@ -377,7 +446,7 @@ func (e *Executor) claim(ctx context.Context, c call) (Execution, programs.IdemO
 		}
 		return Execution{}, own, nil
 	case programs.IdemClaimCompletedReplay:
-		return e.replay(res.Response)
+		return e.replay(c, res.Response)
 	case programs.IdemClaimInProgress:
 		return Execution{Kind: InProgress, RetryAfter: res.RetryAfter(), Attempt: res.Record.Attempt}, programs.IdemOwner{}, nil
 	case programs.IdemClaimRecoveryRequired:
@@ -413,7 +482,7 @@ func (e *Executor) claimFailed(ctx context.Context, c call, err error) (Executio
 	case programs.IdemInspectClaimedSameOperation:
 		return Execution{}, programs.IdemOwner{Owner: c.attempt.Owner, Attempt: ins.Record.Attempt}, nil
 	case programs.IdemInspectCompletedReplay:
-		return e.replay(ins.Response)
+		return e.replay(c, ins.Response)
 	case programs.IdemInspectExecutingSameOperation:
 		return Execution{Kind: InProgress, Attempt: ins.Record.Attempt, RetryAfter: ins.Record.Lease}, programs.IdemOwner{}, nil
 	case programs.IdemInspectInProgressOther:
@@ -430,7 +499,8 @@ func (e *Executor) claimFailed(ctx context.Context, c call, err error) (Executio
 	return Execution{Kind: Indeterminate, Cause: err}, programs.IdemOwner{}, nil
 }
 
-func (e *Executor) replay(resp programs.IdemResponse) (Execution, programs.IdemOwner, error) {
+func (e *Executor) replay(c call, resp programs.IdemResponse) (Execution, programs.IdemOwner, error) {
+	e.m.bytes(c.req.Scope.Route, "replay", len(resp.Payload))
 	return Execution{Kind: Replayed, Response: resp.Payload}, programs.IdemOwner{}, nil
 }
 
@@ -456,6 +526,7 @@ func (e *Executor) startAndRun(ctx context.Context, c call, own programs.IdemOwn
 		// give the claim back (or mark it retryable if the start did apply).
 		e.giveBack(c, own)
 		if certainty.Classify(err, true) == certainty.Indeterminate {
+			e.m.lost(c.req.Scope.Route, "start")
 			return Execution{Kind: Indeterminate, Attempt: own.Attempt, Cause: err}, nil
 		}
 		return Execution{Kind: Unavailable, Attempt: own.Attempt, Cause: err}, nil
@@ -529,6 +600,7 @@ func (e *Executor) renew(ctx context.Context, c call, own programs.IdemOwner, ca
 		if e.afterRenew != nil {
 			e.afterRenew(res.Status)
 		}
+		e.m.renewed(c.req.Scope.Route, renewLabel(res.Status, err))
 		if err == nil {
 			switch res.Status {
 			case programs.IdemRenewed, programs.IdemAlreadyRenewedSameOperation:
@@ -564,6 +636,9 @@ func (e *Executor) finish(c call, own programs.IdemOwner, r Result) Execution {
 			res, err := e.exec.IdempotencyComplete(ctx, c.key, req)
 			if err == nil {
 				out.Recorded = res.Status == programs.IdemCompleted || res.Status == programs.IdemAlreadyCompletedSameResult
+				if out.Recorded {
+					e.m.bytes(c.req.Scope.Route, "complete", len(r.response))
+				}
 				if !out.Recorded {
 					e.log.Warn("idempotency: an executed action's response was not recorded", "route", c.req.Scope.Route,
 						"status", res.Status.String())
@@ -577,6 +652,7 @@ func (e *Executor) finish(c call, own programs.IdemOwner, r Result) Execution {
 				e.beforeRepeat("complete")
 			}
 		}
+		e.m.lost(c.req.Scope.Route, "complete")
 		e.log.Warn("idempotency: an executed action's completion could not be confirmed", "route", c.req.Scope.Route)
 		return out
 	case resultNoEffect:
@@ -600,4 +676,17 @@ func (e *Executor) fail(ctx context.Context, c call, own programs.IdemOwner, d p
 			return
 		}
 	}
+}
+
+// renewLabel is the result label of one renew.
+func renewLabel(st programs.IdemRenewStatus, err error) string {
+	switch {
+	case err == nil:
+		return st.String()
+	case certainty.Classify(err, true) == certainty.Indeterminate:
+		return "INDETERMINATE"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return resultError
+	}
+	return "UNAVAILABLE"
 }

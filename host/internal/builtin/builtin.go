@@ -11,6 +11,7 @@ package builtin
 
 import (
 	"github.com/caphost/caphost/host/cache"
+	"github.com/caphost/caphost/host/idempotency"
 	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/host/ratelimit"
@@ -22,6 +23,7 @@ func Capabilities() []module.Info {
 		ratelimit.CapabilityInfo(),
 		cache.CapabilityInfo(),
 		lease.CapabilityInfo(),
+		idempotency.CapabilityInfo(),
 	}
 }
 
