@@ -24,6 +24,11 @@ func newRuntime(t testing.TB, addr string) *runtime.Runtime {
 	dep := cfg.Deployments["main"]
 	dep.Timeouts.Command = time.Second
 	cfg.Deployments["main"] = dep
+	return newRuntimeFrom(t, cfg)
+}
+
+func newRuntimeFrom(t testing.TB, cfg policy.RedisConfig) *runtime.Runtime {
+	t.Helper()
 	rt, err := runtime.New(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })

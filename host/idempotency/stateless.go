@@ -142,20 +142,29 @@ func (e *Executor) failed(ctx context.Context, step Step, route string, err erro
 }
 
 // repeatable runs call, and once more with the same arguments when the
-// first reply was lost.
+// first reply was lost. A repeat that fails before sending does not undo
+// the first send's uncertainty: the error is then the first one's.
 func repeatable[T any](ctx context.Context, e *Executor, step string, call func() (T, error)) (T, error) {
 	var (
-		res T
-		err error
+		res  T
+		err  error
+		lost error
 	)
 	for try := 0; try < 2; try++ {
 		res, err = call()
-		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
+		if err == nil {
+			return res, nil
+		}
+		if certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
+		lost = err
 		if try == 0 && e.beforeRepeat != nil {
 			e.beforeRepeat(step)
 		}
+	}
+	if lost != nil && !(ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		return res, lost
 	}
 	return res, err
 }
