@@ -411,19 +411,9 @@ func (e *Executor) execute(ctx context.Context, c call, action Action) (Executio
 func (e *Executor) claim(ctx context.Context, c call) (Execution, programs.IdemOwner, error) {
 	req := programs.IdemClaimRequest{Attempt: c.attempt, Fingerprint: c.fp, Lease: e.cfg.Lease, Retention: e.cfg.Retention,
 		CodecID: c.req.CodecID, PolicyRevision: e.cfg.PolicyRevision}
-	var (
-		res programs.IdemClaimResult
-		err error
-	)
-	for try := 0; try < 2; try++ {
-		res, err = e.exec.IdempotencyClaim(ctx, c.key, req)
-		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
-			break
-		}
-		if e.beforeRepeat != nil {
-			e.beforeRepeat("claim")
-		}
-	}
+	// A repeat that fails before sending does not undo the first send's
+	// uncertainty (repeatable keeps the first lost reply's error).
+	res, err := repeatable(ctx, e, "claim", func() (programs.IdemClaimResult, error) { return e.exec.IdempotencyClaim(ctx, c.key, req) })
 	if err != nil {
 		if certainty.Classify(err, true) == certainty.Indeterminate {
 			e.m.claimed(c.req.Scope.Route, "INDETERMINATE")
@@ -508,19 +498,9 @@ func (e *Executor) replay(c call, resp programs.IdemResponse) (Execution, progra
 // start this call sent and saw confirmed.
 func (e *Executor) startAndRun(ctx context.Context, c call, own programs.IdemOwner, action Action) (Execution, error) {
 	op := newOpID("start")
-	var (
-		res programs.IdemTransitionResult[programs.IdemStartStatus]
-		err error
-	)
-	for try := 0; try < 2; try++ {
-		res, err = e.exec.IdempotencyStart(ctx, c.key, own, op, e.cfg.Lease)
-		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
-			break
-		}
-		if e.beforeRepeat != nil {
-			e.beforeRepeat("start")
-		}
-	}
+	res, err := repeatable(ctx, e, "start", func() (programs.IdemTransitionResult[programs.IdemStartStatus], error) {
+		return e.exec.IdempotencyStart(ctx, c.key, own, op, e.cfg.Lease)
+	})
 	if err != nil {
 		// Not started as far as this call knows: the action never ran, so
 		// give the claim back (or mark it retryable if the start did apply).

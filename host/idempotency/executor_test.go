@@ -284,3 +284,33 @@ func TestRedisDownNeverRuns(t *testing.T) {
 		assert.Error(t, ex.Cause)
 	}
 }
+
+// TestRefusedRepeatStaysIndeterminate: the claim's reply is lost and its
+// repeat cannot even be sent: the first send may have applied, so the
+// outcome is INDETERMINATE (the middleware's 409, the sidecar's 200),
+// never UNAVAILABLE ("nothing changed"); the action does not run, and a
+// retry with the same attempt finds the claim.
+func TestRefusedRepeatStaysIndeterminate(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	e := newExecutor(t, p.Addr(), Config{})
+	ctx := ctxT(t)
+	_, err := e.Execute(ctx, request(t, "warm", "{}"), func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+	e.beforeRepeat = func(string) { p.Refuse() }
+	p.Stall()
+	r := request(t, "refused", "{}")
+	var runs atomic.Int32
+	action := func(context.Context) Result { runs.Add(1); return Committed([]byte("x")) }
+	ex, err := e.Execute(ctx, r, action)
+	require.NoError(t, err)
+	assert.Equal(t, Indeterminate, ex.Kind, "the stalled claim may have applied")
+	assert.Zero(t, runs.Load())
+
+	e.beforeRepeat = nil
+	p.Passthrough()
+	ex, err = e.Execute(ctx, r, action)
+	require.NoError(t, err)
+	assert.Equal(t, Executed, ex.Kind, "the same attempt finds its claim and runs once")
+	assert.Equal(t, int32(1), runs.Load())
+}

@@ -437,10 +437,3 @@ type Limits struct {
 	MaxResponseBytes int
 	Lease            time.Duration
 }
-
-// Config returns the executor's configuration, defaults filled in.
-func (e *Executor) Config() Config {
-	c := e.cfg
-	c.Routes = append([]string(nil), e.cfg.Routes...)
-	return c
-}
