@@ -21,6 +21,14 @@
 // handler's response and its replay (status, allowlisted headers, body),
 // 400/409/422/503 as the draft describes.
 //
+// The stateless steps (Claim, Inspect, Start, Renew, Complete, Fail,
+// Release) drive the same protocol one program at a time for callers that
+// keep only their attempt, and Sidecar serves them over HTTP
+// (POST /v1/idempotency/<step>) for services outside the process. The
+// package is also the host's `idempotency` capability (CapabilityInfo,
+// Decode of capabilities.idempotency, metrics via WithRegisterer); see
+// docs/idempotency.md and card.md.
+//
 // Its guarantee is REQUEST_REPLAY: while a record lives, the same request
 // fingerprint under the same scope elects one current owner among
 // concurrent duplicates and replays the completed response. It is not
