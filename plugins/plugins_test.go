@@ -127,7 +127,7 @@ func TestHostImports(t *testing.T) {
 		Observer: obs, CountEvents: []string{"test.allowed"},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	m := load(t, e, "hostcalls", Limits{MaxHostCalls: 16, Grants: GrantLog | GrantCount})
+	m := load(t, e, "hostcalls", Limits{MaxHostCalls: 16, Grants: GrantLog | GrantCount, CallTimeout: 5 * time.Second})
 
 	out, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "imports", Value: []byte("me")})
 	require.NoError(t, err)
@@ -147,7 +147,10 @@ func TestHostImports(t *testing.T) {
 func TestPoolBoundsConcurrencyAndRecycles(t *testing.T) {
 	ctx := context.Background()
 	obs := newRec()
-	m := load(t, newEngine(t, Config{Observer: obs}), "echo", Limits{PoolSize: 2, RecycleAfter: 25})
+	// Pool bounds and recycling are on trial, not deadlines: 16 goroutines
+	// on two instances of a loaded 2-core runner can wait past the 100 ms
+	// default call deadline (make test once failed here with it).
+	m := load(t, newEngine(t, Config{Observer: obs}), "echo", Limits{PoolSize: 2, RecycleAfter: 25, CallTimeout: 5 * time.Second})
 	var wg sync.WaitGroup
 	var failures atomic.Int64
 	var firstErr atomic.Value
@@ -204,7 +207,7 @@ func TestPoolBoundsConcurrencyAndRecycles(t *testing.T) {
 
 func TestInputCapAndClose(t *testing.T) {
 	ctx := context.Background()
-	m := load(t, newEngine(t, Config{}), "echo", Limits{MaxInputBytes: 1024})
+	m := load(t, newEngine(t, Config{}), "echo", Limits{MaxInputBytes: 1024, CallTimeout: 5 * time.Second})
 	_, err := m.CodecEncode(ctx, &abi.CodecEncodeRequest{Schema: "echo", Value: make([]byte, 2048)})
 	requireClass(t, err, ClassInputTooLarge)
 	// Growing inputs below the cap re-run the alloc handoff correctly.
