@@ -45,6 +45,7 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 			"  POST /v1/concurrency/{acquire,renew,release}   concurrency permits (JSON)\n" +
 			"  GET|PUT|DELETE /v1/cache/{region}/{key}, DELETE /v1/cache/{region}   the cache capability\n" +
 			"  POST /v1/lease/{acquire,inspect,renew,release}   efficiency leases (JSON)\n" +
+			"  POST /v1/idempotency/{claim,inspect,start,renew,complete,fail,release}   idempotent execution (JSON)\n" +
 			"  GET  /admin/guests            guest slots (needs server.admin-token)\n" +
 			"  PUT  /admin/guests/{name}     hot-swap a guest module (needs server.admin-token)\n" +
 			"  POST /admin/guests/{name}/rollback, GET /admin/capabilities   (need server.admin-token)\n" +

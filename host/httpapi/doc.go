@@ -4,7 +4,8 @@
 // /v1/ratelimit/evaluate and POST /v1/concurrency/acquire, /renew and
 // /release; the cache sidecar, cache.Sidecar: /v1/cache/...; and the
 // lease sidecar, lease.Sidecar: POST /v1/lease/acquire, /inspect, /renew
-// and /release) and
+// and /release; and the idempotency sidecar: POST /v1/idempotency/claim,
+// /inspect, /start, /renew, /complete, /fail and /release) and
 // serves the guest admin endpoints (GET /admin/guests, PUT
 // /admin/guests/{name}, POST /admin/guests/{name}/rollback).
 //
