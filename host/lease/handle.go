@@ -205,6 +205,3 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 	}
 	return out, nil
 }
-
-// validity is the monotonic instant the handle's validity runs out.
-func (h *Handle) validity() time.Time { return h.st.ValidUntil() }

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"time"
+
+	"github.com/caphost/caphost/host/lease/internal/hold"
 )
 
 // ReleaseTimeout bounds the release Hold makes after its function returns
@@ -50,50 +52,13 @@ func (c *Client) Hold(ctx context.Context, r Request, fn func(ctx context.Contex
 	return a, ferr
 }
 
-// watch is Hold's watchdog. Losing the lease is decided by the validity
-// deadline (its own timer) or by Redis's answer, never by counting failed
-// renews.
+// watch is Hold's watchdog (host/lease/internal/hold.Watch).
 func (c *Client) watch(ctx context.Context, h *Handle, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	every := h.ttl / 3
-	next := every
-	for {
-		tick := time.NewTimer(next)
-		expiry := time.NewTimer(max(h.validity().Sub(c.now()), 0))
-		select {
-		case <-stop:
-		case <-c.closing:
-			cancel(ErrClosed)
-		case <-h.Done():
-			cancel(h.Cause())
-		case <-ctx.Done():
-			// No renew after the caller's deadline: fn's context is done too.
-		case <-expiry.C:
-			h.State() // moves an expired handle to LOST; Done fires next
-			next = 0
-			tick.Stop()
-			continue
-		case <-tick.C:
-			expiry.Stop()
-			left := h.Remaining()
-			if left <= 0 {
-				next = 0
-				continue
-			}
-			rctx, rcancel := context.WithTimeout(ctx, left)
-			kind, _ := h.Renew(rctx)
-			rcancel()
-			if c.afterRenew != nil {
-				c.afterRenew(kind)
-			}
-			next = every
-			if kind == RenewUnavailable {
-				// Nothing was sent: try again well inside the validity left.
-				next = max(min(every, h.Remaining()/4), time.Millisecond)
-			}
-			continue
+	hold.Watch(ctx, h.st, h.ttl/3, func(rctx context.Context) bool {
+		kind, _ := h.Renew(rctx)
+		if c.afterRenew != nil {
+			c.afterRenew(kind)
 		}
-		tick.Stop()
-		expiry.Stop()
-		return
-	}
+		return kind != RenewUnavailable
+	}, cancel, stop, c.closing, ErrClosed)
 }

@@ -304,3 +304,43 @@ func (h *Handle) Release(ctx context.Context) (lease.ReleaseKind, error) {
 	}
 	return 0, fmt.Errorf("fenced: fenced-lease-release-v1 answered %s to a validated request", res.Status)
 }
+
+// ReleaseTimeout bounds the release Hold makes after its function returns.
+const ReleaseTimeout = 2 * time.Second
+
+// Hold acquires r and, if the lease is held, runs fn under the efficiency
+// lease's watchdog (renew at a third of the TTL, never after ctx's
+// deadline; fn's context cancelled with the handle's cause the moment it
+// leaves ACTIVE or its validity runs out), then releases the lease. fn
+// passes h.Token() with every protected write and stops when its context
+// ends. When the lease is not held, fn does not run and Hold returns the
+// acquisition. The error is fn's, or Acquire's.
+func (c *Client) Hold(ctx context.Context, r Request, fn func(ctx context.Context, h *Handle) error) (Acquisition, error) {
+	a, err := c.Acquire(ctx, r)
+	if err != nil || !a.Kind.Held() {
+		return a, err
+	}
+	h := a.Handle
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		hold.Watch(ctx, h.h, h.ttl/3, func(rctx context.Context) bool {
+			kind, _ := h.Renew(rctx)
+			if c.afterRenew != nil {
+				c.afterRenew(kind)
+			}
+			return kind != lease.RenewUnavailable
+		}, cancel, stop, nil, nil)
+	}()
+	ferr := fn(fctx, h)
+	close(stop)
+	<-stopped
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer rcancel()
+	if _, err := h.Release(rctx); err != nil {
+		c.log.Warn("fenced: release after Hold failed", "error", err)
+	}
+	return a, ferr
+}

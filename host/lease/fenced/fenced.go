@@ -74,9 +74,10 @@ type Client struct {
 	now       func() time.Time
 	jitter    func(int64) int64
 
-	// beforeRepeat runs before the reconciling repeat of an acquire whose
-	// reply was lost (tests).
+	// Test hooks: beforeRepeat runs before the reconciling repeat of an
+	// acquire whose reply was lost, afterRenew after each Hold renew.
 	beforeRepeat func()
+	afterRenew   func(lease.RenewKind)
 }
 
 // New binds a client to cfg.Role of rt.

@@ -301,3 +301,32 @@ func TestInvalidRequests(t *testing.T) {
 	_, err := New(newRuntime(t, srv.Addr()), Config{Role: policy.RoleCache})
 	assert.ErrorIs(t, err, lease.ErrInvalidRequest, "never on the cache role")
 }
+
+// TestHoldRenewsAndStopsOnABrokenFence: Hold renews during long work and
+// cancels it the moment the fence no longer matches (the counter was
+// lost), with ErrFenceBroken as the cause; the work never writes with a
+// token whose fence is gone.
+func TestHoldRenewsAndStopsOnABrokenFence(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	w := newWorld(t, srv.Addr(), srv, Config{})
+	ctx := ctxT(t)
+	reg := w.activate(t, "acct-7")
+	renewed := make(chan lease.RenewKind, 64)
+	w.c.afterRenew = func(k lease.RenewKind) { renewed <- k }
+	_, counter, err := w.c.keysOf("ledger", "acct-7")
+	require.NoError(t, err)
+	a, err := w.c.Hold(ctx, Request{Purpose: "ledger", Registration: reg, TTL: 600 * time.Millisecond, Attempt: attempt(t, "job")},
+		func(ctx context.Context, h *Handle) error {
+			for range 2 {
+				require.Equal(t, lease.Renewed, <-renewed)
+			}
+			require.NoError(t, w.write(ctx, h.Token(), "job", 1))
+			require.NoError(t, srv.Admin().Del(context.Background(), counter.Redis()).Err()) // the counter is lost
+			<-ctx.Done()
+			assert.ErrorIs(t, context.Cause(ctx), ErrFenceBroken)
+			return nil
+		})
+	require.NoError(t, err)
+	assert.Equal(t, Acquired, a.Kind)
+	assert.Equal(t, Lost, a.Handle.State())
+}
