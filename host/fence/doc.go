@@ -19,9 +19,10 @@
 // # Admission rule
 //
 // A token is admitted iff the registration is ACTIVE, the token's epoch is
-// the registered epoch, and its counter is at or above the high watermark
-// (Repeatable mode: the current holder may write again) or strictly above
-// it (Strict mode). A lower epoch is always rejected (EpochRetired); a
+// the registered epoch, and its counter is strictly above the high
+// watermark (Strict, the zero Mode: each token once, the reference's rule)
+// or at or above it (Repeatable: the current holder may write again). A
+// lower epoch is always rejected (EpochRetired); a
 // higher one too (EpochUnregistered): only a registration, never a token,
 // moves a resource to a new epoch, so a Redis caller cannot raise it.
 //

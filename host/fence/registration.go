@@ -48,17 +48,18 @@ func parseState(s string) (State, bool) {
 type Mode uint8
 
 const (
-	// Repeatable (the default) admits a token equal to the high watermark:
-	// the current holder may write several times under one lease. Safe as
-	// long as the Redis counter never re-issues a counter value, which is
-	// what the counter rules (no TTL, noeviction, reprovision only at or
-	// above this store's watermark after a loss) guarantee.
-	Repeatable Mode = iota
-	// Strict admits every token at most once: equal is stale (DESIGN
-	// reference §23.2 verbatim). Choose it when a holder writes once per
-	// lease, or when a counter regression after a failover could hand the
-	// same counter to a second holder before the operator reprovisions.
-	Strict
+	// Strict (the zero Mode) admits every token at most once: an equal
+	// token is stale, the reference's rule verbatim. It is the safe choice
+	// when a failover can make the Redis counter issue a counter value
+	// again before the operator reprovisions it: the second holder of that
+	// value is refused.
+	Strict Mode = iota
+	// Repeatable admits a token equal to the high watermark, so the current
+	// holder may write several times under one lease. Choose it only where
+	// a re-issued counter cannot happen (a counter on a deployment that
+	// cannot lose acknowledged increments) or a second holder of the same
+	// value is acceptable.
+	Repeatable
 )
 
 // Digest is a registration digest: 32 random bytes minted with the
