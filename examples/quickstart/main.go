@@ -25,12 +25,21 @@
 // replicas; 32 clients over both replicas missing one cold key at once,
 // absorbed with exactly one source load; and a DELETE on A reaching B's L1
 // through the invalidation hint, B's next read a miss. Each of these
-// invariants fails the demo when it does not hold. Finally it stops both
-// replicas (SIGTERM, graceful, exit status 0 required) and Redis. Nothing
-// it started is left running, whatever happens.
+// invariants fails the demo when it does not hold.
+//
+// Then it runs caphost embedded, as a Go library in its own process, on
+// the same Redis as the same ACL user (coordination.go): a fenced lease
+// whose paused holder's late write a SQLite database rejects with
+// fence.ErrStaleToken while the newer holder's write stays, and a
+// "create payment" handler behind the Idempotency-Key middleware whose
+// retry after a dropped connection is replayed without charging again
+// (and whose key, reused for another body, is refused 422). Finally it
+// stops both replicas (SIGTERM, graceful, exit status 0 required) and
+// Redis. Nothing it started is left running, whatever happens.
 //
 // This package owns the demo's orchestration and output only; it talks to
-// caphost exclusively through the binary and its HTTP API, like a user.
+// caphost through the binary and its HTTP API, like a user, except in the
+// coordination scene, which shows the embedded mode.
 package main
 
 import (
@@ -94,7 +103,10 @@ const (
 		// what the catalog programs call (runtime/programs/program-set.json
 		// aclCommands): the rate limiter's, and the cache's cache-put-v2,
 		// region-generation-init|bump-v1 and cache-refresh-claim|release-v1,
-		// which call TYPE, GET, SET, DEL, PTTL, STRLEN and GETRANGE only
+		// which call TYPE, GET, SET, DEL, PTTL, STRLEN and GETRANGE only; the
+		// coordination scene's fenced-lease (TYPE, GET, SET, PTTL, PEXPIRE,
+		// DEL) and idempotency programs (TYPE, HMGET, HGET, HSET, PTTL,
+		// PEXPIRE) need nothing more
 		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
 		// pubsub lane: the runtime's Pub/Sub facade (the cache's L1
@@ -347,6 +359,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	if err := d.cacheScene(ctx, a, b); err != nil {
+		return err
+	}
+	if err := d.coordinationScene(ctx, a.cfg); err != nil {
 		return err
 	}
 

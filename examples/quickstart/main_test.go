@@ -83,6 +83,24 @@ func readmeACL(t *testing.T) []string {
 	return lines
 }
 
+// readmeUsers configures s with the README's ACL SETUSER lines and
+// returns the passwords it gave them, by environment variable.
+func readmeUsers(ctx context.Context, t *testing.T, s *redistest.Server) map[string]string {
+	t.Helper()
+	pass := map[string]string{envAppPass: "app-" + randomHex(12), envAdminPass: "admin-" + randomHex(12)}
+	lines := readmeACL(t)
+	require.Len(t, lines, 2)
+	for _, l := range lines {
+		args := strings.Fields(os.Expand(l, func(k string) string { return pass[k] }))
+		cmd := make([]any, len(args))
+		for i, a := range args {
+			cmd[i] = a
+		}
+		require.NoError(t, s.Admin().Do(ctx, cmd...).Err(), "README line %q", l)
+	}
+	return pass
+}
+
 // The README's users are the demo's users: the private server gets the same
 // rules, so every `make demo` exercises the lines a reader copies.
 func TestREADMEListsTheDemoUsers(t *testing.T) {
@@ -169,18 +187,7 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	s := redistest.StartStandalone(t, redistest.WithACL())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	pass := map[string]string{envAppPass: "app-" + randomHex(12), envAdminPass: "admin-" + randomHex(12)}
-	lines := readmeACL(t)
-	require.Len(t, lines, 2)
-	for _, l := range lines {
-		args := strings.Fields(os.Expand(l, func(k string) string { return pass[k] }))
-		cmd := make([]any, len(args))
-		for i, a := range args {
-			cmd[i] = a
-		}
-		require.NoError(t, s.Admin().Do(ctx, cmd...).Err(), "README line %q", l)
-	}
+	pass := readmeUsers(ctx, t, s)
 
 	// A redis-server that only leaves a mark: the demo must not start one.
 	shim := t.TempDir()
@@ -230,6 +237,10 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	assert.Regexp(t, `(?m)^\s+invalidate\s+B before: fresh, from its L1: \{"id":"lamp-`, text)
 	assert.Regexp(t, `(?m)^\s+A: DELETE /v1/cache/products/lamp-\S+ -> INVALIDATED `, text)
 	assert.Regexp(t, `(?m)^\s+B after:\s+miss; reason=invalidated on `, text, "B still answered the old value after A's DELETE")
+	// The coordination scene, embedded in the demo's process.
+	assert.Regexp(t, `(?m)^\s+worker A\s+wakes, writes balance 40 with token \d+\.1: REJECTED$`, text)
+	assert.Regexp(t, `(?m)^\s+bank\.db\s+acct-7 balance 70: B's write kept`, text)
+	assert.Regexp(t, `(?m)^\s+retry\s+same key, same body -> 201 .*Caphost-Idempotent-Replayed: true; charges still 1$`, text)
 	assert.Contains(t, text, "caphost serve A exited 0")
 	assert.Contains(t, text, "caphost serve B exited 0")
 
@@ -239,10 +250,17 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	assert.Positive(t, s.CommandCalls(t, "getrange"), "the cache lookup's bounded read")
 	assert.Positive(t, s.CommandCalls(t, "ssubscribe"), "the invalidation-hint subscription")
 	assert.Positive(t, s.CommandCalls(t, "spublish"), "invalidation hints")
+	assertLeftClean(ctx, t, s, "the demo")
+}
+
+// assertLeftClean checks that what ran (the demo, a scene) closed every
+// connection to s and that nothing was refused on the way: no denied
+// command, no failed AUTH.
+func assertLeftClean(ctx context.Context, t *testing.T, s *redistest.Server, what string) {
+	t.Helper()
 	assert.Eventually(t, func() bool { return s.ConnectedClients(t) == 0 }, 10*time.Second, 50*time.Millisecond,
-		"the demo left connections open")
-	// Nothing was refused on the way: no denied command, no failed AUTH.
+		"%s left connections open", what)
 	denied, err := s.Admin().Do(ctx, "ACL", "LOG").Slice()
 	require.NoError(t, err)
-	assert.Empty(t, denied, "ACL LOG: the README's users lack a permission the demo used")
+	assert.Empty(t, denied, "ACL LOG: the README's users lack a permission %s used", what)
 }
