@@ -214,6 +214,9 @@ func run(o runOpts) error {
 		if err := leaseRows(ctx, rt, plain, o, want, row, stats); err != nil {
 			return err
 		}
+		if err := idempotencyRows(ctx, rt, plain, o, want, row, stats); err != nil {
+			return err
+		}
 	}
 	fmt.Println("\nratio = median over rounds of caphost ops/s ÷ go-redis ops/s in the same round (target ≥ 0.97×).")
 	if control {
