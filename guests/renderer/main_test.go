@@ -33,7 +33,7 @@ func TestRender(t *testing.T) {
 	params := []abi.Attr{{Name: "name", Value: `<b>Ada</b> & "co"` + "\r\nBcc: x@evil"}, {Name: "account", Value: "A-1"}}
 	parts, err := render(t, &abi.RenderRequest{Template: "welcome", Version: 1, Locale: "en", Channel: "email", Params: params, NowUnixMilli: now})
 	require.NoError(t, err)
-	assert.Equal(t, "text/plain; charset=utf-8|Welcome, <b>Ada</b> & \"co\"  Bcc: x@evil", parts["subject"])
+	assert.Equal(t, "text/plain; charset=utf-8|Welcome, <b>Ada</b> & \"co\" Bcc: x@evil", parts["subject"])
 	assert.Contains(t, parts["html"], "<p>Hello &lt;b&gt;Ada&lt;/b&gt; &amp; &#34;co&#34;")
 	assert.NotContains(t, parts["html"], "<b>")
 	assert.Contains(t, parts["html"], "Sent 2026-11-30")
