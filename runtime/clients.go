@@ -28,16 +28,16 @@ const protocol = 2
 const dialerRetries = 1
 
 // maxRedirects is -1, which go-redis v9.23.0 normalises to 0: one attempt
-// and no redirect loop. The Cluster loop (osscluster.go, process) re-sends a
-// command not only on MOVED/ASK/READONLY but also whenever shouldRetry says
-// so — EOF, non-dial network errors and read timeouts of non-blocking
-// commands — which would send a write that may already have been applied a
-// second time. go-redis offers no way to keep the redirect and drop the
-// network retry, so a MOVED/ASK reply surfaces as NOT_APPLIED (the server
-// did not execute it) and the slot map is reloaded in the background
-// (by go-redis on MOVED/ASK/READONLY, and by the runtime on every
-// topology-class failure: topology.go); the caller decides whether to
-// repeat.
+// and no redirect loop. The Cluster loop (osscluster.go, process and
+// processPipeline) re-sends a command not only on MOVED/ASK/READONLY but
+// also whenever shouldRetry says so — EOF, non-dial network errors and read
+// timeouts of non-blocking commands, LOADING, CLUSTERDOWN, TRYAGAIN — and a
+// pipeline re-sends every command of a node whose connection failed, which
+// would send a write that may already have been applied a second time.
+// go-redis offers no way to keep the redirect and drop the other resends, so
+// the runtime follows a MOVED/ASK reply itself, exactly once
+// (cluster_redirect.go), and reloads the slot map on every topology-class
+// failure (topology.go).
 const maxRedirects = -1
 
 func disabledMaint() *maintnotifications.Config {

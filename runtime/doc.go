@@ -18,6 +18,13 @@
 // lane every 250 ms (and go-redis reloads a map older than 10 s as a
 // backstop); it only refreshes the map — the failed call keeps its
 // certainty and is never sent again.
+// cluster_redirect.go follows a MOVED or ASK reply — which proves the node
+// did not run the command — exactly once, to the named node's client (ASKING
+// first for ASK; pipelines per target node, never MULTI/EXEC): the call's
+// certainty is the second node's outcome, and a timeout there stays
+// INDETERMINATE and is never resent. This is done in the hook chain, not by
+// go-redis MaxRedirects > 0, because go-redis spends the same redirect budget
+// on resending after connection errors and timeouts.
 // probe.go is the startup probe; operate.go the operator actions on the
 // program catalog; ops.go the typed single-key primitives (GET, SET PX,
 // UNLINK) that capabilities build on; pubsub.go the Pub/Sub facade (sharded

@@ -198,7 +198,14 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 				c.AddHook(dial)
 			}
 		}
-		client, err := newClient(dc, l, func(node *redis.Client) { install(node) })
+		var nodes *nodeRegistry // Cluster only: the node clients a redirect is followed to
+		if cluster {
+			nodes = newNodeRegistry()
+		}
+		client, err := newClient(dc, l, func(node *redis.Client) {
+			install(node)
+			nodes.add(node)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: deployment %s lane %s: %w", ErrConfig, dc.ID, l, err)
 		}
@@ -209,6 +216,8 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 			// go-redis error after routing, before admission refines it.
 			refresh = newSlotRefresher(dc.ID, l, cc, obs, rlog)
 			cc.AddHook(refreshHook{r: refresh})
+			// Innermost of all: follows one MOVED/ASK (cluster_redirect.go).
+			cc.AddHook(newRedirectHook(dc.ID, l, nodes, obs, r.log))
 		}
 		r.registry = append(r.registry, &registered{deployment: dc.ID, lane: l, client: client, refresh: refresh})
 		d.lanes[l] = &lane{name: l, client: client, guard: g, refresh: refresh}
