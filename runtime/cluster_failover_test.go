@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,46 +109,24 @@ func TestClusterFailoverRefreshesTheSlotMap(t *testing.T) {
 	lastOK := make([]atomic.Int64, len(keys)) // UnixNano of the key's latest APPLIED SET
 	var post atomic.Bool                      // set once the promoted replica's baseline is taken
 	var untyped atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var seq atomic.Int64
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := i % len(keys)
-				counted := post.Load()
-				err := c.Set(ctx, keys[k], seq.Add(1), time.Minute).Err()
-				o, typed := setOutcome(err)
-				if !typed {
-					untyped.Add(1)
-				}
-				tallies[keyShard[k]].all[o].Add(1)
-				if counted {
-					tallies[keyShard[k]].post[o].Add(1)
-				}
-				if o == certainty.Applied {
-					lastOK[k].Store(time.Now().UnixNano())
-				}
-				time.Sleep(time.Millisecond) // pacing: a steady load, not a busy loop of refused dials
-			}
-		}()
-	}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
+	halt := runWorkers(t, 4, func(i int) {
+		k := i % len(keys)
+		counted := post.Load()
+		err := c.Set(ctx, keys[k], seq.Add(1), time.Minute).Err()
+		o, typed := setOutcome(err)
+		if !typed {
+			untyped.Add(1)
 		}
-	}
-	t.Cleanup(halt)
+		tallies[keyShard[k]].all[o].Add(1)
+		if counted {
+			tallies[keyShard[k]].post[o].Add(1)
+		}
+		if o == certainty.Applied {
+			lastOK[k].Store(time.Now().UnixNano())
+		}
+		time.Sleep(time.Millisecond) // pacing: a steady load, not a busy loop of refused dials
+	})
 
 	servedSince := func(since time.Time) bool {
 		for k := range keys {

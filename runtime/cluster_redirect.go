@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/programs"
 )
 
 // This file owns how a Cluster lane client follows a -MOVED or -ASK reply.
@@ -42,6 +43,10 @@ import (
 //   - when that node client is gone (closed by go-redis's node GC, or never
 //     created) nothing is sent and the original MOVED/ASK is returned:
 //     NOT_APPLIED, the caller decides;
+//   - an EVALSHA the right node refuses with NOSCRIPT (it has not loaded
+//     that catalog program yet) gets the catalog's one recovery there: SCRIPT
+//     LOAD of the embedded source on that node, then one more send — NOSCRIPT
+//     also proves nothing ran;
 //   - pipelines: each command answered by MOVED/ASK is followed once, grouped
 //     by target node into one pipeline per node (ASKING before each ASK'd
 //     command, since ASKING covers only the next command); a MULTI/EXEC
@@ -152,15 +157,22 @@ type redirectHook struct {
 	deployment string
 	lane       policy.Lane
 	nodes      *nodeRegistry
-	obs        RedirectObserver // nil: nobody counts
+	scripts    map[string]string // lower-case SHA1 → source of the catalog's programs
+	obs        RedirectObserver  // nil: nobody counts
 	log        *slog.Logger
 }
 
 var _ redis.Hook = (*redirectHook)(nil)
 
-func newRedirectHook(deployment string, l policy.Lane, nodes *nodeRegistry, obs Observer, log *slog.Logger) *redirectHook {
+func newRedirectHook(deployment string, l policy.Lane, nodes *nodeRegistry, progs *programs.Catalog, obs Observer, log *slog.Logger) *redirectHook {
 	ro, _ := obs.(RedirectObserver)
-	return &redirectHook{deployment: deployment, lane: l, nodes: nodes, obs: ro, log: log}
+	h := &redirectHook{deployment: deployment, lane: l, nodes: nodes, obs: ro, log: log, scripts: map[string]string{}}
+	if progs != nil {
+		for _, p := range progs.Programs() {
+			h.scripts[strings.ToLower(p.SHA1())] = p.Source()
+		}
+	}
+	return h
 }
 
 func (h *redirectHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -176,27 +188,68 @@ func (h *redirectHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if node == nil {
 			return err
 		}
-		// Clear the first node's reply so the follow's outcome (including
-		// an error go-redis only sets on commands without one) is the
-		// command's own.
-		cmd.SetErr(nil)
-		var ferr error
-		if rd.ask {
-			pipe := node.Pipeline()
-			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
-			_ = pipe.Process(ctx, cmd)
-			_, _ = pipe.Exec(ctx)
-			ferr = cmd.Err()
-		} else {
-			ferr = node.Process(ctx, cmd)
-		}
+		ferr := send(ctx, node, rd, cmd)
 		if h.closed(rd, node, ferr) {
 			cmd.SetErr(err)
 			return err
 		}
 		h.followed(rd)
+		if src, ok := h.noScript(cmd, ferr); ok {
+			ferr = h.loadAndResend(ctx, node, rd, cmd, src, ferr)
+		}
 		return ferr
 	}
+}
+
+// send sends cmd once to node (after ASKING for an ASK redirect) and
+// returns its outcome. The first node's reply is cleared first so the
+// outcome — including an error go-redis only sets on commands without
+// one — is the command's own.
+func send(ctx context.Context, node *redis.Client, rd redirect, cmd redis.Cmder) error {
+	cmd.SetErr(nil)
+	if !rd.ask {
+		return node.Process(ctx, cmd)
+	}
+	pipe := node.Pipeline()
+	_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+	_ = pipe.Process(ctx, cmd)
+	_, _ = pipe.Exec(ctx)
+	return cmd.Err()
+}
+
+// noScript reports whether a followed EVALSHA of a catalog program was
+// refused with NOSCRIPT, and the program's source. The catalog's rule (an
+// exact NOSCRIPT ran nothing: SCRIPT LOAD and send once more) has to be
+// applied here, on the node the redirect named: the executor would load the
+// script where its slot map routes, which during a migration is the source
+// node, and the target would answer NOSCRIPT again.
+func (h *redirectHook) noScript(cmd redis.Cmder, err error) (string, bool) {
+	if err == nil || len(h.scripts) == 0 || cmd.Name() != "evalsha" {
+		return "", false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "NOSCRIPT") {
+		return "", false
+	}
+	args := cmd.Args()
+	if len(args) < 2 {
+		return "", false
+	}
+	sha, _ := args[1].(string)
+	src, ok := h.scripts[strings.ToLower(sha)]
+	return src, ok
+}
+
+// loadAndResend loads src on node and, when the server returns the SHA the
+// command names, sends the command once more; otherwise the NOSCRIPT
+// refusal stands.
+func (h *redirectHook) loadAndResend(ctx context.Context, node *redis.Client, rd redirect, cmd redis.Cmder, src string, refused error) error {
+	sha, err := node.ScriptLoad(ctx, src).Result()
+	if want, _ := cmd.Args()[1].(string); err != nil || !strings.EqualFold(sha, want) {
+		cmd.SetErr(refused)
+		return refused
+	}
+	return send(ctx, node, rd, cmd)
 }
 
 func (h *redirectHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

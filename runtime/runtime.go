@@ -217,7 +217,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 			refresh = newSlotRefresher(dc.ID, l, cc, obs, rlog)
 			cc.AddHook(refreshHook{r: refresh})
 			// Innermost of all: follows one MOVED/ASK (cluster_redirect.go).
-			cc.AddHook(newRedirectHook(dc.ID, l, nodes, obs, r.log))
+			cc.AddHook(newRedirectHook(dc.ID, l, nodes, progs, obs, r.log))
 		}
 		r.registry = append(r.registry, &registered{deployment: dc.ID, lane: l, client: client, refresh: refresh})
 		d.lanes[l] = &lane{name: l, client: client, guard: g, refresh: refresh}
