@@ -22,15 +22,17 @@ type Guard struct {
 	state State
 	epoch uint64
 	hwm   int64
+	cfg   config
 }
 
 // NewGuard returns an active Guard for epoch with the given high watermark
 // (0 for a fresh registration, or the persisted watermark on reload).
-func NewGuard(epoch uint64, highWatermark int64, mode Mode) (*Guard, error) {
+// WithObserver counts its decisions.
+func NewGuard(epoch uint64, highWatermark int64, mode Mode, opts ...Option) (*Guard, error) {
 	if err := checkRegistration(epoch, highWatermark, mode); err != nil {
 		return nil, err
 	}
-	return &Guard{mode: mode, state: Active, epoch: epoch, hwm: highWatermark}, nil
+	return &Guard{mode: mode, state: Active, epoch: epoch, hwm: highWatermark, cfg: configOf(opts)}, nil
 }
 
 func checkRegistration(epoch uint64, highWatermark int64, mode Mode) error {
@@ -59,7 +61,9 @@ func (g *Guard) Admit(tok Token) Outcome {
 	return o
 }
 
-func (g *Guard) decide(tok Token) Outcome { return decide(g.state, g.epoch, g.hwm, tok, g.mode) }
+func (g *Guard) decide(tok Token) Outcome {
+	return g.cfg.observed(decide(g.state, g.epoch, g.hwm, tok, g.mode))
+}
 
 // Do runs fn iff tok is admitted, holding the Guard for the whole call, and
 // advances the watermark only when fn returns nil: a failed or panicking fn

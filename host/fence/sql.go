@@ -108,13 +108,17 @@ type Store struct {
 	db   *sql.DB
 	d    Dialect
 	mode Mode
+	cfg  config
 
 	qSelect, qInsert, qActivate, qRetire, qReregister, qAbandon, qAdmit string
 }
 
 // NewStore returns a Store over db in dialect d. It does not touch the
-// database; see CreateTable.
-func NewStore(db *sql.DB, d Dialect, mode Mode) (*Store, error) {
+// database; see CreateTable. WithObserver counts its decisions: a token
+// the UPDATE admitted is reported Admitted (also an equal one in
+// Repeatable mode: telling Readmitted apart would cost a read), and the
+// decision is reported before the caller's transaction commits.
+func NewStore(db *sql.DB, d Dialect, mode Mode, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("fence: nil *sql.DB")
 	}
@@ -129,7 +133,7 @@ func NewStore(db *sql.DB, d Dialect, mode Mode) (*Store, error) {
 		cmp = "<"
 	}
 	return &Store{
-		db: db, d: d, mode: mode,
+		db: db, d: d, mode: mode, cfg: configOf(opts),
 		qSelect:     d.bind(`SELECT epoch, state, counter, digest FROM ` + Table + ` WHERE resource = ?`),
 		qInsert:     d.bind(`INSERT INTO ` + Table + ` (resource, epoch, state, counter, digest) VALUES (?, ?, 'PENDING', 0, ?) ON CONFLICT (resource) DO NOTHING`),
 		qActivate:   d.bind(`UPDATE ` + Table + ` SET state = 'ACTIVE' WHERE resource = ? AND state = 'PENDING' AND epoch = ? AND digest = ?`),
@@ -338,30 +342,41 @@ func (s *Store) Reregister(ctx context.Context, resource string, retiredEpoch ui
 // success the caller performs its protected write in tx and commits; the
 // watermark commits with it. See Store for the isolation requirements.
 func (s *Store) AdmitTx(ctx context.Context, tx *sql.Tx, resource string, tok Token) error {
+	o, err := s.admitTx(ctx, tx, resource, tok)
+	if o != 0 {
+		s.cfg.observed(o)
+	}
+	return err
+}
+
+// admitTx is AdmitTx without the Observer: the outcome (0 when no
+// decision was reached: a bad resource id, a database error) and the
+// error.
+func (s *Store) admitTx(ctx context.Context, tx *sql.Tx, resource string, tok Token) (Outcome, error) {
 	if err := checkResource(resource); err != nil {
-		return err
+		return 0, err
 	}
 	if tok.Validate() != nil {
-		return &RejectError{Resource: resource, Token: tok, Outcome: Invalid}
+		return Invalid, &RejectError{Resource: resource, Token: tok, Outcome: Invalid}
 	}
 	res, err := tx.ExecContext(ctx, s.qAdmit, tok.Counter, resource, int64(tok.Epoch), tok.Counter)
 	if err != nil {
-		return fmt.Errorf("fence: admit %v for %q: %w", tok, resource, err)
+		return 0, fmt.Errorf("fence: admit %v for %q: %w", tok, resource, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n == 1 {
-		return nil
+		return Admitted, nil
 	}
 	// Rejected. Read the row in the same transaction to say why.
 	reg, found, err := s.lookup(ctx, tx, resource)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !found {
-		return &RejectError{Resource: resource, Token: tok, Outcome: UnknownResource}
+		return UnknownResource, &RejectError{Resource: resource, Token: tok, Outcome: UnknownResource}
 	}
 	o := decide(reg.State, reg.Epoch, reg.HighWatermark, tok, s.mode)
 	if o.OK() {
@@ -370,7 +385,7 @@ func (s *Store) AdmitTx(ctx context.Context, tx *sql.Tx, resource string, tok To
 		// at the moment of the UPDATE the resource was not admitting.
 		o = NotActive
 	}
-	return &RejectError{Resource: resource, Token: tok, Outcome: o, State: reg.State, Watermark: reg.Watermark()}
+	return o, &RejectError{Resource: resource, Token: tok, Outcome: o, State: reg.State, Watermark: reg.Watermark()}
 }
 
 // Write runs the caller's protected write under tok in one transaction:
