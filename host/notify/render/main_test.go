@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +21,11 @@ import (
 var th *guesttest.Harness
 
 func TestMain(m *testing.M) {
+	// A fuzz worker runs only the fuzz targets, which need no guest:
+	// building three guests per worker would take its first half minute.
+	if slices.ContainsFunc(os.Args, func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
+		os.Exit(m.Run())
+	}
 	os.Exit(guesttest.Main(m, guesttest.Options{Root: "../../..", Race: raceEnabled, Set: func(h *guesttest.Harness) { th = h },
 		Guests: []guesttest.Guest{
 			{Name: "renderer", Pkg: "guests/renderer"},
@@ -74,3 +81,9 @@ func counter(t testing.TB, c prometheus.Counter) float64 {
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
 }
+
+// builtGuest is the wasm of a guest TestMain built.
+func builtGuest(name string) []byte { return th.Wasm(name) }
+
+// compileCache is the wazero cache TestMain warmed.
+func compileCache() string { return th.CacheDir }

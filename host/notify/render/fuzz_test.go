@@ -1,0 +1,143 @@
+package render
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/csv"
+	"errors"
+	"html"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/caphost/caphost/abi"
+)
+
+// FuzzVerify drives the output validator with arbitrary guest answers (a
+// channel, three parts and one parameter value). It never panics, every
+// refusal is an *OutputError, and whatever it accepts satisfies, checked
+// here independently of verify.go: the channel's exact parts, bounds,
+// valid UTF-8, no CR anywhere, nothing but printable text in the subject,
+// no bidi control, the parameter's markup not raw in an HTML or Slack
+// part, and CSV that parses without a formula-like field.
+func FuzzVerify(f *testing.F) {
+	f.Add(uint8(0), "Welcome, Ada", "Hello Ada\n", "<p>Hello &lt;Ada&gt;</p>", "<Ada>")
+	f.Add(uint8(0), "Hi\r\nBcc: x", "t", "<p><script>", "<script>")
+	f.Add(uint8(1), "body\tline\n", "", "", "x")
+	f.Add(uint8(2), "*hi* &lt;!channel&gt;", "", "", "<!channel>")
+	f.Add(uint8(3), "a,b\n'=1,\"x\"\"y\"\n", "", "", "=1")
+	f.Add(uint8(3), "a,b\n=1,2\n", "", "", "")
+	f.Add(uint8(1), "\u202eevil", "", "", "")
+	f.Fuzz(func(t *testing.T, ch uint8, a, b, c, param string) {
+		channel := Channels()[int(ch)%len(Channels())]
+		rules := channelParts(channel)
+		bodies := []string{a, b, c}
+		var parts []abi.MessagePart
+		for i, r := range rules {
+			parts = append(parts, abi.MessagePart{Name: r.name, ContentType: r.contentType, Body: []byte(bodies[i])})
+		}
+		if ch >= 128 && len(parts) > 1 { // also: a part left out
+			parts = parts[1:]
+		}
+		params := []abi.Attr{{Name: "p", Value: param}}
+		lim := Limits{PartBytes: 512, TotalBytes: 1024, SubjectBytes: 64}
+		err := Verify(channel, params, parts, lim)
+		if err != nil {
+			var oe *OutputError
+			if !errors.As(err, &oe) {
+				t.Fatalf("error %v is not an *OutputError", err)
+			}
+			return
+		}
+		total := 0
+		for i, p := range parts {
+			body := string(p.Body)
+			total += len(body)
+			r := rules[i]
+			if ch >= 128 && len(rules) > 1 {
+				r = rules[i+1]
+			}
+			switch {
+			case p.Name != r.name || p.ContentType != r.contentType:
+				t.Fatalf("part %d %q accepted for %s", i, p.Name, channel)
+			case body == "" || len(body) > lim.PartBytes || !utf8.ValidString(body):
+				t.Fatalf("part %d: empty, oversize or not UTF-8 accepted", i)
+			case strings.ContainsAny(body, "\r\x00\x7f\u0085\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"):
+				t.Fatalf("part %d: CR, NUL, DEL, NEL or bidi control accepted: %q", i, body)
+			}
+			if r.kind == kindHeader {
+				if len(body) > lim.SubjectBytes || strings.ContainsAny(body, "\n\t\u2028\u2029") {
+					t.Fatalf("subject %q accepted", body)
+				}
+				for _, c := range body {
+					if c < 0x20 {
+						t.Fatalf("control in subject %q accepted", body)
+					}
+				}
+			}
+			if strings.ContainsAny(param, `<>`) {
+				switch {
+				case r.kind == kindHTML && html.EscapeString(param) != param && strings.Contains(body, param):
+					t.Fatalf("raw parameter %q in HTML %q accepted", param, body)
+				case r.kind == kindSlack && strings.Contains(body, param):
+					t.Fatalf("raw parameter %q in Slack %q accepted", param, body)
+				}
+			}
+			if r.kind == kindCSV {
+				recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+				if err != nil {
+					t.Fatalf("unparsable CSV %q accepted", body)
+				}
+				for _, rec := range recs {
+					for _, f := range rec {
+						if f != "" && strings.ContainsRune("=+-@\t\r", rune(f[0])) {
+							t.Fatalf("formula field %q accepted", f)
+						}
+					}
+				}
+			}
+		}
+		if total > lim.TotalBytes {
+			t.Fatalf("total %d accepted", total)
+		}
+	})
+}
+
+// FuzzResultDecode: stored plans are untrusted bytes (a store can be
+// damaged or written by someone else). The fuzzer's input is sealed with
+// its digest before decoding, so mutations reach the field decoders
+// rather than stopping at the digest (TestResultDecodeRefuses covers a
+// wrong digest). Decoding never panics, refusals are ErrCorruptResult,
+// and what is accepted re-encodes to the same bytes.
+func FuzzResultDecode(f *testing.F) {
+	unsealed := func(r *Result) []byte {
+		b, err := r.MarshalBinary()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b[:len(b)-sha256.Size]
+	}
+	f.Add(unsealed(goldenResult()))
+	f.Add(unsealed(&Result{Module: "m", Template: "t", Version: 1, RequestedLocale: "en", Locale: "en", Channel: Text,
+		Now: testNow, Parts: []Part{{Name: "body", ContentType: ctPlain, Body: []byte("hi\n")}}}))
+	f.Add(unsealed(&Result{Module: "m", Template: "t", Version: 1, RequestedLocale: "en", Locale: "en", Channel: CSV,
+		Now: testNow, Parts: []Part{{Name: "csv", ContentType: ctCSV, Body: []byte("a,'=b\n")}}}))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		sum := sha256.Sum256(body)
+		b := append(bytes.Clone(body), sum[:]...)
+		var r Result
+		if err := r.UnmarshalBinary(b); err != nil {
+			if !errors.Is(err, ErrCorruptResult) {
+				t.Fatalf("error %v is not ErrCorruptResult", err)
+			}
+			return
+		}
+		again, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatalf("accepted result does not encode: %v", err)
+		}
+		if !bytes.Equal(again, b) {
+			t.Fatalf("decode/encode not canonical:\n in %x\nout %x", b, again)
+		}
+	})
+}
