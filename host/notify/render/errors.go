@@ -128,7 +128,14 @@ func (e *OutputError) Error() string {
 			where += " (" + e.PartName + ")"
 		}
 	}
-	return fmt.Sprintf("render: module %s template %s channel %s: %s: %s", e.Module, e.Template, e.Channel, where, e.Rule)
+	who := "render: "
+	if e.Module != "" {
+		who += "module " + e.Module + " "
+	}
+	if e.Template != "" {
+		who += "template " + e.Template + " "
+	}
+	return fmt.Sprintf("%schannel %s: %s: %s", who, e.Channel, where, e.Rule)
 }
 
 // Is matches ErrInvalidOutput.

@@ -41,8 +41,8 @@ func (c Channel) Valid() bool { return slices.Contains(Channels(), c) }
 // text; the constructors give each Go type one canonical text form, so
 // the same intent always renders the same bytes.
 type Param struct {
-	Name  string
-	Value string
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // String is a text parameter.
