@@ -1,0 +1,31 @@
+// Package rlsconfig owns the static descriptor mapping of caphost's Envoy
+// rate-limit service: it reads envoyproxy/ratelimit's own YAML
+// configuration format (one domain per file, nested descriptors with key
+// and optional value, `*` wildcards in values, rate_limit with unit and
+// requests_per_unit, unlimited, shadow_mode, detailed_metric, name) strictly,
+// and matches a request's descriptor to the rule that governs it with the
+// same "most specific match" semantics as envoyproxy/ratelimit:
+//
+//   - at each level, the entry whose key and value both equal the request
+//     entry's wins; then the first (in file order) entry whose value is a
+//     `*` pattern matching the request value; then the value-less entry of
+//     that key, which matches any value;
+//   - a rule applies only when the request has exactly as many entries as
+//     the rule is deep: a request deeper or shallower than the rule has no
+//     limit.
+//
+// Decoding is strict where envoyproxy/ratelimit is lax: unknown fields,
+// duplicate mapping keys, duplicate descriptors at one level, invalid
+// units, anchors and aliases, wrong scalar types and invalid UTF-8 are
+// errors, every one reported with its file, path and line. Fields caphost
+// cannot act on (replaces, quota_mode, share_threshold, value_to_metric,
+// metadata) and units longer than caphost's longest window (year) are
+// rejected rather than ignored. Two deliberate differences: matching
+// compares (key, value) pairs, never the joined "key_value" string
+// envoyproxy/ratelimit builds (so key "a_b" with value "c" never matches
+// key "a" with value "b_c"), and a key may not contain `*` (upstream would
+// treat such a key as a pattern over joined strings).
+//
+// detailed_metric is accepted and recorded but changes no metric: caphost
+// never puts descriptor values into metric labels (bounded cardinality).
+package rlsconfig
