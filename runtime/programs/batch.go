@@ -12,13 +12,13 @@ import (
 	"github.com/caphost/caphost/runtime/keys"
 )
 
-// Batcher sends token-bucket evaluations (TokenBucketPlan calls) that
-// arrive while the script lane is busy as one pipeline ("natural
-// batching"). A call goes out at once, alone, while fewer than maxFlights
+// Batcher sends rate evaluations (RatePlan calls of any lean rate program)
+// that arrive while the script lane is busy as one pipeline ("natural
+// batching"); one pipeline may mix programs and policies. A call goes out at once, alone, while fewer than maxFlights
 // sends of this Batcher are in flight; otherwise it queues, and when a send
 // completes, the queued calls (at most maxBatch) go out together, sent by
 // the first of them. Nothing ever waits for a timer or for more calls, so a
-// lone caller's latency is that of RateTokenBucketPlan; under load the
+// lone caller's latency is that of Executor.RatePlan; under load the
 // client and the server pay one write, one read and one lane turn per batch
 // instead of per call.
 //
@@ -40,7 +40,6 @@ import (
 // A Batcher is safe for concurrent use. Its only state is the queue.
 type Batcher struct {
 	e          *Executor
-	fp         *fastProgram
 	maxFlights int
 	maxBatch   int
 
@@ -52,6 +51,7 @@ type Batcher struct {
 
 // batchCall is one queued evaluation.
 type batchCall struct {
+	fp   *fastProgram
 	args []any
 	r    reply
 	err  error
@@ -65,38 +65,44 @@ type batchCall struct {
 // NewBatcher returns a Batcher over e with at most maxFlights concurrent
 // sends and at most maxBatch calls per pipeline (both at least 1).
 func (e *Executor) NewBatcher(maxFlights, maxBatch int) *Batcher {
-	b := &Batcher{e: e, fp: e.tokenBucket, maxFlights: max(1, maxFlights), maxBatch: max(1, maxBatch)}
+	b := &Batcher{e: e, maxFlights: max(1, maxFlights), maxBatch: max(1, maxBatch)}
 	b.calls.New = func() any { return &batchCall{wake: make(chan struct{}, 1)} }
 	return b
 }
 
-// RateTokenBucketPlan is Executor.RateTokenBucketPlan, batched.
-func (b *Batcher) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) (RateResult, error) {
-	args, err := b.e.tokenBucketArgs(state, dedup, plan, costScaled, evaluationID)
+// RatePlan is Executor.RatePlan, batched.
+func (b *Batcher) RatePlan(ctx context.Context, state, dedup keys.Key, plan *RatePlan, cost int64, evaluationID string) (RateResult, error) {
+	fp, args, err := b.e.planArgs(state, dedup, plan, cost, evaluationID)
 	if err != nil {
 		return RateResult{}, err
 	}
-	r, err := b.do(ctx, args)
+	r, err := b.do(ctx, fp, args)
 	if err != nil {
 		return RateResult{}, err
 	}
 	return rateResult(&r), nil
 }
 
-func (b *Batcher) do(ctx context.Context, args []any) (reply, error) {
+// RateTokenBucketPlan is RatePlan (kept for callers of the token-bucket
+// name).
+func (b *Batcher) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) (RateResult, error) {
+	return b.RatePlan(ctx, state, dedup, plan, costScaled, evaluationID)
+}
+
+func (b *Batcher) do(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
 	b.mu.Lock()
 	if b.flights < b.maxFlights {
 		b.flights++
 		b.mu.Unlock()
 		defer b.next()
-		return b.e.runInts(ctx, b.fp, args)
+		return b.e.runInts(ctx, fp, args)
 	}
 	if len(b.queue) >= b.maxFlights*b.maxBatch {
 		b.mu.Unlock()
-		return b.e.runInts(ctx, b.fp, args) // alone, under the lane's bound
+		return b.e.runInts(ctx, fp, args) // alone, under the lane's bound
 	}
 	c := b.calls.Get().(*batchCall)
-	c.args = args
+	c.fp, c.args = fp, args
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 
@@ -109,7 +115,7 @@ func (b *Batcher) do(ctx context.Context, args []any) (reply, error) {
 			b.mu.Unlock()
 			b.recycle(c)
 			// Like a call that gave up waiting for a lane slot.
-			return reply{}, b.ctxError(ctx, certainty.OverloadedBeforeSend)
+			return reply{}, ctxError(ctx, fp, certainty.OverloadedBeforeSend)
 		}
 		lead := c.batch != nil
 		b.mu.Unlock()
@@ -122,7 +128,7 @@ func (b *Batcher) do(ctx context.Context, args []any) (reply, error) {
 		default:
 			// In a batch sent by another call: stop waiting. The sender
 			// still delivers to c, which is then left to the GC.
-			return reply{}, b.ctxError(ctx, certainty.Indeterminate)
+			return reply{}, ctxError(ctx, fp, certainty.Indeterminate)
 		}
 	}
 	if c.batch != nil {
@@ -181,9 +187,9 @@ func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 		err := cmd.Err()
 		if err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
 			// An exact NOSCRIPT ran nothing: load and send this call alone.
-			c.r, c.err = b.e.runInts(sctx, b.fp, c.args)
+			c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
 		} else {
-			c.r, c.err = b.e.decodeIntsCmd(b.fp, cmd, err)
+			c.r, c.err = b.e.decodeIntsCmd(c.fp, cmd, err)
 		}
 		if i > 0 {
 			c.wake <- struct{}{}
@@ -210,10 +216,10 @@ func (b *Batcher) recycle(c *batchCall) {
 
 // ctxError reports a call that ended with its context: o says whether it
 // can have been sent.
-func (b *Batcher) ctxError(ctx context.Context, o certainty.Outcome) error {
+func ctxError(ctx context.Context, fp *fastProgram, o certainty.Outcome) error {
 	code := "batch-canceled"
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = "batch-deadline"
 	}
-	return &Error{Program: b.fp.program.spec.ID, Err: &certainty.Error{Outcome: o, Op: "batch", Code: code, Cause: ctx.Err()}}
+	return &Error{Program: fp.program.spec.ID, Err: &certainty.Error{Outcome: o, Op: "batch", Code: code, Cause: ctx.Err()}}
 }

@@ -512,3 +512,89 @@ func TestBatcherFullQueueSendsAlone(t *testing.T) {
 	_, pipes := g.take()
 	assert.Equal(t, []int{1}, pipes, "the queued call left as a batch of one")
 }
+
+// One pipeline may carry calls of every lean rate program: each is its own
+// EVALSHA/FCALL of its own program, decoded on its own, and every decision
+// is exact.
+func TestBatcherMixesPrograms(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	g := &gate{}
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			cat := mustCatalog(t)
+			require.NoError(t, Deploy(ctx, cat, s.Admin()))
+			e, err := NewExecutor(cat, mode, gatedClient(t, s, g))
+			require.NoError(t, err)
+			b := e.NewBatcher(1, 64)
+			bld := testBuilder(t)
+			opts := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}
+			const limit = 100
+			month := 30 * 24 * time.Hour
+			type side struct {
+				name string
+				plan *RatePlan
+				kind string
+				unit int64
+			}
+			sides := []side{
+				{"token-bucket", bucketPlan(limit), "bucket", RateScale},
+				{"fixed-window", NewFixedWindowPlan(FixedWindowRequest{Limit: limit, Cost: 1, Window: month, RateOptions: opts}), "window", 1},
+				{"sliding-counter", NewSlidingCounterPlan(SlidingCounterRequest{Limit: limit, Cost: 1, Window: month, RateOptions: opts}), "window", 1},
+				{"gcra", NewGCRAPlan(GCRARequest{Limit: limit, Period: month, Cost: 1, RateOptions: opts}), "bucket", 1},
+			}
+			// Warm every program (loads the scripts) before holding the lane.
+			stateOf := map[string]keys.Key{}
+			for _, sd := range sides {
+				st, _ := rateKeys(t, bld, "mix-"+string(mode)+"-"+sd.name, sd.kind)
+				stateOf[sd.name] = st
+				r, err := b.RatePlan(ctx, st, keys.Key{}, sd.plan, sd.unit, "")
+				require.NoError(t, err)
+				require.Equal(t, RateAllowed, r.Status, sd.name)
+			}
+			g.take()
+
+			release, paused := g.holdNextCommand()
+			first := goCall(ctx, b, stateOf["token-bucket"], sides[0].plan)
+			<-paused
+			const perSide = 5
+			results := map[string][]<-chan callResult{}
+			for range perSide {
+				for _, sd := range sides {
+					ch := make(chan callResult, 1)
+					go func() {
+						r, err := b.RatePlan(ctx, stateOf[sd.name], keys.Key{}, sd.plan, sd.unit, "")
+						ch <- callResult{r, err}
+					}()
+					results[sd.name] = append(results[sd.name], ch)
+				}
+			}
+			waitQueued(t, b, perSide*len(sides))
+			release()
+			require.NoError(t, (<-first).err)
+			for _, sd := range sides {
+				var remaining []int
+				for _, ch := range results[sd.name] {
+					res := <-ch
+					require.NoError(t, res.err, sd.name)
+					require.Equal(t, RateAllowed, res.r.Status, sd.name)
+					remaining = append(remaining, int(res.r.Remaining/sd.unit))
+				}
+				sort.Ints(remaining)
+				// Each side had one warm-up call (the bucket two: the held
+				// one too), then exactly one unit per call.
+				top := limit - 2
+				if sd.name == "token-bucket" {
+					top = limit - 3
+				}
+				want := make([]int, perSide)
+				for i := range want {
+					want[i] = top - perSide + 1 + i
+				}
+				assert.Equal(t, want, remaining, sd.name)
+			}
+			_, pipes := g.take()
+			assert.Equal(t, []int{perSide * len(sides)}, pipes, "the queued calls of four programs went out as one pipeline")
+		})
+	}
+}

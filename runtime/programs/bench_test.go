@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/internal/redistest"
@@ -324,4 +325,91 @@ func BenchmarkIdempotency(b *testing.B) {
 			{"inspect", true, reset(IdemStateExecuting), func(int) error { _, err := e.IdempotencyInspect(ctx, k, inspectOf(claim)); return err }},
 		})
 	}
+}
+
+// BenchmarkRateServerTime reports the server's time per rate decision
+// (INFO commandstats usec per EVALSHA or FCALL) of every rate program an
+// Executor facade runs, v1 beside its lean v2, each admitting (limits far
+// above the load, dedup off: the limiter's default), on one key, both
+// modes; and, as the floor a plain client pays for a fixed window, INCRBY +
+// PEXPIRE pipelined (the two commands' usec per call summed). Run with
+// -benchtime 20000x or more: usec_per_call is an average.
+func BenchmarkRateServerTime(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	require.NoError(b, Deploy(ctx, cat, s.Admin()))
+	client := standaloneClient(b, s)
+	bld := testBuilder(b)
+	plain := rateBenchKey(b, bld, "plain", "window", 1)
+
+	b.Run("plain/incrby+pexpire", func(b *testing.B) {
+		require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.IncrBy(ctx, plain.Redis(), 1)
+				p.PExpire(ctx, plain.Redis(), time.Minute)
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(s.MicrosPerCall(b, "incrby")+s.MicrosPerCall(b, "pexpire"), "server-µs/op")
+	})
+
+	const big = 1_000_000_000
+	opts := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second, DedupMaxEntries: 1, EvaluationID: []byte("-")}
+	lean := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}
+	month := 30 * 24 * time.Hour
+	tb := TokenBucketRequest{CapacityScaled: big * RateScale / 1000, RefillScaled: big * RateScale / 1000, RefillPeriod: time.Second, CostScaled: RateScale}
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		e, err := NewExecutor(cat, mode, client)
+		require.NoError(b, err)
+		key := func(name, kind string, kv int) keys.Key { return rateBenchKey(b, bld, string(mode)+name, kind, kv) }
+		fw1, fw2 := key("fw1", "window", 1), key("fw2", "window", 2)
+		sc1, sc2 := key("sc1", "window", 1), key("sc2", "window", 2)
+		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
+		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
+		dd := key("dedup", "window", 1) // v1 takes it; dedup off, never touched
+		tb1req, tb2req := tb, tb
+		tb1req.RateOptions, tb2req.RateOptions = opts, lean
+		decide := func(r RateResult, err error) error {
+			if err == nil && r.Status != RateAllowed {
+				err = fmt.Errorf("status %s", r.Status)
+			}
+			return err
+		}
+		nop := func(*testing.B) {}
+		runBenchCases(b, s, mode, []benchCase{
+			{"fixed-window-v1", false, nop, func(int) error {
+				return decide(e.RateFixedWindow(ctx, fw1, dd, FixedWindowRequest{Limit: big, Cost: 1, Window: month, RateOptions: opts}))
+			}},
+			{"fixed-window-v2", false, nop, func(int) error {
+				return decide(e.RateFixedWindowV2(ctx, fw2, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: month, RateOptions: lean}))
+			}},
+			{"sliding-counter-v1", false, nop, func(int) error {
+				return decide(e.RateSlidingCounter(ctx, sc1, dd, SlidingCounterRequest{Limit: big, Cost: 1, Window: month, RateOptions: opts}))
+			}},
+			{"sliding-counter-v2", false, nop, func(int) error {
+				return decide(e.RateSlidingCounterV2(ctx, sc2, keys.Key{}, SlidingCounterRequest{Limit: big, Cost: 1, Window: month, RateOptions: lean}))
+			}},
+			{"gcra-v1", false, nop, func(int) error {
+				return decide(e.RateGCRA(ctx, gc1, dd, GCRARequest{Limit: big, Period: time.Second, Cost: 1, RateOptions: opts}))
+			}},
+			{"gcra-v2", false, nop, func(int) error {
+				return decide(e.RateGCRAV2(ctx, gc2, keys.Key{}, GCRARequest{Limit: big, Period: time.Second, Cost: 1, RateOptions: lean}))
+			}},
+			{"token-bucket-v1", false, nop, func(int) error { return decide(e.RateTokenBucket(ctx, tb1, dd, tb1req)) }},
+			{"token-bucket-v2", false, nop, func(int) error { return decide(e.RateTokenBucketV2(ctx, tb2, keys.Key{}, tb2req)) }},
+		})
+	}
+}
+
+// rateBenchKey is one rate key of kind under key version kv.
+func rateBenchKey(b *testing.B, bld *keys.Builder, tag, kind string, kv int) keys.Key {
+	ks, err := bld.Group(keys.Spec{Capability: keys.CapRate, Region: "bench-r1", KeyVersion: kv, Parts: [][]byte{[]byte(tag)}}, kind, "dedup")
+	require.NoError(b, err)
+	return ks[0]
 }

@@ -48,9 +48,11 @@
 // key lives lease + retention while in progress, so an expired execution is
 // found and fails closed (RECOVERY_REQUIRED), never taken over.
 //
-// A Batcher sends token-bucket calls (rate-token-bucket-v2) that arrive
-// while the script lane is busy as one pipeline, each call keeping its own
-// atomicity, reply and certainty.
+// The lean rate programs (rate-token-bucket-v2, rate-fixed-window-v2,
+// rate-sliding-counter-v2, rate-gcra-v2) decide as their v1 over one string
+// state in fewer Redis calls; a RatePlan renders one policy's call once. A
+// Batcher sends plan calls that arrive while the script lane is busy as one
+// pipeline, each call keeping its own atomicity, reply and certainty.
 //
 // Callers never name a program, pass KEYS or see numeric statuses: facades
 // take keys.Key values and typed arguments and return typed results whose

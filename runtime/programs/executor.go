@@ -18,8 +18,9 @@ type Executor struct {
 	cat    *Catalog
 	mode   policy.ProgramMode
 	client redis.UniversalClient
-	// tokenBucket is rate-token-bucket-v2 prepared for the plan path.
-	tokenBucket *fastProgram
+	// plans are the RatePlan programs prepared for the plan path, by
+	// planProgram (nil: not in the catalog).
+	plans [planPrograms]*fastProgram
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -35,7 +36,9 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 		return nil, fmt.Errorf("%w: %q", ErrMode, mode)
 	}
 	e := &Executor{cat: c, mode: mode, client: script}
-	e.tokenBucket = e.prepare(tokenBucketV2)
+	for i, id := range planProgramIDs {
+		e.plans[i] = e.prepare(id)
+	}
 	return e, nil
 }
 

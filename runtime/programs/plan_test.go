@@ -44,3 +44,19 @@ func TestTokenBucketPlanArgv(t *testing.T) {
 		assert.Equal(t, plan.argv, NewTokenBucketPlan(req).argv, name)
 	}
 }
+
+// TestRatePlanArgv: the window and GCRA plans put the cost where their
+// program reads it and the dedup tail only with dedup.
+func TestRatePlanArgv(t *testing.T) {
+	opts := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: 2 * time.Second}
+	fw := NewFixedWindowPlan(FixedWindowRequest{Limit: 10, Cost: 1, Window: time.Minute, RateOptions: opts})
+	assert.Equal(t, []any{"r1", "10", "1", "60000", "1000", "2000"}, fw.appendArgv(nil, 1, "ignored"))
+	assert.Equal(t, []any{"r1", "10", "7", "60000", "1000", "2000"}, fw.appendArgv(nil, 7, "ignored"))
+	assert.Equal(t, []any{"r1", "10", "1", "60000", "1000", "2000"}, fw.argv, "a call never writes into the plan")
+	opts.DedupTTL, opts.DedupMaxEntries = 3*time.Second, 16
+	g := NewGCRAPlan(GCRARequest{Limit: 10, Period: time.Minute, Cost: 1, RateOptions: opts})
+	assert.Equal(t, []any{"r1", "10", "60000", "4", "1000", "2000", "3000", "16", "id"}, g.appendArgv(nil, 4, "id"))
+	sc := NewSlidingCounterPlan(SlidingCounterRequest{Limit: 10, Cost: 2, Window: time.Second, RateOptions: opts})
+	assert.Equal(t, "rate-sliding-counter-v2", sc.Program())
+	assert.Equal(t, []any{"r1", "10", "2", "1000", "1000", "2000", "3000", "16", "e"}, sc.appendArgv(nil, 2, "e"))
+}

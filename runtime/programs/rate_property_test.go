@@ -60,19 +60,25 @@ func readString(ctx context.Context, admin redis.UniversalClient, key string) (m
 }
 
 func shiftString(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+	return shiftStringField(ctx, admin, key, 2, ms)
+}
+
+// shiftStringField moves the ts field (field index i, counting from 0, of
+// a ':'-separated string state) ms ahead.
+func shiftStringField(ctx context.Context, admin redis.UniversalClient, key string, i int, ms int64) error {
 	v, err := admin.Get(ctx, key).Result()
 	if err != nil {
 		return err
 	}
-	parts := strings.SplitN(v, ":", 4)
-	if len(parts) != 4 {
+	parts := strings.SplitN(v, ":", i+2)
+	if len(parts) != i+2 {
 		return fmt.Errorf("malformed state %q", v)
 	}
-	ts, err := strconv.ParseInt(parts[2], 10, 64)
+	ts, err := strconv.ParseInt(parts[i], 10, 64)
 	if err != nil {
 		return err
 	}
-	parts[2] = strconv.FormatInt(ts+ms, 10)
+	parts[i] = strconv.FormatInt(ts+ms, 10)
 	return admin.Set(ctx, key, strings.Join(parts, ":"), redis.KeepTTL).Err()
 }
 
@@ -242,6 +248,137 @@ func newRateAlgos(seed uint64) []rateAlgo {
 		// The same program with dedup off: one key, seven arguments, no
 		// dedup record; every decision and the state still match.
 		tokenBucketV2Algo("token-bucket-v2-nodedup", &tb2n, &rateref.Dedup{}, capacity, refill, period, true),
+		fixedWindowV2Algo("fixed-window-v2", limit, window, false),
+		fixedWindowV2Algo("fixed-window-v2-nodedup", limit, window, true),
+		slidingCounterV2Algo("sliding-counter-v2", limit, window, false),
+		slidingCounterV2Algo("sliding-counter-v2-nodedup", limit, window, true),
+		gcraV2Algo("gcra-v2", gcraLimit, gcraPeriod, false),
+		gcraV2Algo("gcra-v2-nodedup", gcraLimit, gcraPeriod, true),
+	}
+}
+
+// leanOptions drops the dedup options (and key) of a no-dedup stream.
+func leanOptions(o RateOptions, dd keys.Key, noDedup bool) (RateOptions, keys.Key) {
+	if noDedup {
+		return RateOptions{PolicyRevision: o.PolicyRevision, MaxClockStep: o.MaxClockStep, CleanupGrace: o.CleanupGrace}, keys.Key{}
+	}
+	return o, dd
+}
+
+// leanCommon is c for the reference: with dedup off it must not remember
+// (it still validates the unused id and bound).
+func leanCommon(c rateref.Common, noDedup bool) rateref.Common {
+	if noDedup {
+		c.DedupTTLMillis = 0
+	}
+	return c
+}
+
+// fixedWindowV2Algo drives rate-fixed-window-v2 against
+// rateref.FixedWindow (v1's formulas) over its string state
+// 'f1:<used>:<ts>:<rev>'. v2 stores no window id: it is floor(ts/window),
+// which the reference keeps as an invariant, so a shifted observation
+// moves the reference's window with it, exactly as the stored string does.
+func fixedWindowV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	var (
+		fw    rateref.FixedWindowState
+		dedup = &rateref.Dedup{}
+	)
+	return rateAlgo{
+		name: name, kind: "window", noDedup: noDedup,
+		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+			p := rateref.FixedWindowParams{Limit: limit, Cost: 1 + r.Int64N(limit), WindowMillis: window}
+			if r.IntN(3) > 0 {
+				p.Cost = 1
+			}
+			o, dd = leanOptions(o, dd, noDedup)
+			res, err := e.RateFixedWindowV2(ctx, st, dd, FixedWindowRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
+			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+				return rateref.FixedWindow(&fw, dedup, now, p, leanCommon(c, noDedup))
+			}, err
+		},
+		stored: func() map[string]string {
+			if !fw.Present {
+				return map[string]string{}
+			}
+			return map[string]string{"value": "f1:" + itoa(fw.Used) + ":" + itoa(fw.Observed) + ":r1"}
+		},
+		shift: func(ms int64) bool {
+			fw.Observed += ms
+			fw.WindowID = fw.Observed / window
+			return fw.Present
+		},
+		read: readString, redisShift: shiftString,
+	}
+}
+
+// slidingCounterV2Algo drives rate-sliding-counter-v2 against
+// rateref.SlidingCounter over 's1:<cur>:<prev>:<ts>:<rev>' (window id as
+// for fixedWindowV2Algo).
+func slidingCounterV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	var (
+		sc    rateref.SlidingCounterState
+		dedup = &rateref.Dedup{}
+	)
+	return rateAlgo{
+		name: name, kind: "window", noDedup: noDedup,
+		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+			p := rateref.SlidingCounterParams{Limit: limit, Cost: 1 + r.Int64N(limit), WindowMillis: window}
+			if r.IntN(3) > 0 {
+				p.Cost = 1
+			}
+			o, dd = leanOptions(o, dd, noDedup)
+			res, err := e.RateSlidingCounterV2(ctx, st, dd, SlidingCounterRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
+			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+				return rateref.SlidingCounter(&sc, dedup, now, p, leanCommon(c, noDedup))
+			}, err
+		},
+		stored: func() map[string]string {
+			if !sc.Present {
+				return map[string]string{}
+			}
+			return map[string]string{"value": "s1:" + itoa(sc.Current) + ":" + itoa(sc.Previous) + ":" + itoa(sc.Observed) + ":r1"}
+		},
+		shift: func(ms int64) bool {
+			sc.Observed += ms
+			sc.WindowID = sc.Observed / window
+			return sc.Present
+		},
+		read: readString,
+		redisShift: func(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+			return shiftStringField(ctx, admin, key, 3, ms)
+		},
+	}
+}
+
+// gcraV2Algo drives rate-gcra-v2 against rateref.GCRA over
+// 'g1:<tat>:<ts>:<rev>'.
+func gcraV2Algo(name string, limit, period int64, noDedup bool) rateAlgo {
+	var (
+		gc    rateref.GCRAState
+		dedup = &rateref.Dedup{}
+	)
+	return rateAlgo{
+		name: name, kind: "bucket", noDedup: noDedup,
+		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, r *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+			p := rateref.GCRAParams{Limit: limit, PeriodMillis: period, Cost: 1 + r.Int64N(limit)}
+			if r.IntN(3) > 0 {
+				p.Cost = 1
+			}
+			o, dd = leanOptions(o, dd, noDedup)
+			res, err := e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: p.Limit, Period: time.Duration(p.PeriodMillis) * time.Millisecond, Cost: p.Cost, RateOptions: o})
+			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+				return rateref.GCRA(&gc, dedup, now, p, leanCommon(c, noDedup))
+			}, err
+		},
+		stored: func() map[string]string {
+			if !gc.Present {
+				return map[string]string{}
+			}
+			return map[string]string{"value": "g1:" + itoa(gc.TATMicros) + ":" + itoa(gc.Observed) + ":r1"}
+		},
+		shift: func(ms int64) bool { gc.Observed += ms; return gc.Present },
+		read:  readString, redisShift: shiftString,
 	}
 }
 
@@ -395,8 +532,8 @@ func freshRateAlgo(t *testing.T, seed uint64, name string) rateAlgo {
 
 // TestRateConcurrencyExactAdmission hammers one subject from many
 // goroutines: the program's atomicity admits exactly the limit, never more
-// and never less, for the fixed window and the token buckets (v2 with and
-// without dedup).
+// and never less, for the fixed window, the token buckets and the lean v2
+// programs (with and without dedup).
 func TestRateConcurrencyExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	user, pass := s.AdminUser()
@@ -435,6 +572,23 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 				CostScaled: RateScale, RateOptions: opts(id),
 			})
 		},
+		"fixed-window-v2": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateFixedWindowV2(ctx, st, dd, FixedWindowRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
+		},
+		"fixed-window-v2-nodedup": func(st, _ keys.Key, _ string) (RateResult, error) {
+			return e.RateFixedWindowV2(ctx, st, keys.Key{}, FixedWindowRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour,
+				RateOptions: RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}})
+		},
+		// A 30-day window: the previous window is empty, so the sliding
+		// counter admits exactly the limit too.
+		"sliding-counter-v2": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateSlidingCounterV2(ctx, st, dd, SlidingCounterRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
+		},
+		// 100 per 30 days: the burst is the limit, nothing is emitted back
+		// during the test.
+		"gcra-v2": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: limit, Period: 30 * 24 * time.Hour, Cost: 1, RateOptions: opts(id)})
+		},
 		"token-bucket-v2-nodedup": func(st, _ keys.Key, _ string) (RateResult, error) {
 			return e.RateTokenBucketV2(ctx, st, keys.Key{}, TokenBucketRequest{
 				CapacityScaled: limit * RateScale, RefillScaled: 2 * RateScale, RefillPeriod: 45_000 * time.Second,
@@ -445,7 +599,7 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {
 			kind := "bucket"
-			if name == "fixed-window" {
+			if strings.HasPrefix(name, "fixed-window") || strings.HasPrefix(name, "sliding-counter") {
 				kind = "window"
 			}
 			st, dd := rateKeys(t, b, "concurrency-"+name, kind)

@@ -258,6 +258,15 @@ func rateFacades() map[string]facadeCall {
 			})
 			return r.Status.String(), r.Outcome(), rateValues(r), err
 		},
+		"rate-fixed-window-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
+			return e.RateFixedWindowV2(ctx, st, dd, FixedWindowRequest{Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o})
+		}),
+		"rate-sliding-counter-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
+			return e.RateSlidingCounterV2(ctx, st, dd, SlidingCounterRequest{Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o})
+		}),
+		"rate-gcra-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
+			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: n[0], Period: time.Duration(n[1]) * time.Millisecond, Cost: n[2], RateOptions: o})
+		}),
 		// v2 takes 7 arguments without dedup (one key) and 10 with (two).
 		"rate-token-bucket-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 7 && len(a) != 10 {
@@ -285,5 +294,42 @@ func rateFacades() map[string]facadeCall {
 			r, err := e.RateTokenBucketV2(ctx, ks[0], dedup, req)
 			return r.Status.String(), r.Outcome(), rateValues(r), err
 		},
+	}
+}
+
+// leanRateFacade adapts a v2 window/GCRA facade to the vectors: ARGV is
+// revision, three algorithm integers, max clock step and grace (6, one
+// key), plus dedup TTL, max entries and evaluation id with dedup (9, two
+// keys).
+func leanRateFacade(call func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error)) facadeCall {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		if len(a) != 6 && len(a) != 9 {
+			return "", 0, nil, fmt.Errorf("want 6 or 9 args, have %d", len(a))
+		}
+		n := make([]int64, 5)
+		for i := range n {
+			v, err := fixtureInt(a[1+i])
+			if err != nil {
+				return "", 0, nil, err
+			}
+			n[i] = v
+		}
+		rev, err := fixtureBytes(a[0])
+		if err != nil {
+			return "", 0, nil, err
+		}
+		o := RateOptions{PolicyRevision: string(rev), MaxClockStep: time.Duration(n[3]) * time.Millisecond,
+			CleanupGrace: time.Duration(n[4]) * time.Millisecond}
+		dedup := keys.Key{}
+		if len(a) == 9 {
+			full, err := rateFixtureOptions(a)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			o.DedupTTL, o.DedupMaxEntries, o.EvaluationID = full.DedupTTL, full.DedupMaxEntries, full.EvaluationID
+			dedup = ks[1]
+		}
+		r, err := call(ctx, e, ks[0], dedup, n[:3], o)
+		return r.Status.String(), r.Outcome(), rateValues(r), err
 	}
 }

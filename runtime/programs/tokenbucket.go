@@ -21,52 +21,85 @@ const tokenBucketV2 = "rate-token-bucket-v2"
 // state's hash tag, only when req.DedupTTL is positive; otherwise it may be
 // the zero Key.
 func (e *Executor) RateTokenBucketV2(ctx context.Context, state, dedup keys.Key, req TokenBucketRequest) (RateResult, error) {
-	return e.RateTokenBucketPlan(ctx, state, dedup, NewTokenBucketPlan(req), req.CostScaled, string(req.EvaluationID))
+	return e.RatePlan(ctx, state, dedup, NewTokenBucketPlan(req), req.CostScaled, string(req.EvaluationID))
 }
 
-// Position of the cost in the rate-token-bucket-v2 ARGV (0-based).
-const tbArgCost = 4
+// TokenBucketPlan is the RatePlan of a rate-token-bucket-v2 policy (see
+// NewTokenBucketPlan).
+type TokenBucketPlan = RatePlan
 
-// TokenBucketPlan is a rate-token-bucket-v2 request rendered once into its
-// ARGV, boxed, so that a caller evaluating the same policy many times (the
-// rate limiter renders one per policy revision when a policy set is
-// installed) sends each evaluation without formatting or boxing the
-// policy's parameters. Only the cost and the evaluation id vary per call. A
-// plan is immutable and safe for concurrent use; the program still
-// validates every argument server-side.
-type TokenBucketPlan struct {
-	// argv is ARGV without the evaluation id: 7 entries, or 9 with dedup
-	// (the id is appended per call).
-	argv       []any
-	costScaled int64
-	dedup      bool
-}
-
-// NewTokenBucketPlan renders req. req.CostScaled is the cost the plan is
-// rendered for (other costs cost one formatting per call) and
-// req.EvaluationID is ignored: it is per call. With req.DedupTTL zero the
-// plan sends neither the dedup key nor the dedup arguments.
+// NewTokenBucketPlan renders req for rate-token-bucket-v2.
+// req.CostScaled is the cost the plan is rendered for (other costs cost one
+// formatting per call) and req.EvaluationID is ignored: it is per call.
+// With req.DedupTTL zero the plan sends neither the dedup key nor the dedup
+// arguments.
 func NewTokenBucketPlan(req TokenBucketRequest) *TokenBucketPlan {
-	p := &TokenBucketPlan{costScaled: req.CostScaled, dedup: req.DedupTTL != 0}
-	p.argv = []any{
-		req.PolicyRevision, strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
-		millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10), millis(req.MaxClockStep), millis(req.CleanupGrace),
-	}
+	return newRatePlan(planTokenBucket, req.CostScaled, 4, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.CapacityScaled, 10), strconv.FormatInt(req.RefillScaled, 10),
+		millis(req.RefillPeriod), strconv.FormatInt(req.CostScaled, 10))
+}
+
+// RateTokenBucketPlan is RatePlan: it evaluates the limit rendered by plan
+// for costScaled micro-tokens.
+func (e *Executor) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) (RateResult, error) {
+	return e.RatePlan(ctx, state, dedup, plan, costScaled, evaluationID)
+}
+
+// planProgram names the program of a RatePlan; it indexes Executor.plans.
+type planProgram uint8
+
+const (
+	planTokenBucket planProgram = iota
+	planFixedWindow
+	planSlidingCounter
+	planGCRA
+	planPrograms // number of plan programs
+)
+
+// planProgramIDs are the programs a RatePlan can run, by planProgram.
+var planProgramIDs = [planPrograms]string{tokenBucketV2, fixedWindowV2, slidingCounterV2, gcraV2}
+
+// RatePlan is one rate policy's call of a lean rate program
+// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2 or
+// rate-gcra-v2) rendered once into its ARGV, boxed, so that a caller
+// evaluating the same policy many times (the rate limiter renders one per
+// policy revision when a policy set is installed) sends each evaluation
+// without formatting or boxing the policy's parameters. Only the cost and
+// the evaluation id vary per call. A plan is immutable and safe for
+// concurrent use; the program still validates every argument server-side.
+type RatePlan struct {
+	program planProgram
+	// argv is ARGV without the evaluation id (appended per call, with
+	// dedup only).
+	argv      []any
+	cost      int64
+	costIndex int // position of the cost in argv
+	dedup     bool
+}
+
+// newRatePlan renders a plan: params are the program's ARGV before the
+// clock, grace and dedup tail, the cost at costIndex.
+func newRatePlan(prog planProgram, cost int64, costIndex int, o RateOptions, params ...any) *RatePlan {
+	p := &RatePlan{program: prog, cost: cost, costIndex: costIndex, dedup: o.DedupTTL != 0}
+	p.argv = append(params, millis(o.MaxClockStep), millis(o.CleanupGrace))
 	if p.dedup {
-		p.argv = append(p.argv, millis(req.DedupTTL), strconv.Itoa(req.DedupMaxEntries))
+		p.argv = append(p.argv, millis(o.DedupTTL), strconv.Itoa(o.DedupMaxEntries))
 	}
 	return p
 }
 
 // Dedup reports whether the plan records evaluation ids.
-func (p *TokenBucketPlan) Dedup() bool { return p.dedup }
+func (p *RatePlan) Dedup() bool { return p.dedup }
 
-// argv returns the ARGV of one call appended to dst.
-func (p *TokenBucketPlan) appendArgv(dst []any, costScaled int64, evaluationID string) []any {
+// Program returns the id of the program the plan runs.
+func (p *RatePlan) Program() string { return planProgramIDs[p.program] }
+
+// appendArgv returns the ARGV of one call appended to dst.
+func (p *RatePlan) appendArgv(dst []any, cost int64, evaluationID string) []any {
 	n := len(dst)
 	dst = append(dst, p.argv...)
-	if costScaled != p.costScaled {
-		dst[n+tbArgCost] = strconv.FormatInt(costScaled, 10)
+	if cost != p.cost {
+		dst[n+p.costIndex] = strconv.FormatInt(cost, 10)
 	}
 	if p.dedup {
 		dst = append(dst, evaluationID)
@@ -74,9 +107,9 @@ func (p *TokenBucketPlan) appendArgv(dst []any, costScaled int64, evaluationID s
 	return dst
 }
 
-// RateTokenBucketPlan evaluates the token-bucket limit rendered by plan for
-// costScaled micro-tokens. With dedup in the plan, dedup must be the
-// same-slot dedup key and evaluationID (1..128 bytes) identifies the
+// RatePlan evaluates the limit rendered by plan for cost (micro-tokens for
+// a token bucket, units otherwise). With dedup in the plan, dedup must be
+// the same-slot dedup key and evaluationID (1..128 bytes) identifies the
 // evaluation; without, both are ignored.
 //
 // The call is built directly (one argument slice, the program's command and
@@ -85,27 +118,30 @@ func (p *TokenBucketPlan) appendArgv(dst []any, costScaled int64, evaluationID s
 // every facade apply (arity, schema, status range, clock); go-redis reads a
 // nil element as 0 and a numeric bulk string as its number, which a pinned
 // program of this catalog never returns.
-func (e *Executor) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) (RateResult, error) {
-	args, err := e.tokenBucketArgs(state, dedup, plan, costScaled, evaluationID)
+func (e *Executor) RatePlan(ctx context.Context, state, dedup keys.Key, plan *RatePlan, cost int64, evaluationID string) (RateResult, error) {
+	fp, args, err := e.planArgs(state, dedup, plan, cost, evaluationID)
 	if err != nil {
 		return RateResult{}, err
 	}
-	r, err := e.runInts(ctx, e.tokenBucket, args)
+	r, err := e.runInts(ctx, fp, args)
 	if err != nil {
 		return RateResult{}, err
 	}
 	return rateResult(&r), nil
 }
 
-// tokenBucketArgs renders one rate-token-bucket-v2 call: command, target,
-// numkeys, keys, ARGV, in one slice.
-func (e *Executor) tokenBucketArgs(state, dedup keys.Key, plan *TokenBucketPlan, costScaled int64, evaluationID string) ([]any, error) {
-	fp := e.tokenBucket
-	if plan == nil || fp == nil {
-		return nil, &CompatibilityError{Program: tokenBucketV2, Reason: "no token-bucket plan or program"}
+// planArgs renders one plan call: command, target, numkeys, keys, ARGV, in
+// one slice, and the program it runs.
+func (e *Executor) planArgs(state, dedup keys.Key, plan *RatePlan, cost int64, evaluationID string) (*fastProgram, []any, error) {
+	if plan == nil {
+		return nil, nil, &CompatibilityError{Program: "rate plan", Reason: "no rate plan"}
+	}
+	fp := e.plans[plan.program]
+	if fp == nil {
+		return nil, nil, &CompatibilityError{Program: plan.Program(), Reason: "program not in catalog"}
 	}
 	if state.IsZero() || (plan.dedup && dedup.IsZero()) {
-		return nil, &Error{Program: tokenBucketV2, Err: ErrZeroKey}
+		return nil, nil, &Error{Program: plan.Program(), Err: ErrZeroKey}
 	}
 	nk := 1
 	if plan.dedup {
@@ -117,7 +153,7 @@ func (e *Executor) tokenBucketArgs(state, dedup keys.Key, plan *TokenBucketPlan,
 	if plan.dedup {
 		args = append(args, dedup.Redis())
 	}
-	return plan.appendArgv(args, costScaled, evaluationID), nil
+	return fp, plan.appendArgv(args, cost, evaluationID), nil
 }
 
 // fastProgram is a program prepared for calls built without go-redis's

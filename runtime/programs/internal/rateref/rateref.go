@@ -1,15 +1,16 @@
 // Package rateref is the pure-Go reference implementation of caphost's
-// rate-limit catalog programs (rate-fixed-window-v1, rate-sliding-counter-v1,
-// rate-token-bucket-v1 and -v2, rate-gcra-v1, rate-sliding-log-v1 and the
-// rate-concurrency-* permit programs): the same state model,
+// rate-limit catalog programs (rate-fixed-window-v1 and -v2,
+// rate-sliding-counter-v1 and -v2, rate-token-bucket-v1 and -v2,
+// rate-gcra-v1 and -v2, rate-sliding-log-v1 and the rate-concurrency-*
+// permit programs): the same state model,
 // fixed-point arithmetic, clock clamp and evaluation-id dedup as the Lua
 // sources, written from the formulas of the design (§20) so property tests
 // can drive identical request streams through both and compare every
 // decision. It is test support for runtime/programs only.
 //
 // What may change here: it must change together with the Lua sources (a new
-// program id means a new reference function, unless, as for
-// rate-token-bucket-v2, only the encoding of the state changed); the formulas
+// program id means a new reference function, unless, as for the v2 rate
+// programs, only the encoding of the state changed); the formulas
 // themselves are normative and are not tuned here.
 //
 // Time is an input: every function takes the server time the program read

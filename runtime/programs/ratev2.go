@@ -1,0 +1,62 @@
+package programs
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// The lean rate programs besides rate-token-bucket-v2: v1's algorithms,
+// clock rule, dedup records and statuses over one string state written with
+// SET PX, with the dedup key and arguments sent only with dedup on. Their
+// state is not v1's (a hash): keep v1 and v2 state under different keys
+// (the rate limiter uses key version 2 for them).
+const (
+	fixedWindowV2    = "rate-fixed-window-v2"
+	slidingCounterV2 = "rate-sliding-counter-v2"
+	gcraV2           = "rate-gcra-v2"
+)
+
+// NewFixedWindowPlan renders req for rate-fixed-window-v2. req.Cost is the
+// cost the plan is rendered for and req.EvaluationID is ignored (both are
+// per call); with req.DedupTTL zero the plan sends neither the dedup key
+// nor the dedup arguments.
+func NewFixedWindowPlan(req FixedWindowRequest) *RatePlan {
+	return newRatePlan(planFixedWindow, req.Cost, 2, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window))
+}
+
+// NewSlidingCounterPlan renders req for rate-sliding-counter-v2, as
+// NewFixedWindowPlan does.
+func NewSlidingCounterPlan(req SlidingCounterRequest) *RatePlan {
+	return newRatePlan(planSlidingCounter, req.Cost, 2, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window))
+}
+
+// NewGCRAPlan renders req for rate-gcra-v2, as NewFixedWindowPlan does.
+func NewGCRAPlan(req GCRARequest) *RatePlan {
+	return newRatePlan(planGCRA, req.Cost, 3, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), millis(req.Period), strconv.FormatInt(req.Cost, 10))
+}
+
+// RateFixedWindowV2 evaluates a fixed-window limit with
+// rate-fixed-window-v2 (the decisions of RateFixedWindow, string state).
+// dedup is used, and must share state's hash tag, only when req.DedupTTL is
+// positive; otherwise it may be the zero Key.
+func (e *Executor) RateFixedWindowV2(ctx context.Context, state, dedup keys.Key, req FixedWindowRequest) (RateResult, error) {
+	return e.RatePlan(ctx, state, dedup, NewFixedWindowPlan(req), req.Cost, string(req.EvaluationID))
+}
+
+// RateSlidingCounterV2 evaluates a sliding-window-counter limit with
+// rate-sliding-counter-v2 (the decisions of RateSlidingCounter, string
+// state); dedup as for RateFixedWindowV2.
+func (e *Executor) RateSlidingCounterV2(ctx context.Context, state, dedup keys.Key, req SlidingCounterRequest) (RateResult, error) {
+	return e.RatePlan(ctx, state, dedup, NewSlidingCounterPlan(req), req.Cost, string(req.EvaluationID))
+}
+
+// RateGCRAV2 evaluates a GCRA limit with rate-gcra-v2 (the decisions of
+// RateGCRA, string state); dedup as for RateFixedWindowV2.
+func (e *Executor) RateGCRAV2(ctx context.Context, state, dedup keys.Key, req GCRARequest) (RateResult, error) {
+	return e.RatePlan(ctx, state, dedup, NewGCRAPlan(req), req.Cost, string(req.EvaluationID))
+}
