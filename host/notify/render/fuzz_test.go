@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"html"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -75,7 +76,7 @@ func FuzzVerify(f *testing.F) {
 					}
 				}
 			}
-			if strings.ContainsAny(param, `<>`) {
+			if len(param) >= 2 && strings.ContainsAny(param, `<>`) {
 				switch {
 				case r.kind == kindHTML && html.EscapeString(param) != param && strings.Contains(body, param):
 					t.Fatalf("raw parameter %q in HTML %q accepted", param, body)
@@ -138,6 +139,61 @@ func FuzzResultDecode(f *testing.F) {
 		}
 		if !bytes.Equal(again, b) {
 			t.Fatalf("decode/encode not canonical:\n in %x\nout %x", b, again)
+		}
+	})
+}
+
+// FuzzRequest drives the checks on a caller's request (it will arrive as
+// client JSON through the sidecar): locale syntax and fallback, and the
+// parameters against a declaration. Whatever is accepted has every
+// declared name exactly once in declaration order, UTF-8 values without
+// NUL within the bounds, and a locale that is one of the declared ones.
+func FuzzRequest(f *testing.F) {
+	f.Add("de-AT", "name", "Ada", "account", "A-1", "")
+	f.Add("EN", "name", "a\x00", "name", "b", "en")
+	f.Add("x-y-z", "nam\xffe", "v", "account", "", "de")
+	f.Fuzz(func(t *testing.T, locale, n1, v1, n2, v2, def string) {
+		decl := &abi.TemplateDecl{ID: "t", Version: 1, Locales: []string{"en", "de", "pt-BR"}, Channels: []string{"text"},
+			Params: []string{"name", "account"}}
+		lim := Limits{ParamBytes: 64, ParamsBytes: 96}.withDefaults()
+		if err := checkRequest(&Request{Template: "t", Version: 1, Locale: locale, Channel: Text}); err == nil {
+			if !validLocale(locale) || len(locale) > maxLocaleBytes {
+				t.Fatalf("locale %q accepted", locale)
+			}
+			if !validLocale(def) {
+				def = ""
+			}
+			if got, ok := resolveLocale(decl.Locales, locale, def); ok {
+				if !slices.Contains(decl.Locales, got) {
+					t.Fatalf("resolved to undeclared %q", got)
+				}
+				if !strings.HasPrefix(strings.ToLower(locale)+"-", strings.ToLower(got)+"-") && !strings.EqualFold(got, def) {
+					t.Fatalf("%q resolved to %q, neither a prefix nor the default", locale, got)
+				}
+			}
+		} else if !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("error %v is not ErrInvalidRequest", err)
+		}
+		attrs, err := checkParams(decl, []Param{{n1, v1}, {n2, v2}}, lim)
+		if err != nil {
+			var pe *ParamError
+			if !errors.As(err, &pe) || (pe.Param != "" && !abi.ValidID(pe.Param)) {
+				t.Fatalf("error %v is not a *ParamError with a safe name", err)
+			}
+			return
+		}
+		if len(attrs) != 2 || attrs[0].Name != "name" || attrs[1].Name != "account" {
+			t.Fatalf("accepted %v", attrs)
+		}
+		total := 0
+		for _, a := range attrs {
+			total += len(a.Value)
+			if !utf8.ValidString(a.Value) || strings.ContainsRune(a.Value, 0) || len(a.Value) > lim.ParamBytes {
+				t.Fatalf("value %q accepted", a.Value)
+			}
+		}
+		if total > lim.ParamsBytes {
+			t.Fatalf("total %d accepted", total)
 		}
 	})
 }

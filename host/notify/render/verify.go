@@ -146,10 +146,10 @@ func checkText(b []byte, header bool) OutputRule {
 		b = b[n:]
 		switch {
 		case r == '\r' || r == '\n' || r == 0x85 || r == 0x2028 || r == 0x2029:
-			if header {
+			switch {
+			case header:
 				return RuleLineBreak
-			}
-			if r != '\n' {
+			case r == '\r' || r == 0x85:
 				return RuleControl
 			}
 		case r == '\t':
@@ -176,14 +176,17 @@ func slackEscape(s string) string { return slackReplacer.Replace(s) }
 // neither may any tag-like piece of it ("<" followed by a letter, "/", "!"
 // or "?" and the run of letters and digits after it, e.g. "<script" of
 // "x<script>y"), which catches a guest that escaped only some characters.
-// A value whose escaped form contains the value itself (a lone "&") cannot
-// be checked this way and is skipped: it cannot open markup. The check
-// is a substring test, so a parameter that equals markup the template
-// itself writes (a name "<p" in a template using <p>) fails closed.
+// A one-byte value ("<", "&") and a value whose escaped form contains the
+// value itself ("&amp;") cannot be told from the template's own markup
+// and are skipped: neither can open a tag. The check is a substring test,
+// so a parameter that equals markup the template itself writes (a name
+// "<p" in a template using <p>) fails closed. An apostrophe is not
+// checked: it is harmless in text and in double-quoted attributes, and
+// guests that escape only < > & " are common.
 func checkEscaped(body []byte, params []abi.Attr, special string, escape func(string) string) OutputRule {
 	for _, p := range params {
 		v := p.Value
-		if !strings.ContainsAny(v, special) {
+		if len(v) < 2 || !strings.ContainsAny(v, special) {
 			continue
 		}
 		if !strings.Contains(escape(v), v) && bytes.Contains(body, []byte(v)) {
