@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/caphost/caphost/host/health"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
@@ -63,11 +65,42 @@ func (h *Host) startupPolicy() policy.StartupPolicy {
 	return p.WithDefaults()
 }
 
-// newChecker builds the readiness checker of rt.
+// newChecker builds the readiness checker of rt, with its transitions
+// counted in caphost_readiness_transitions_total{role,status} (status: the
+// new one). The series of every selected role are created up front.
 func (h *Host) newChecker(rt *runtime.Runtime) *health.Checker {
-	return health.NewChecker(health.RuntimeSource(rt), h.cfg.Redis, health.Options{
-		Handshake: h.ready.handshake, Startup: h.startupPolicy(), Log: h.log,
-	})
+	opts := health.Options{Handshake: h.ready.handshake, Startup: h.startupPolicy(), Log: h.log}
+	if tr := newTransitionCounter(h.cfg.Redis); h.treg.Register(tr) == nil {
+		opts.OnTransition = tr.observe
+	} else {
+		// Only a second registration of the same name can fail, and each
+		// host builds one checker on its own registerer.
+		h.log.Warn("readiness transitions are not counted: metric already registered")
+	}
+	return health.NewChecker(health.RuntimeSource(rt), h.cfg.Redis, opts)
+}
+
+// transitionCounter counts role readiness transitions; its label values are
+// the selected roles and the three statuses, fixed at construction.
+type transitionCounter struct {
+	*prometheus.CounterVec
+}
+
+func newTransitionCounter(cfg policy.RedisConfig) transitionCounter {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caphost", Subsystem: "readiness", Name: "transitions_total",
+		Help: "Changes of a selected Redis role's readiness status, by role and new status (UP, DEGRADED, DOWN).",
+	}, []string{"role", "status"})
+	for role := range cfg.Roles {
+		for _, st := range []health.Status{health.Up, health.Degraded, health.Down} {
+			c.WithLabelValues(string(role), string(st))
+		}
+	}
+	return transitionCounter{c}
+}
+
+func (c transitionCounter) observe(t health.Transition) {
+	c.WithLabelValues(string(t.Role), string(t.To)).Inc()
 }
 
 // startHandshake starts the startup handshake (with WithStartupHandshake)

@@ -142,3 +142,50 @@ func TestNoRoleNoHandshake(t *testing.T) {
 	assert.True(t, h.Readiness(context.Background()).Ready)
 	require.NoError(t, h.Close(context.Background()))
 }
+
+// TestReadinessTransitionsAreCounted: every change of a role's status after
+// its first report is counted in caphost_readiness_transitions_total, by
+// role and new status; the series exist (at 0) before any change.
+func TestReadinessTransitionsAreCounted(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	h, err := newHostWith(t, srv.Addr(), host.WithStartupPolicy(policy.StartupPolicy{
+		OnFailure: policy.StartupRetry, RetryInitial: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+	}))
+	require.NoError(t, err)
+	counts := func() map[string]float64 {
+		mfs, err := h.Registry().Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "caphost_readiness_transitions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				var role, status string
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "role":
+						role = l.GetValue()
+					case "status":
+						status = l.GetValue()
+					}
+				}
+				out[role+"/"+status] = m.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	assert.Equal(t, map[string]float64{"coordination/UP": 0, "coordination/DEGRADED": 0, "coordination/DOWN": 0}, counts())
+
+	eventually(t, h, func(r health.RoleReport) bool { return r.Status == health.Up })
+	srv.Kill()
+	eventually(t, h, func(r health.RoleReport) bool { return r.Status == health.Down })
+	srv.Restart(t)
+	eventually(t, h, func(r health.RoleReport) bool { return r.Status == health.Up })
+	// The first report (DOWN while the handshake ran, or UP) is not a
+	// transition; DOWN→UP at startup is.
+	got := counts()
+	assert.Equal(t, float64(1), got["coordination/DOWN"], "%v", got)
+	assert.Contains(t, []float64{1, 2}, got["coordination/UP"], "%v", got)
+	assert.Zero(t, got["coordination/DEGRADED"])
+}

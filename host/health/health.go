@@ -25,7 +25,10 @@
 // facts: role, deployment id, topology, status, a reason word, the class
 // and the failed checks' bounded details; never endpoints, users or driver
 // messages. State transitions are always logged; a repeated identical
-// failure at most once per Options.LogInterval.
+// failure at most once per Options.LogInterval; a role whose status flaps
+// has at most a few transition lines per LogInterval, the rest counted.
+// Every role status change is also reported to Options.OnTransition (the
+// host's caphost_readiness_transitions_total).
 //
 // What may change here: new cheap live facts and new report fields. What
 // must not: liveness stays free of Redis, a required role that is not
@@ -189,6 +192,32 @@ type Options struct {
 	// random in [d/2, d], so instances that failed together do not retry in
 	// step). Tests pass the identity.
 	Jitter func(time.Duration) time.Duration
+	// OnTransition, when set, is told of every change of a role's status
+	// after its first report (the host counts them in a metric). It runs
+	// under the checker's lock: it must be fast and must not call back.
+	OnTransition func(Transition)
+}
+
+// Transition is one change of a selected role's readiness status.
+type Transition struct {
+	Role       policy.Role
+	Deployment string
+	From, To   Status
+	// Reason is the new report's reason word.
+	Reason string
+}
+
+// transitionLogBurst is how many status changes of one role are logged per
+// LogInterval; a role that flaps faster has the rest counted, and the next
+// line logged carries that count ("suppressed_transitions"). Steady
+// behaviour — down once, up once — is always logged in full.
+const transitionLogBurst = 4
+
+// roleLog is the transition-log rate limit of one role. Guarded by Checker.mu.
+type roleLog struct {
+	windowStart time.Time
+	logged      int
+	suppressed  int
 }
 
 // ErrHandshake is matched by every *HandshakeError.
@@ -240,9 +269,12 @@ type Checker struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu   sync.Mutex
-	last Report
-	at   time.Time
+	onTransition func(Transition)
+
+	mu       sync.Mutex
+	last     Report
+	at       time.Time
+	roleLogs map[policy.Role]*roleLog
 }
 
 // deployment is the handshake state of one deployment.
@@ -295,6 +327,7 @@ func NewChecker(src Source, cfg policy.RedisConfig, opt Options) *Checker {
 		timeout: opt.Timeout, minPeriod: opt.MinInterval, handshake: opt.Handshake,
 		startup: opt.Startup.WithDefaults(), log: opt.Log, logEvery: opt.LogInterval,
 		clock: opt.Clock, jitter: opt.Jitter, fatal: make(chan error, 1),
+		onTransition: opt.OnTransition, roleLogs: map[policy.Role]*roleLog{},
 	}
 	for _, r := range policy.Roles() {
 		b, ok := cfg.Roles[r]
@@ -665,9 +698,11 @@ func (c *Checker) Readiness(ctx context.Context) Report {
 	return rep
 }
 
-// logTransitions logs every role whose status changed since the last
-// computed report. c.mu is held.
+// logTransitions reports every role whose status changed since the last
+// computed report to OnTransition and logs it, at most transitionLogBurst
+// lines per role per LogInterval. c.mu is held.
 func (c *Checker) logTransitions(rep Report) {
+	now := c.clock.Now()
 	for _, rr := range rep.Roles {
 		prev := Status("")
 		for _, p := range c.last.Roles {
@@ -678,10 +713,30 @@ func (c *Checker) logTransitions(rep Report) {
 		if prev == rr.Status {
 			continue
 		}
+		if prev != "" && c.onTransition != nil {
+			c.onTransition(Transition{Role: rr.Role, Deployment: rr.Deployment, From: prev, To: rr.Status, Reason: rr.Reason})
+		}
+		rl := c.roleLogs[rr.Role]
+		if rl == nil {
+			rl = &roleLog{}
+			c.roleLogs[rr.Role] = rl
+		}
+		if now.Sub(rl.windowStart) >= c.logEvery {
+			rl.windowStart, rl.logged = now, 0
+		}
+		if rl.logged >= transitionLogBurst {
+			rl.suppressed++
+			continue
+		}
+		rl.logged++
 		attrs := []any{"event", "readiness", "role", string(rr.Role), "deployment", rr.Deployment, "required", rr.Required,
 			"status", string(rr.Status), "previous", string(prev), "reason", rr.Reason, "handshake", string(rr.Handshake)}
 		if rr.Class != "" {
 			attrs = append(attrs, "class", string(rr.Class))
+		}
+		if rl.suppressed > 0 {
+			attrs = append(attrs, "suppressed_transitions", rl.suppressed)
+			rl.suppressed = 0
 		}
 		if rr.Status == Up {
 			c.log.Info("redis role readiness changed", attrs...)
