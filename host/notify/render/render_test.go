@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,32 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		_, err := New(o)
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
+}
+
+// TestMetricLabelsStayBounded: whatever channels, templates and values
+// callers send, the series are the pre-created closed sets.
+func TestMetricLabelsStayBounded(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	r, _ := newRenderer(t, Options{Registerer: reg})
+	ctx := context.Background()
+	count := func() int {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		n := 0
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+		}
+		return n
+	}
+	before := count()
+	for i := range 50 {
+		v := fmt.Sprintf("user%d@example.com", i)
+		_, _ = r.Render(ctx, Request{Template: fmt.Sprintf("t%d", i), Version: 1, Locale: "en", Channel: Channel(v), Params: []Param{String(v, v)}})
+		_, _ = r.Render(ctx, welcome("en", Email, String("name", v), String("account", v)))
+		_, _ = r.Render(ctx, bad(Text, "raw-body", v+"\r"))
+	}
+	assert.Equal(t, before, count(), "no series was added")
+	assert.Equal(t, 50.0, counter(t, r.metrics.renders.WithLabelValues("other", "invalid_request")))
+	assert.Equal(t, 50.0, counter(t, r.metrics.renders.WithLabelValues("email", "ok")))
+	assert.Equal(t, 50.0, counter(t, r.metrics.rejected.WithLabelValues(string(RuleControl))))
 }
