@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,26 @@ import (
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 )
+
+// transitions records OnTransition calls.
+type transitions struct {
+	mu  sync.Mutex
+	all []health.Transition
+}
+
+func (tr *transitions) observe(t health.Transition) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.all = append(tr.all, t)
+}
+
+func (tr *transitions) list() []health.Transition {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]health.Transition(nil), tr.all...)
+}
+
+const changed = "redis role readiness changed"
 
 // switchSource is a Source whose live check fails while down is set. It
 // stands in for Redis only to drive the checker's own bookkeeping (what is

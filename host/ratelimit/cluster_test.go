@@ -28,7 +28,7 @@ func TestClusterExactAdmissionAndHierarchy(t *testing.T) {
 	assert.Equal(t, int64(100), exactAdmission(t, f, "fw"))
 
 	k := f.stateKey(t, "fw", tenant("acme"))
-	used, err := cl.Admin().HGet(ctxT(t), k.Redis(), "used").Int64()
+	used, err := windowUsed(ctxT(t), cl.Admin(), k)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), used)
 

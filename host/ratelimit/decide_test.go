@@ -27,7 +27,7 @@ func withRevision(d policy.RatePolicyDecl, rev string, limit int64) policy.RateP
 // used reads a fixed-window state's counter (0: no state).
 func (f *fixture) used(t *testing.T, pol policy.RatePolicy, sub Subject) int64 {
 	t.Helper()
-	n, err := f.srv.Admin().HGet(ctxT(t), f.stateKeyOf(t, pol, sub).Redis(), "used").Int64()
+	n, err := windowUsed(ctxT(t), f.srv.Admin(), f.stateKeyOf(t, pol, sub))
 	if err != nil {
 		require.ErrorContains(t, err, "redis: nil")
 		return 0

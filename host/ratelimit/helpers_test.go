@@ -2,11 +2,15 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/internal/redistest"
@@ -90,8 +94,8 @@ func req(pol, subject string) Request {
 }
 
 // stateKey rebuilds the state key of (policy, subject) the way the limiter
-// does: key version 2 for the token bucket (rate-token-bucket-v2's string
-// state), 1 otherwise.
+// does: key version 2 for the lean programs' string state, 1 for the
+// sliding log.
 func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 	t.Helper()
 	pol, ok := f.l.Policies().Policy(id)
@@ -102,14 +106,28 @@ func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 // stateKeyOf is stateKey for a policy of any set (an old revision, say).
 func (f *fixture) stateKeyOf(t testing.TB, pol policy.RatePolicy, sub Subject) keys.Key {
 	t.Helper()
-	kv := keyVersion
-	if pol.Algorithm == policy.RateTokenBucket {
-		kv = tokenBucketKeyVersion
+	kv := leanKeyVersion
+	if pol.Algorithm == policy.RateSlidingLog {
+		kv = keyVersion
 	}
 	ks, err := f.rt.Keys().Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: kv,
 		Parts: subjectParts(pol, sub)}, stateKind(pol.Algorithm), "dedup")
 	require.NoError(t, err)
 	return ks[0]
+}
+
+// windowUsed reads the count of a rate-fixed-window-v2 state
+// ('f1:<used>:<ts>:<rev>'); an absent key is redis.Nil.
+func windowUsed(ctx context.Context, admin redis.UniversalClient, k keys.Key) (int64, error) {
+	v, err := admin.Get(ctx, k.Redis()).Result()
+	if err != nil {
+		return 0, err
+	}
+	parts := strings.SplitN(v, ":", 4)
+	if len(parts) != 4 || parts[0] != "f1" {
+		return 0, fmt.Errorf("not a fixed-window state: %q", v)
+	}
+	return strconv.ParseInt(parts[1], 10, 64)
 }
 
 // counter reads one counter value from the registry (0 when absent).

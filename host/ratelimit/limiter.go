@@ -24,12 +24,16 @@ import (
 const (
 	MaxEvaluationIDBytes = 128
 	MaxSubjectValueBytes = keys.MaxPartBytes
-	// keyVersion is the kv<n> of rate state keys.
+	// keyVersion is the kv<n> of the state the v1 programs keep (the
+	// sliding log and the concurrency limiter).
 	keyVersion = 1
-	// tokenBucketKeyVersion is the kv<n> of token-bucket state, which
-	// rate-token-bucket-v2 keeps as a string (v1, under kv1, kept a hash):
+	// leanKeyVersion is the kv<n> of the state of the lean programs
+	// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2,
+	// rate-gcra-v2), which keep one string where their v1 kept a hash:
 	// the two never share a key.
-	tokenBucketKeyVersion = 2
+	leanKeyVersion = 2
+	// tokenBucketKeyVersion is the kv<n> of token-bucket state.
+	tokenBucketKeyVersion = leanKeyVersion
 	// unavailableRetryAfter is the Retry-After of outcomes without a
 	// decision: a short, fixed back-off, since nothing better is known.
 	unavailableRetryAfter = time.Second
@@ -77,11 +81,11 @@ type options struct {
 	reg         prometheus.Registerer
 	now         func() time.Time
 	beforeRetry func()
-	flights     int // concurrent token-bucket sends before calls batch; 0: no batching
+	flights     int // concurrent rate sends before calls batch; 0: no batching
 	batchMax    int
 }
 
-// Token-bucket batching defaults (see WithBatching).
+// Batching defaults (see WithBatching).
 const (
 	DefaultBatchFlights = 4
 	DefaultBatchMax     = 64
@@ -102,14 +106,16 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
 }
 
-// WithBatching sets how token-bucket evaluations share pipelines: while
+// WithBatching sets how rate evaluations share pipelines: while
 // fewer than maxFlights of them are in flight a call is sent at once and
 // alone; further calls queue and go out together (at most maxBatch per
 // pipeline) as soon as a send completes. No call waits for a timer, so a
 // lone caller's latency is unchanged; under concurrency client and server
 // pay one round trip per batch instead of per decision. Each decision stays
-// its own atomic program call with its own outcome. maxFlights 0 turns
-// batching off. Defaults: DefaultBatchFlights, DefaultBatchMax.
+// its own atomic program call with its own outcome. Every algorithm but
+// the sliding log (and the concurrency limiter, which is not evaluated)
+// batches, policies and algorithms sharing the pipelines. maxFlights 0
+// turns batching off. Defaults: DefaultBatchFlights, DefaultBatchMax.
 func WithBatching(maxFlights, maxBatch int) Option {
 	return func(o *options) { o.flights, o.batchMax = maxFlights, maxBatch }
 }
@@ -123,8 +129,8 @@ func withBeforeRetry(f func()) Option {
 type Limiter struct {
 	log  *slog.Logger
 	exec *programs.Executor
-	// batch sends token-bucket evaluations, batching concurrent ones (nil:
-	// each goes out alone through exec).
+	// batch sends plan evaluations (every algorithm but the sliding log),
+	// batching concurrent ones (nil: each goes out alone through exec).
 	batch *programs.Batcher
 	keys  *keys.Builder
 	cfg   Config
@@ -404,15 +410,18 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
-	if cp.tb != nil { // every token bucket: compilePolicy renders its plan
+	if cp.plan != nil { // compilePolicy renders a plan for every lean program
 		var dedup keys.Key
-		if cp.tb.Dedup() {
+		if cp.plan.Dedup() {
 			dedup = ks[1]
 		}
-		if l.batch != nil {
-			return l.batch.RateTokenBucketPlan(ctx, ks[0], dedup, cp.tb, cost*policy.RateScale, evalID)
+		if pol.Algorithm == policy.RateTokenBucket {
+			cost *= policy.RateScale
 		}
-		return l.exec.RateTokenBucketPlan(ctx, ks[0], dedup, cp.tb, cost*policy.RateScale, evalID)
+		if l.batch != nil {
+			return l.batch.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
+		}
+		return l.exec.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
 	}
 	var id []byte
 	if pol.Dedup.Enabled {
@@ -422,12 +431,6 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 	opts.EvaluationID = id
 	p := pol.Parameters
 	switch pol.Algorithm {
-	case policy.RateFixedWindow:
-		return l.exec.RateFixedWindow(ctx, ks[0], ks[1], programs.FixedWindowRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
-	case policy.RateSlidingCounter:
-		return l.exec.RateSlidingCounter(ctx, ks[0], ks[1], programs.SlidingCounterRequest{Limit: p.Limit, Cost: cost, Window: p.Window, RateOptions: opts})
-	case policy.RateGCRA:
-		return l.exec.RateGCRA(ctx, ks[0], ks[1], programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: cost, RateOptions: opts})
 	case policy.RateSlidingLog:
 		return l.exec.RateSlidingLog(ctx, ks[0], ks[1], programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
 	}
@@ -600,13 +603,15 @@ type compiledPolicy struct {
 	pol  policy.RatePolicy
 	spec keys.Spec // capability, region (id--revision) and key version
 	// kinds are the key kinds one evaluation needs: the state kind, then
-	// "dedup" unless the program is rate-token-bucket-v2 without dedup.
+	// "dedup" unless a lean program runs without dedup.
 	kinds []string
 	// keys is spec and kinds prepared (nil if the builder refused them:
 	// then every evaluation reports the builder's error).
 	keys *keys.Prepared
 	dims [][]byte // dimension names as key parts, in canonical order
-	tb   *programs.TokenBucketPlan
+	// plan is the lean program's rendered call (nil: the sliding log,
+	// which runs rate-sliding-log-v1).
+	plan *programs.RatePlan
 	m    policyMetrics
 }
 
@@ -629,12 +634,21 @@ func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
 	for i, d := range pol.Dimensions {
 		cp.dims[i] = []byte(d)
 	}
-	if pol.Algorithm == policy.RateTokenBucket {
-		p := pol.Parameters
-		cp.tb = programs.NewTokenBucketPlan(programs.TokenBucketRequest{
+	p, opts := pol.Parameters, rateOptions(&pol)
+	switch pol.Algorithm {
+	case policy.RateTokenBucket:
+		cp.plan = programs.NewTokenBucketPlan(programs.TokenBucketRequest{
 			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
-			RefillPeriod: p.RefillPeriod, CostScaled: policy.RateScale, RateOptions: rateOptions(&pol)})
-		cp.spec.KeyVersion = tokenBucketKeyVersion
+			RefillPeriod: p.RefillPeriod, CostScaled: policy.RateScale, RateOptions: opts})
+	case policy.RateFixedWindow:
+		cp.plan = programs.NewFixedWindowPlan(programs.FixedWindowRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
+	case policy.RateSlidingCounter:
+		cp.plan = programs.NewSlidingCounterPlan(programs.SlidingCounterRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
+	case policy.RateGCRA:
+		cp.plan = programs.NewGCRAPlan(programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: 1, RateOptions: opts})
+	}
+	if cp.plan != nil {
+		cp.spec.KeyVersion = leanKeyVersion
 		if !pol.Dedup.Enabled {
 			cp.kinds = cp.kinds[:1] // no dedup key is sent
 		}

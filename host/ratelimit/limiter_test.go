@@ -100,6 +100,49 @@ func TestExactAdmissionTokenBucketDedupBatching(t *testing.T) {
 	}
 }
 
+// Fixed window, sliding counter and GCRA run their lean v2 programs: with
+// and without dedup, batched and not, 32 goroutines on one subject admit
+// exactly the limit, and the state is the program's string under key
+// version 2 (a 30-day window or period: nothing rolls over or is emitted
+// back during the test).
+func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	params := policy.RateParameters{Limit: 100, Window: policy.RateMaxWindow}
+	decl := func(id string, algo policy.RateAlgorithm, dedup bool) policy.RatePolicyDecl {
+		return policy.RatePolicyDecl{ID: id, Revision: "r1", Algorithm: algo, Parameters: params,
+			Dimensions: []policy.RateDimension{policy.DimTenant}, Dedup: policy.RateDedup{Enabled: dedup}}
+	}
+	cases := []struct {
+		decl  policy.RatePolicyDecl
+		state string
+	}{
+		{decl("fw", policy.RateFixedWindow, false), `^f1:100:\d+:r1$`},
+		{decl("fwd", policy.RateFixedWindow, true), `^f1:100:\d+:r1$`},
+		{decl("sc", policy.RateSlidingCounter, false), `^s1:100:0:\d+:r1$`},
+		{decl("scd", policy.RateSlidingCounter, true), `^s1:100:0:\d+:r1$`},
+		{decl("gc", policy.RateGCRA, false), `^g1:\d+:\d+:r1$`},
+		{decl("gcd", policy.RateGCRA, true), `^g1:\d+:\d+:r1$`},
+	}
+	decls := make([]policy.RatePolicyDecl, len(cases))
+	for i, c := range cases {
+		decls[i] = c.decl
+	}
+	for name, opts := range map[string][]Option{"unbatched": {WithBatching(0, 0)}, "batched": {WithBatching(1, 8)}} {
+		f := newFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, opts, decls...)
+		for _, c := range cases {
+			t.Run(name+"/"+c.decl.ID, func(t *testing.T) {
+				k := f.stateKey(t, c.decl.ID, tenant("acme"))
+				require.NoError(t, s.Admin().Del(ctxT(t), k.Redis()).Err())
+				assert.Equal(t, int64(100), exactAdmission(t, f, c.decl.ID))
+				assert.Contains(t, k.Redis(), ":kv2:")
+				v, err := s.Admin().Get(ctxT(t), k.Redis()).Result()
+				require.NoError(t, err)
+				assert.Regexp(t, c.state, v)
+			})
+		}
+	}
+}
+
 // stallRetriedOnce evaluates decl (a dedup policy with a limit of 10) for
 // tenant acme, evaluation id eval-1, while the connection stalls: the
 // attempt times out, the one retry (which restores the connection) finds
@@ -209,7 +252,7 @@ func dedupWindow(id string, limit int64) policy.RatePolicyDecl {
 
 func TestStallWithDedupRetriesOnceAndChargesOnce(t *testing.T) {
 	f, s, ctx := stallRetriedOnce(t, dedupWindow("dd", 10))
-	used, err := s.Admin().HGet(ctx, f.stateKey(t, "dd", tenant("acme")).Redis(), "used").Int64()
+	used, err := windowUsed(ctx, s.Admin(), f.stateKey(t, "dd", tenant("acme")))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), used, "charged exactly once")
 	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_dedup_replays_total", map[string]string{"policy": "dd"}))
@@ -253,7 +296,7 @@ func TestStallWithoutDedupIsIndeterminate(t *testing.T) {
 	assert.Equal(t, ReasonTimeout, o.Reason())
 
 	assert.Zero(t, retries.Load(), "no retry without dedup")
-	used, err := s.Admin().HGet(ctx, f.stateKey(t, "closed", tenant("acme")).Redis(), "used").Int64()
+	used, err := windowUsed(ctx, s.Admin(), f.stateKey(t, "closed", tenant("acme")))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), used, "the stalled write did apply: that is why it is not a failure")
 	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_indeterminate_total", map[string]string{"policy": "closed"}))
@@ -267,16 +310,21 @@ func TestProgramErrorNeverFallsBack(t *testing.T) {
 	f := newFixture(t, s.Addr(), s, localCfg(), nil, local)
 	ctx := ctxT(t)
 	key := f.stateKey(t, "local", tenant("acme"))
-	require.NoError(t, s.Admin().Set(ctx, key.Redis(), "not-a-hash", time.Minute).Err())
+	require.NoError(t, s.Admin().Set(ctx, key.Redis(), "not-a-window", time.Minute).Err())
 
 	o := f.l.Evaluate(ctx, req("local", "acme"))
 	assert.Equal(t, Unavailable, o.Kind())
 	assert.Equal(t, CategoryMisconfigured, o.Category())
 	assert.Zero(t, f.l.local.len(), "the local limiter was not consulted")
 
-	// State of another revision under this key is refused the same way.
+	// State of another revision under this key is refused the same way,
+	// and so is another type (a hash, v1's layout).
+	require.NoError(t, s.Admin().Set(ctx, key.Redis(), "f1:1:1:r0", time.Minute).Err())
+	o = f.l.Evaluate(ctx, req("local", "acme"))
+	assert.Equal(t, Unavailable, o.Kind())
+	assert.Equal(t, CategoryMisconfigured, o.Category())
 	require.NoError(t, s.Admin().Del(ctx, key.Redis()).Err())
-	require.NoError(t, s.Admin().HSet(ctx, key.Redis(), "v", "1", "rev", "r0", "wid", "1", "used", "1", "ts", "1").Err())
+	require.NoError(t, s.Admin().HSet(ctx, key.Redis(), "v", "1", "rev", "r1", "wid", "1", "used", "1", "ts", "1").Err())
 	o = f.l.Evaluate(ctx, req("local", "acme"))
 	assert.Equal(t, Unavailable, o.Kind())
 	assert.Equal(t, CategoryMisconfigured, o.Category())
@@ -376,7 +424,7 @@ func TestHierarchicalConservativeConsumption(t *testing.T) {
 		}
 	}
 	used := func() int64 {
-		n, err := s.Admin().HGet(ctx, f.stateKey(t, "tenant", tenant("acme")).Redis(), "used").Int64()
+		n, err := windowUsed(ctx, s.Admin(), f.stateKey(t, "tenant", tenant("acme")))
 		require.NoError(t, err)
 		return n
 	}
