@@ -179,6 +179,140 @@ func rateRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o r
 	}
 	fmt.Println("rate rows: left column = go-redis/redis_rate v10 Allow, right = caphost (target ≥ 1.0×); \"no guest\" rows time the limiter alone;")
 	fmt.Println("\"dedup\" rows opt into evaluation-id dedup (the limiter mints an id per call).")
+	return rateServerTimeRows(ctx, rt, plain, o, want)
+}
+
+// rateAlgorithm is one row of rateServerTimeRows: a policy admitting
+// everything the bench offers, and the minimal plain command set a client
+// sends for the same algorithm (pipelined, one round trip per decision;
+// neither atomic nor clock-safe, which is the point of the program).
+type rateAlgorithm struct {
+	label    string
+	decl     policy.RatePolicyDecl
+	plainSet string   // the plain commands, as printed
+	commands []string // their INFO commandstats names
+	plainOp  func(ctx context.Context, p redis.Pipeliner, key string)
+}
+
+func rateAlgorithms() []rateAlgorithm {
+	decl := func(id string, algo policy.RateAlgorithm, p policy.RateParameters) policy.RatePolicyDecl {
+		return policy.RatePolicyDecl{ID: id, Revision: "r1", Algorithm: algo, Parameters: p,
+			Dimensions: []policy.RateDimension{policy.DimTenant}}
+	}
+	const window = time.Minute
+	return []rateAlgorithm{
+		{"fixed window", decl("st-fw", policy.RateFixedWindow, policy.RateParameters{Limit: policy.RateMaxLimit, Window: window}),
+			"INCRBY+PEXPIRE", []string{"incrby", "pexpire"}, func(ctx context.Context, p redis.Pipeliner, k string) {
+				p.IncrBy(ctx, k, 1)
+				p.PExpire(ctx, k, window)
+			}},
+		{"sliding counter", decl("st-sc", policy.RateSlidingCounter, policy.RateParameters{Limit: policy.RateMaxLimit, Window: window}),
+			"GET+INCRBY+PEXPIRE", []string{"get", "incrby", "pexpire"}, func(ctx context.Context, p redis.Pipeliner, k string) {
+				p.Get(ctx, k+":prev")
+				p.IncrBy(ctx, k, 1)
+				p.PExpire(ctx, k, 2*window)
+			}},
+		{"token bucket", decl("st-tb", policy.RateTokenBucket, policy.RateParameters{Capacity: 1_000_000, RefillTokens: 1_000_000, RefillPeriod: time.Second}),
+			"GET+SET PX", []string{"get", "set"}, func(ctx context.Context, p redis.Pipeliner, k string) {
+				p.Get(ctx, k)
+				p.Set(ctx, k, "1:999999000000:1764000000000", window)
+			}},
+		{"GCRA", decl("st-gc", policy.RateGCRA, policy.RateParameters{Limit: policy.RateMaxLimit, Window: window}),
+			"GET+SET PX", []string{"get", "set"}, func(ctx context.Context, p redis.Pipeliner, k string) {
+				p.Get(ctx, k)
+				p.Set(ctx, k, "1764000000000000:1764000000000", window)
+			}},
+		{"sliding log", decl("st-sl", policy.RateSlidingLog, policy.RateParameters{Limit: 10_000, Window: time.Second}),
+			"ZREMRANGEBYSCORE+ZCARD+ZADD+PEXPIRE", []string{"zremrangebyscore", "zcard", "zadd", "pexpire"},
+			func(ctx context.Context, p redis.Pipeliner, k string) {
+				now := time.Now().UnixMilli()
+				p.ZRemRangeByScore(ctx, k, "0", strconv.FormatInt(now-1000, 10))
+				p.ZCard(ctx, k)
+				p.ZAdd(ctx, k, redis.Z{Score: float64(now), Member: strconv.FormatInt(time.Now().UnixNano(), 10)})
+				p.PExpire(ctx, k, time.Second)
+			}},
+	}
+}
+
+// rateServerTimeRows prints, per algorithm and at 1 and 32 goroutines,
+// redis-server's time per decision: the limiter's program (INFO
+// commandstats usec of EVALSHA/FCALL per decision, dedup off: the
+// default) beside the minimal plain command set a client would send
+// instead, each run alone on the same private server over 64 subjects.
+func rateServerTimeRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts, want func(string) bool) error {
+	algos := rateAlgorithms()
+	var rows []rateAlgorithm
+	for _, a := range algos {
+		if want("rate server time, "+a.label+", 1 gor.") || want("rate server time, "+a.label+", 32 gor.") {
+			rows = append(rows, a)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	cfg := ratelimit.Config{Provider: "redis", RedisRole: policy.RoleCoordination, DegradedProvider: "disabled"}
+	for _, a := range rows {
+		cfg.Policies = append(cfg.Policies, a.decl)
+	}
+	set, err := cfg.CompilePolicies()
+	if err != nil {
+		return err
+	}
+	opts := []ratelimit.Option{ratelimit.WithLogger(slog.New(slog.DiscardHandler))}
+	if o.batchFlights >= 0 {
+		opts = append(opts, ratelimit.WithBatching(o.batchFlights, ratelimit.DefaultBatchMax))
+	}
+	lim, err := ratelimit.New(rt, cfg, set, opts...)
+	if err != nil {
+		return err
+	}
+	subjects := make([]ratelimit.Subject, 64)
+	for i := range subjects {
+		subjects[i] = ratelimit.Subject{policy.DimTenant: []byte("tenant-" + strconv.Itoa(i))}
+	}
+	fmt.Printf("\n%-38s %12s %12s %12s %12s %7s  %s\n", "rate server time per decision", "caphost µs", "plain µs",
+		"caphost cpu", "plain cpu", "ratio", "plain command set")
+	for _, a := range rows {
+		for _, g := range []int{1, 32} {
+			label := fmt.Sprintf("rate server time, %s, %d gor.", a.label, g)
+			if !want(label) {
+				continue
+			}
+			var n atomic.Uint64
+			ours := contender{"caphost " + a.label, func(ctx context.Context) error {
+				out := lim.Evaluate(ctx, ratelimit.Request{Policy: a.decl.ID, Cost: 1, Subject: subjects[n.Add(1)%64]})
+				if !out.Allowed() {
+					return fmt.Errorf("caphost %s: %v %v", a.label, out.Kind(), out.Category())
+				}
+				return nil
+			}}
+			var m atomic.Uint64
+			theirs := contender{"plain " + a.plainSet, func(ctx context.Context) error {
+				k := "bench:st:" + a.decl.ID + ":" + strconv.FormatUint(m.Add(1)%64, 10)
+				_, err := plain.Pipelined(ctx, func(p redis.Pipeliner) error {
+					a.plainOp(ctx, p, k)
+					return nil
+				})
+				if err == redis.Nil { // a GET of a key not written yet
+					err = nil
+				}
+				return err
+			}}
+			c, err := measureServerCost(ctx, plain, ours, g, o.dur, "evalsha", "fcall")
+			if err != nil {
+				return err
+			}
+			p, err := measureServerCost(ctx, plain, theirs, g, o.dur, a.commands...)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-38s %12.2f %12.2f %12.2f %12.2f %6.2fx  %s\n", label, c.commandMicros, p.commandMicros,
+				c.cpuMicros, p.cpuMicros, c.commandMicros/p.commandMicros, a.plainSet)
+		}
+	}
+	fmt.Println("µs = INFO commandstats time per decision (caphost: EVALSHA/FCALL, which includes the commands it runs; plain: its")
+	fmt.Println("commands summed); cpu = redis-server CPU per decision (also reading, parsing, replying; cut by pipelining);")
+	fmt.Println("each side runs alone, 64 subjects, nothing denied, dedup off. The plain sets are neither atomic nor clock-safe.")
 	return nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,7 @@ func serverCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 type commandStat struct {
 	name        string
 	calls       int64
+	usec        int64 // total
 	usecPerCall float64
 }
 
@@ -95,6 +97,8 @@ func parseCommandStats(info string) []commandStat {
 			switch k {
 			case "calls":
 				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
 			case "usec_per_call":
 				st.usecPerCall, _ = strconv.ParseFloat(v, 64)
 			}
@@ -103,4 +107,49 @@ func parseCommandStats(info string) []commandStat {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].calls > out[j].calls })
 	return out
+}
+
+// serverCost is what redis-server spent per op of one contender run alone.
+type serverCost struct {
+	opsPerSec float64
+	// commandMicros is the INFO commandstats time of the named top-level
+	// commands per op (a script's inner commands are inside its time and
+	// are not added again).
+	commandMicros float64
+	// cpuMicros is redis-server's CPU (user+system, all threads) per op:
+	// also what reading, parsing and replying cost, which pipelining cuts.
+	cpuMicros float64
+}
+
+// measureServerCost runs c alone for dur with goroutines workers (after a
+// warm-up of dur/4) and reads what the server spent on it: commands are
+// the top-level commands c sends (for example evalsha and fcall, or incrby
+// and pexpire). plain is an unguarded client on the private server.
+func measureServerCost(ctx context.Context, plain *redis.Client, c contender, goroutines int, dur time.Duration, commands ...string) (serverCost, error) {
+	measure(ctx, c, goroutines, dur/4)
+	if err := plain.ConfigResetStat(ctx).Err(); err != nil {
+		return serverCost{}, err
+	}
+	cpu0, err := serverCPU(ctx, plain)
+	if err != nil {
+		return serverCost{}, err
+	}
+	s := measure(ctx, c, goroutines, dur)
+	cpu1, err := serverCPU(ctx, plain)
+	if err != nil {
+		return serverCost{}, err
+	}
+	info, err := plain.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return serverCost{}, err
+	}
+	ops := float64(s.ops)
+	var usec int64
+	for _, st := range parseCommandStats(info) {
+		if slices.Contains(commands, st.name) {
+			usec += st.usec
+		}
+	}
+	return serverCost{opsPerSec: ops / s.elapsed.Seconds(), commandMicros: float64(usec) / ops,
+		cpuMicros: (cpu1 - cpu0).Seconds() * 1e6 / ops}, nil
 }
