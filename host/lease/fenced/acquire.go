@@ -24,6 +24,12 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
 	if err != nil {
 		return Acquisition{}, err
 	}
+	a, err := c.acquire(ctx, k, r)
+	c.m.acquired(k.label, a.Kind, err)
+	return a, err
+}
+
+func (c *Client) acquire(ctx context.Context, k call, r Request) (Acquisition, error) {
 	req := programs.FencedLeaseAcquireRequest{Registration: k.reg, Attempt: k.program(), TTL: r.TTL,
 		HardFailThreshold: c.threshold}
 	deadline := c.now().Add(r.Wait)
@@ -135,6 +141,12 @@ func (c *Client) Inspect(ctx context.Context, r Request) (Acquisition, error) {
 	if err != nil {
 		return Acquisition{}, err
 	}
+	a, err := c.inspect(ctx, k, r)
+	c.m.inspected(k.label, a.Kind, err)
+	return a, err
+}
+
+func (c *Client) inspect(ctx context.Context, k call, r Request) (Acquisition, error) {
 	start := c.now()
 	res, err := c.exec.FencedLeaseInspect(ctx, k.owner, k.counter, k.reg, k.program())
 	if err != nil {
@@ -186,7 +198,9 @@ type Handle struct {
 
 func (c *Client) handle(k call, r Request, sent time.Time, serverTTL time.Duration, tok fence.Token) *Handle {
 	return &Handle{c: c, k: k, attempt: r.Attempt, ttl: r.TTL, token: tok,
-		h: hold.New(c.now, c.drift, lease.ErrValidityExpired, sent, serverTTL, nil)}
+		h: hold.New(c.now, c.drift, lease.ErrValidityExpired, sent, serverTTL, func(s State, cause error) {
+			c.m.ended(k.label, s, cause)
+		})}
 }
 
 // Token is the lease's fencing token: pass it with every write to the
@@ -216,10 +230,6 @@ func (h *Handle) Remaining() time.Duration { return h.h.Remaining() }
 // left.
 func (h *Handle) UsableFor(work time.Duration) bool { return h.h.UsableFor(work) }
 
-func (h *Handle) held() programs.FencedLeaseHold {
-	return programs.FencedLeaseHold{Registration: h.k.reg, Owner: []byte(h.attempt.Owner().Reveal()), Counter: h.token.Counter}
-}
-
 // Renew sets the TTL again if the attempt still holds the lease under its
 // token and the fence still matches. Not ACTIVE: lease.ErrNotActive,
 // nothing sent. A lost reply makes the handle UNKNOWN (never resent).
@@ -227,34 +237,22 @@ func (h *Handle) Renew(ctx context.Context) (lease.RenewKind, error) {
 	if h.State() != Active {
 		return 0, lease.ErrNotActive
 	}
-	start := h.c.now()
-	res, err := h.c.exec.FencedLeaseRenew(ctx, h.k.owner, h.k.counter, h.held(), h.ttl)
+	res, err := h.c.renewCall(ctx, h.k, h.token.Counter, h.ttl)
 	if err != nil {
-		if certainty.Classify(err, true) == certainty.Indeterminate {
-			h.h.End(Unknown, err)
-			return lease.RenewIndeterminate, nil
+		if errors.Is(err, lease.ErrCorrupt) {
+			h.h.End(Lost, lease.ErrCorrupt)
 		}
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return 0, ctx.Err()
-		}
-		return lease.RenewUnavailable, nil
+		return 0, err
 	}
-	switch res.Status {
-	case programs.FencedRenewed:
-		h.h.Extend(start, h.ttl)
-		return lease.Renewed, nil
-	case programs.FencedRenewAbsent, programs.FencedRenewNotOwner, programs.FencedRenewTokenMismatch:
-		h.h.End(Lost, lease.ErrLost)
-		return lease.RenewLost, nil
-	case programs.FencedRenewEpochMismatch, programs.FencedRenewRegistrationConflict,
-		programs.FencedRenewCounterMissing, programs.FencedRenewRegression:
-		h.h.End(Lost, ErrFenceBroken)
-		return lease.RenewLost, nil
-	case programs.FencedRenewWrongType:
-		h.h.End(Lost, lease.ErrCorrupt)
-		return 0, lease.ErrCorrupt
+	switch res.Kind {
+	case lease.Renewed:
+		h.h.Extend(res.start, h.ttl)
+	case lease.RenewLost:
+		h.h.End(Lost, res.lostCause)
+	case lease.RenewIndeterminate:
+		h.h.End(Unknown, res.Cause)
 	}
-	return 0, fmt.Errorf("fenced: fenced-lease-renew-v1 answered %s to a validated request", res.Status)
+	return res.Kind, nil
 }
 
 // Release deletes the lease if the attempt still holds it under its token
@@ -265,44 +263,19 @@ func (h *Handle) Release(ctx context.Context) (lease.ReleaseKind, error) {
 	if h.State() == Released {
 		return lease.ReleaseAlreadyReleased, nil
 	}
-	var (
-		res programs.FencedReleaseResult
-		err error
-	)
-	for try := 0; try < 2; try++ {
-		res, err = h.c.exec.FencedLeaseRelease(ctx, h.k.owner, h.k.counter, h.held())
-		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
-			break
-		}
-	}
+	res, err := h.c.releaseCall(ctx, h.k, h.token.Counter)
 	if err != nil {
-		if certainty.Classify(err, true) == certainty.Indeterminate {
-			h.h.End(Unknown, err)
-			return lease.ReleaseIndeterminate, nil
-		}
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return 0, ctx.Err()
-		}
-		return lease.ReleaseUnavailable, nil
+		return 0, err
 	}
-	switch res.Status {
-	case programs.FencedReleased:
+	switch res.Kind {
+	case lease.ReleaseIndeterminate:
+		h.h.End(Unknown, res.Cause)
+	case lease.ReleaseDone, lease.ReleaseAlreadyAbsent:
 		h.h.End(Released, nil)
-		return lease.ReleaseDone, nil
-	case programs.FencedReleaseAbsent:
-		h.h.End(Released, nil)
-		return lease.ReleaseAlreadyAbsent, nil
-	case programs.FencedReleaseNotOwner, programs.FencedReleaseTokenMismatch:
-		h.h.End(Lost, lease.ErrLost)
-		return lease.ReleaseNotOwner, nil
-	case programs.FencedReleaseEpochMismatch, programs.FencedReleaseRegistrationConflict,
-		programs.FencedReleaseCounterMissing, programs.FencedReleaseRegression:
-		h.h.End(Lost, ErrFenceBroken)
-		return lease.ReleaseNotOwner, nil
-	case programs.FencedReleaseWrongType:
-		return 0, lease.ErrCorrupt
+	case lease.ReleaseNotOwner:
+		h.h.End(Lost, res.lostCause)
 	}
-	return 0, fmt.Errorf("fenced: fenced-lease-release-v1 answered %s to a validated request", res.Status)
+	return res.Kind, nil
 }
 
 // ReleaseTimeout bounds the release Hold makes after its function returns.

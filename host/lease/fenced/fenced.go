@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/host/fence"
 	"github.com/caphost/caphost/host/lease"
@@ -47,6 +50,14 @@ type Config struct {
 	// (default fence.MaxCounter); above it acquires answer Exhausted and
 	// the resource must be re-registered under a new epoch.
 	HardFailThreshold int64
+	// MaxTTL (default and at most lease.MaxTTL) bounds a request's TTL.
+	MaxTTL time.Duration
+	// MaxWait (default and at most lease.MaxWait) bounds a request's wait.
+	MaxWait time.Duration
+	// Purposes, when not empty, is the closed set of purposes the client
+	// accepts (at most lease.MaxPurposes slugs); any other purpose is an
+	// invalid request. It is also the set of purpose metric labels.
+	Purposes []string
 }
 
 // Option configures a Client beyond Config.
@@ -54,11 +65,16 @@ type Option func(*options)
 
 type options struct {
 	log *slog.Logger
+	reg prometheus.Registerer
 	now func() time.Time
 }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRegisterer registers the client's metrics on reg (default: none; the
+// instruments still count). One client per registry.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 // WithClock replaces time.Now for validity (tests); it must be monotonic.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -70,14 +86,20 @@ type Client struct {
 	keys      *keys.Builder
 	drift     time.Duration
 	threshold int64
+	maxTTL    time.Duration
+	maxWait   time.Duration
+	purposes  map[string]bool // nil: any purpose slug
 	log       *slog.Logger
+	m         *metrics
 	now       func() time.Time
 	jitter    func(int64) int64
 
 	// Test hooks: beforeRepeat runs before the reconciling repeat of an
-	// acquire whose reply was lost, afterRenew after each Hold renew.
-	beforeRepeat func()
-	afterRenew   func(lease.RenewKind)
+	// acquire whose reply was lost, beforeReleaseRepeat before the repeat
+	// of a release whose reply was lost, afterRenew after each Hold renew.
+	beforeRepeat        func()
+	beforeReleaseRepeat func()
+	afterRenew          func(lease.RenewKind)
 }
 
 // New binds a client to cfg.Role of rt.
@@ -112,12 +134,41 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 	case threshold < 1 || threshold > fence.MaxCounter:
 		return nil, fmt.Errorf("%w: hard-fail threshold must be within 1..%d", lease.ErrInvalidRequest, fence.MaxCounter)
 	}
+	maxTTL, maxWait := cfg.MaxTTL, cfg.MaxWait
+	if maxTTL == 0 {
+		maxTTL = lease.MaxTTL
+	}
+	if maxWait == 0 {
+		maxWait = lease.MaxWait
+	}
+	switch {
+	case maxTTL <= drift || maxTTL > lease.MaxTTL:
+		return nil, fmt.Errorf("%w: max TTL must exceed the drift budget and be at most %s", lease.ErrInvalidRequest, lease.MaxTTL)
+	case maxWait < 0 || maxWait > lease.MaxWait:
+		return nil, fmt.Errorf("%w: max wait must be within 0..%s", lease.ErrInvalidRequest, lease.MaxWait)
+	case len(cfg.Purposes) > lease.MaxPurposes:
+		return nil, fmt.Errorf("%w: at most %d purposes", lease.ErrInvalidRequest, lease.MaxPurposes)
+	}
+	var purposes map[string]bool
+	for i, p := range cfg.Purposes {
+		if !lease.ValidPurpose(p) || slices.Contains(cfg.Purposes[:i], p) {
+			return nil, fmt.Errorf("%w: purposes must be distinct slugs", lease.ErrInvalidRequest)
+		}
+		if purposes == nil {
+			purposes = map[string]bool{}
+		}
+		purposes[p] = true
+	}
 	dep, err := rt.Role(role)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, threshold: threshold, log: o.log, now: o.now,
-		jitter: rand.Int64N}, nil
+	m, err := newMetrics(o.reg, cfg.Purposes)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, threshold: threshold, maxTTL: maxTTL, maxWait: maxWait,
+		purposes: purposes, log: o.log, m: m, now: o.now, jitter: rand.Int64N}, nil
 }
 
 // keysOf builds the owner and counter keys of a resource (one hash slot).
@@ -249,13 +300,14 @@ type Request struct {
 	Attempt lease.Attempt
 }
 
-// call is one request's keys and registration. The attempt is kept as
+// call is one request's keys, registration and purpose label. The attempt is kept as
 // its redacting type and rendered for each send only: a handle printed
 // with %v must not show the owner token.
 type call struct {
 	owner, counter keys.Key
 	reg            programs.FenceRegistration
 	attempt        lease.Attempt
+	label          string // the purpose's metric label
 }
 
 func (k call) program() programs.LeaseAttempt {
@@ -266,11 +318,13 @@ func (c *Client) prepare(r *Request) (call, error) {
 	switch {
 	case r.Attempt.IsZero():
 		return call{}, fmt.Errorf("%w: no attempt (mint one with lease.NewAttempt)", lease.ErrInvalidRequest)
-	case r.TTL <= c.drift || r.TTL > lease.MaxTTL || r.TTL%time.Millisecond != 0:
+	case r.TTL <= c.drift || r.TTL > c.maxTTL || r.TTL%time.Millisecond != 0:
 		return call{}, fmt.Errorf("%w: TTL must be whole milliseconds above the drift budget (%s) and at most %s",
-			lease.ErrInvalidRequest, c.drift, lease.MaxTTL)
-	case r.Wait < 0 || r.Wait > lease.MaxWait:
-		return call{}, fmt.Errorf("%w: wait must be within 0..%s", lease.ErrInvalidRequest, lease.MaxWait)
+			lease.ErrInvalidRequest, c.drift, c.maxTTL)
+	case r.Wait < 0 || r.Wait > c.maxWait:
+		return call{}, fmt.Errorf("%w: wait must be within 0..%s", lease.ErrInvalidRequest, c.maxWait)
+	case c.purposes != nil && !c.purposes[r.Purpose]:
+		return call{}, fmt.Errorf("%w: the purpose is not on the configured list", lease.ErrInvalidRequest)
 	}
 	reg, err := registration(r.Registration)
 	if err != nil {
@@ -280,5 +334,5 @@ func (c *Client) prepare(r *Request) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{owner: owner, counter: counter, reg: reg, attempt: r.Attempt}, nil
+	return call{owner: owner, counter: counter, reg: reg, attempt: r.Attempt, label: c.m.purpose(r.Purpose)}, nil
 }

@@ -55,7 +55,7 @@ type world struct {
 	store *fence.Store
 }
 
-func newWorld(t *testing.T, addr string, srv *redistest.Server, cfg Config) *world {
+func newWorld(t testing.TB, addr string, srv *redistest.Server, cfg Config) *world {
 	t.Helper()
 	c, err := New(newRuntime(t, addr), cfg)
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func newWorld(t *testing.T, addr string, srv *redistest.Server, cfg Config) *wor
 
 // activate registers resource in the store and runs the provisioning
 // protocol.
-func (w *world) activate(t *testing.T, resource string) fence.Registration {
+func (w *world) activate(t testing.TB, resource string) fence.Registration {
 	t.Helper()
 	ctx := context.Background()
 	_, err := w.store.Register(ctx, resource)
