@@ -261,17 +261,12 @@ func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) Deployment
 	}
 
 	// 4. Cluster coverage.
+	// Per primary of the slot map (cluster_coverage.go).
 	if cc, ok := admin.(*redis.ClusterClient); ok {
-		info, err := cc.ClusterInfo(ctx).Result()
-		switch {
-		case err != nil:
-			add(CheckClusterCoverage, CheckFailed, classOf(err, d.topology), "CLUSTER INFO: "+errCode(err))
-		case infoField(info, "cluster_state") != "ok":
-			add(CheckClusterCoverage, CheckFailed, ClassOutage, "cluster_state is "+boundedWord(infoField(info, "cluster_state")))
-		case infoField(info, "cluster_slots_ok") != "16384":
-			add(CheckClusterCoverage, CheckFailed, ClassOutage, "only "+boundedWord(infoField(info, "cluster_slots_ok"))+" of 16384 slots are served")
-		default:
-			add(CheckClusterCoverage, CheckOK, "", "16384 slots served, cluster_state ok")
+		if cov := checkCoverage(ctx, cc); cov.ok() {
+			add(CheckClusterCoverage, CheckOK, "", cov.detail())
+		} else {
+			add(CheckClusterCoverage, CheckFailed, cov.class(d.topology), cov.detail())
 		}
 	}
 
@@ -906,7 +901,7 @@ type LiveError struct {
 	Class      Class
 	// Reason is one of "timeout", "unreachable", "overloaded",
 	// "shutting-down", "rejected", "connection-lost", "not-primary",
-	// "node-changed", "cluster-down", or a lower-case server error code ("noperm",
+	// "node-changed", "cluster-down", "slots-uncovered", or a lower-case server error code ("noperm",
 	// "wrongpass", "loading", "oom", "readonly", "misconf", "unknown", ...).
 	Reason string
 	Err    error
@@ -926,10 +921,12 @@ func (e *LiveError) Unwrap() error { return e.Err }
 // the primary, and — when identity is not "" — still the one the handshake
 // proved: a restarted or failed-over primary fails with reason
 // "node-changed", so its programs are verified again) or, on cluster,
-// CLUSTER INFO (cluster_state ok). Two commands per call; callers cache the
-// result. A failure is a *LiveError. An admin lane that is busy (its
-// in-flight bound is full, e.g. while programs are deployed) skips the
-// second command rather than failing readiness for it.
+// the slot coverage of cluster_coverage.go: every primary of a freshly read
+// slot map answers ROLE master and CLUSTER INFO cluster_state ok with 16384
+// slots served (one CLUSTER SLOTS and one two-command pipeline per primary).
+// Callers cache the result. A failure is a *LiveError. An admin lane that
+// is busy (its in-flight bound is full, e.g. while programs are deployed)
+// skips the second step rather than failing readiness for it.
 func (r *Runtime) Live(ctx context.Context, id, identity string) error {
 	d, err := r.deployment(id)
 	if err != nil {
@@ -947,16 +944,13 @@ func (r *Runtime) Live(ctx context.Context, id, identity string) error {
 	}
 	admin := d.client(policy.LaneAdmin)
 	if cc, ok := admin.(*redis.ClusterClient); ok {
-		info, err := cc.ClusterInfo(ctx).Result()
+		// Per primary of the slot map (cluster_coverage.go).
+		cov := checkCoverage(ctx, cc)
 		switch {
-		case errors.Is(err, ErrOverloaded):
+		case cov.ok(), errors.Is(cov.err, ErrOverloaded):
 			return nil
-		case err != nil:
-			return fail(classOf(err, d.topology), reasonWord(err), err)
-		case infoField(info, "cluster_state") != "ok":
-			return fail(ClassOutage, "cluster-down", nil)
 		}
-		return nil
+		return fail(cov.class(d.topology), cov.liveReason(), cov.err)
 	}
 	info, err := admin.Info(ctx, "server", "replication").Result()
 	switch {

@@ -30,6 +30,12 @@
 // Every role status change is also reported to Options.OnTransition (the
 // host's caphost_readiness_transitions_total).
 //
+// On Cluster, a role is UP only while every slot is covered: the live check
+// asks each primary of a freshly read slot map (runtime.Runtime.Live), so a
+// dead primary that still owns slots makes its roles DOWN/DEGRADED until a
+// replica is promoted, and a failed node entry outside the map cannot make
+// readiness flap afterwards.
+//
 // What may change here: new cheap live facts and new report fields. What
 // must not: liveness stays free of Redis, a required role that is not
 // proven stays DOWN, and an unselected role gets no check.
