@@ -87,6 +87,44 @@ type TemplateDecl struct {
 	Locales  []string `json:"locales"`
 	Channels []string `json:"channels"`
 	Params   []string `json:"params,omitempty"`
+	// ParamSpecs, when present, types and bounds every parameter: one
+	// spec per name of Params, in the same order. The host checks values
+	// against them before it calls the guest. Added in ABI 1.0 after the
+	// first release: a host that predates the member refuses a describe
+	// carrying it (unknown member), so a guest fails to load rather than
+	// receive unchecked values.
+	ParamSpecs []ParamSpec `json:"param_specs,omitempty"`
+}
+
+// ParamSpec types and bounds one template parameter.
+type ParamSpec struct {
+	Name string    `json:"name"`
+	Type ParamType `json:"type"`
+	// MaxBytes bounds the value's UTF-8 bytes (1..MaxValueBytes); 0 leaves
+	// the host's configured bound.
+	MaxBytes uint16 `json:"max_bytes,omitempty"`
+}
+
+// ParamType is the closed set of parameter types. Every value travels as
+// UTF-8 text in one canonical form per type, so one intent always
+// renders the same bytes.
+type ParamType string
+
+// Parameter types.
+const (
+	// ParamText is any UTF-8 text without NUL.
+	ParamText ParamType = "text"
+	// ParamInteger is a base-10 int64 without leading zeros or "+"
+	// ("-42", "0").
+	ParamInteger ParamType = "integer"
+	// ParamTimestamp is an instant in UTC with milliseconds,
+	// "2006-01-02T15:04:05.000Z".
+	ParamTimestamp ParamType = "timestamp"
+)
+
+// Valid reports whether t is a v1 parameter type.
+func (t ParamType) Valid() bool {
+	return t == ParamText || t == ParamInteger || t == ParamTimestamp
 }
 
 // ParseDescription decodes and validates describe output with the standard
@@ -248,6 +286,20 @@ func (d *Description) Validate() error {
 				if len(s) == 0 || len(s) > MaxNameBytes {
 					bad("template %q: empty or oversized name", t.ID)
 				}
+			}
+		}
+		if len(t.ParamSpecs) > 0 && len(t.ParamSpecs) != len(t.Params) {
+			bad("template %q: param_specs must have one spec per param", t.ID)
+		}
+		for i, ps := range t.ParamSpecs {
+			if i < len(t.Params) && ps.Name != t.Params[i] {
+				bad("template %q: param_specs[%d] is not params[%d]", t.ID, i, i)
+			}
+			if !ps.Type.Valid() {
+				bad("template %q: param_specs[%d] type %q is not text, integer or timestamp", t.ID, i, ps.Type)
+			}
+			if ps.MaxBytes > MaxValueBytes {
+				bad("template %q: param_specs[%d] max_bytes above %d", t.ID, i, MaxValueBytes)
 			}
 		}
 	}

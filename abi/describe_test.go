@@ -17,6 +17,9 @@ func TestParseDescriptionValid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Kind{KindCodec, KindCacheRegion, KindRatePolicy, KindRenderer}, d.Kinds)
 	assert.Equal(t, AlgGCRA, d.RatePolicies[1].Algorithm)
+	assert.Equal(t, []ParamSpec{{Name: "name", Type: ParamText, MaxBytes: 128}, {Name: "count", Type: ParamInteger},
+		{Name: "due", Type: ParamTimestamp}}, d.Templates[1].ParamSpecs)
+	assert.Nil(t, d.Templates[0].ParamSpecs, "param_specs is optional")
 	// Round trip through encoding/json is stable.
 	again, err := json.Marshal(d)
 	require.NoError(t, err)
