@@ -53,9 +53,12 @@ func Module() *guest.Module {
 	return &guest.Module{Name: "renderer", Renderer: &guest.Renderer{
 		Templates: []abi.TemplateDecl{
 			{ID: "welcome", Version: 1, Locales: []string{"en", "de"},
-				Channels: []string{"email", "text", "slack"}, Params: []string{"name", "account"}},
+				Channels: []string{"email", "text", "slack"}, Params: []string{"name", "account"},
+				ParamSpecs: []abi.ParamSpec{{Name: "name", Type: abi.ParamText, MaxBytes: 128}, {Name: "account", Type: abi.ParamText, MaxBytes: 32}}},
 			{ID: "export-row", Version: 1, Locales: []string{"en", "de"},
-				Channels: []string{"csv", "text"}, Params: []string{"name", "account", "note"}},
+				Channels: []string{"csv", "text"}, Params: []string{"name", "account", "note"},
+				ParamSpecs: []abi.ParamSpec{{Name: "name", Type: abi.ParamText, MaxBytes: 128}, {Name: "account", Type: abi.ParamText, MaxBytes: 32},
+					{Name: "note", Type: abi.ParamText, MaxBytes: 256}}},
 		},
 		Render: Render,
 	}}
