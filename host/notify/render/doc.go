@@ -15,10 +15,11 @@
 //     and channel must be declared exactly; the locale is resolved by the
 //     host (tag, shorter prefixes, Options.DefaultLocale) so the locale
 //     recorded is the locale rendered.
-//  3. Parameters are checked against the declared names (every name
-//     once, no other) and the Limits, as valid UTF-8 without NUL. ABI v1
-//     declares parameter names only; the typed constructors (String, Int,
-//     Time) give each Go value one canonical text form.
+//  3. Parameters are checked against the declaration (every name once,
+//     no other; with param_specs, each value's type — text, integer,
+//     timestamp in one canonical form — and max_bytes) and the Limits, as
+//     valid UTF-8 without NUL. The typed constructors (String, Int, Time)
+//     write each Go value in its type's canonical form.
 //  4. The guest renders with the host's now. A trap, deadline, memory or
 //     output overrun, an unavailable module or a status other than
 //     invalid-request is ErrRenderFailed; invalid-request is

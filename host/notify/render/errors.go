@@ -52,7 +52,8 @@ const (
 	ParamDuplicate   ParamRule = "duplicate"    // a name given twice
 	ParamInvalidUTF8 ParamRule = "invalid-utf8" // a name or value that is not UTF-8
 	ParamNUL         ParamRule = "nul"          // a value containing U+0000
-	ParamTooLong     ParamRule = "too-long"     // a value over Limits.ParamBytes
+	ParamTooLong     ParamRule = "too-long"     // a value over its spec's max_bytes or Limits.ParamBytes
+	ParamWrongType   ParamRule = "type"         // a value not in its spec's type's canonical form
 	ParamsTooLong    ParamRule = "total-too-long"
 )
 

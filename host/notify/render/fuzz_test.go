@@ -7,6 +7,7 @@ import (
 	"errors"
 	"html"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -145,16 +146,19 @@ func FuzzResultDecode(f *testing.F) {
 
 // FuzzRequest drives the checks on a caller's request (it will arrive as
 // client JSON through the sidecar): locale syntax and fallback, and the
-// parameters against a declaration. Whatever is accepted has every
-// declared name exactly once in declaration order, UTF-8 values without
-// NUL within the bounds, and a locale that is one of the declared ones.
+// parameters against a declaration with param_specs. Whatever is
+// accepted has every declared name exactly once in declaration order,
+// UTF-8 values without NUL within the bounds and of their types, and a
+// locale that is one of the declared ones.
 func FuzzRequest(f *testing.F) {
 	f.Add("de-AT", "name", "Ada", "account", "A-1", "")
+	f.Add("en", "account", "-12", "name", "Ada", "")
 	f.Add("EN", "name", "a\x00", "name", "b", "en")
 	f.Add("x-y-z", "nam\xffe", "v", "account", "", "de")
 	f.Fuzz(func(t *testing.T, locale, n1, v1, n2, v2, def string) {
 		decl := &abi.TemplateDecl{ID: "t", Version: 1, Locales: []string{"en", "de", "pt-BR"}, Channels: []string{"text"},
-			Params: []string{"name", "account"}}
+			Params: []string{"name", "account"}, ParamSpecs: []abi.ParamSpec{{Name: "name", Type: abi.ParamText, MaxBytes: 32},
+				{Name: "account", Type: abi.ParamInteger}}}
 		lim := Limits{ParamBytes: 64, ParamsBytes: 96}.withDefaults()
 		if err := checkRequest(&Request{Template: "t", Version: 1, Locale: locale, Channel: Text}); err == nil {
 			if !validLocale(locale) || len(locale) > maxLocaleBytes {
@@ -191,6 +195,12 @@ func FuzzRequest(f *testing.F) {
 			if !utf8.ValidString(a.Value) || strings.ContainsRune(a.Value, 0) || len(a.Value) > lim.ParamBytes {
 				t.Fatalf("value %q accepted", a.Value)
 			}
+		}
+		if len(attrs[0].Value) > 32 {
+			t.Fatalf("name over its max_bytes accepted")
+		}
+		if n, err := strconv.ParseInt(attrs[1].Value, 10, 64); err != nil || strconv.FormatInt(n, 10) != attrs[1].Value {
+			t.Fatalf("non-canonical integer %q accepted", attrs[1].Value)
 		}
 		if total > lim.ParamsBytes {
 			t.Fatalf("total %d accepted", total)

@@ -336,3 +336,40 @@ func TestMetricLabelsStayBounded(t *testing.T) {
 	assert.Equal(t, 50.0, counter(t, r.metrics.renders.WithLabelValues("email", "ok")))
 	assert.Equal(t, 50.0, counter(t, r.metrics.rejected.WithLabelValues(string(RuleControl))))
 }
+
+// TestParamSpecsTypeAndBoundValues: a template's param_specs are checked
+// before the guest is called.
+func TestParamSpecsTypeAndBoundValues(t *testing.T) {
+	r, _ := newRenderer(t, Options{})
+	ctx := context.Background()
+	typed := func(count, due, note string) Request {
+		return Request{Template: "typed", Version: 1, Locale: "en", Channel: Text,
+			Params: []Param{{"count", count}, {"due", due}, String("note", note)}}
+	}
+	res, err := r.Render(ctx, Request{Template: "typed", Version: 1, Locale: "en", Channel: Text,
+		Params: []Param{Int("count", -42), Time("due", testNow), String("note", "8 bytes!")}})
+	require.NoError(t, err)
+	assert.Equal(t, "count=-42\ndue=2026-11-29T09:00:00.000Z\nnote=8 bytes!\n", string(res.Parts[0].Body))
+
+	for name, c := range map[string]struct {
+		req   Request
+		param string
+		rule  ParamRule
+	}{
+		"integer with a plus":        {typed("+1", "2026-11-29T09:00:00.000Z", "n"), "count", ParamWrongType},
+		"integer with leading zero":  {typed("007", "2026-11-29T09:00:00.000Z", "n"), "count", ParamWrongType},
+		"integer overflow":           {typed("9223372036854775808", "2026-11-29T09:00:00.000Z", "n"), "count", ParamWrongType},
+		"integer as text":            {typed("<script>", "2026-11-29T09:00:00.000Z", "n"), "count", ParamWrongType},
+		"timestamp with an offset":   {typed("1", "2026-11-29T10:00:00.000+01:00", "n"), "due", ParamWrongType},
+		"timestamp without millis":   {typed("1", "2026-11-29T09:00:00Z", "n"), "due", ParamWrongType},
+		"timestamp as a date":        {typed("1", "2026-11-29", "n"), "due", ParamWrongType},
+		"text over its max_bytes":    {typed("1", "2026-11-29T09:00:00.000Z", "9 bytes!!"), "note", ParamTooLong},
+		"reference name over bounds": {welcome("en", Email, String("name", strings.Repeat("n", 129)), String("account", "A-1")), "name", ParamTooLong},
+	} {
+		_, err := r.Render(ctx, c.req)
+		var pe *ParamError
+		require.ErrorAs(t, err, &pe, name)
+		assert.Equal(t, c.rule, pe.Rule, name)
+		assert.Equal(t, c.param, pe.Param, name)
+	}
+}

@@ -48,13 +48,30 @@ type Param struct {
 // String is a text parameter.
 func String(name, v string) Param { return Param{Name: name, Value: v} }
 
-// Int is an integer parameter in base 10.
+// Int is an integer parameter in base 10 (abi.ParamInteger).
 func Int(name string, v int64) Param { return Param{Name: name, Value: strconv.FormatInt(v, 10)} }
 
+// timestampLayout is abi.ParamTimestamp's form.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // Time is an instant as RFC 3339 in UTC with milliseconds
-// ("2026-11-29T09:00:00.000Z"); the template formats it for its locale.
+// ("2026-11-29T09:00:00.000Z", abi.ParamTimestamp); the template formats
+// it for its locale.
 func Time(name string, t time.Time) Param {
-	return Param{Name: name, Value: t.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
+	return Param{Name: name, Value: t.UTC().Format(timestampLayout)}
+}
+
+// validValue reports whether v is the canonical text of typ.
+func validValue(typ abi.ParamType, v string) bool {
+	switch typ {
+	case abi.ParamInteger:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return err == nil && strconv.FormatInt(n, 10) == v
+	case abi.ParamTimestamp:
+		t, err := time.Parse(timestampLayout, v)
+		return err == nil && t.UTC().Format(timestampLayout) == v
+	}
+	return true
 }
 
 // Request asks for one rendered message.
@@ -143,9 +160,11 @@ func resolveLocale(declared []string, want, def string) (string, bool) {
 	return "", false
 }
 
-// checkParams validates params against a template's declared names and
-// the limits: every declared name exactly once, no other name, UTF-8
-// names and values without NUL, each value and all values bounded. The
+// checkParams validates params against a template's declaration and the
+// limits: every declared name exactly once, no other name, UTF-8 names
+// and values without NUL, each value within its spec's max_bytes and
+// Limits.ParamBytes (the smaller), of its spec's type, and all values
+// within Limits.ParamsBytes. The
 // returned attributes are in declaration order, so one intent has one
 // request encoding whatever order the caller listed them in.
 func checkParams(t *abi.TemplateDecl, params []Param, lim Limits) ([]abi.Attr, error) {
@@ -169,8 +188,10 @@ func checkParams(t *abi.TemplateDecl, params []Param, lim Limits) ([]abi.Attr, e
 			return nil, bad(p.Name, ParamInvalidUTF8)
 		case strings.IndexByte(p.Value, 0) >= 0:
 			return nil, bad(p.Name, ParamNUL)
-		case len(p.Value) > lim.ParamBytes:
+		case len(p.Value) > maxBytes(t, i, lim):
 			return nil, bad(p.Name, ParamTooLong)
+		case len(t.ParamSpecs) > i && !validValue(t.ParamSpecs[i].Type, p.Value):
+			return nil, bad(p.Name, ParamWrongType)
 		}
 		total += len(p.Value)
 		if total > lim.ParamsBytes {
@@ -186,4 +207,12 @@ func checkParams(t *abi.TemplateDecl, params []Param, lim Limits) ([]abi.Attr, e
 		attrs[i] = abi.Attr{Name: name, Value: vals[i]}
 	}
 	return attrs, nil
+}
+
+// maxBytes is the bound on parameter i of t.
+func maxBytes(t *abi.TemplateDecl, i int, lim Limits) int {
+	if len(t.ParamSpecs) > i && t.ParamSpecs[i].MaxBytes > 0 {
+		return min(int(t.ParamSpecs[i].MaxBytes), lim.ParamBytes)
+	}
+	return lim.ParamBytes
 }

@@ -16,7 +16,13 @@ import (
 func init() {
 	guest.Register(&guest.Module{Name: "badrenderer", Renderer: &guest.Renderer{
 		Templates: []abi.TemplateDecl{{ID: "bad", Version: 1, Locales: []string{"en"},
-			Channels: []string{"email", "text", "slack", "csv", "fax"}, Params: []string{"mode", "value"}}},
+			Channels: []string{"email", "text", "slack", "csv", "fax"}, Params: []string{"mode", "value"}},
+			// typed shows every parameter type; it renders values as given
+			// and relies on the host's checks.
+			{ID: "typed", Version: 1, Locales: []string{"en"}, Channels: []string{"text"},
+				Params: []string{"count", "due", "note"}, ParamSpecs: []abi.ParamSpec{
+					{Name: "count", Type: abi.ParamInteger}, {Name: "due", Type: abi.ParamTimestamp},
+					{Name: "note", Type: abi.ParamText, MaxBytes: 8}}}},
 		Render: render,
 	}})
 }
@@ -43,6 +49,13 @@ func render(req *abi.RenderRequest) ([]abi.MessagePart, error) {
 		case "value":
 			v = p.Value
 		}
+	}
+	if req.Template == "typed" {
+		body := ""
+		for _, p := range req.Params {
+			body += p.Name + "=" + strings.NewReplacer("\r", "", "\n", " ").Replace(p.Value) + "\n"
+		}
+		return []abi.MessagePart{part("body", plain, body)}, nil
 	}
 	// A correct answer for the channel, which each mode then spoils.
 	safe := strings.NewReplacer("\r", "", "\n", " ").Replace(v)
