@@ -110,6 +110,9 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 			opt(&o)
 		}
 	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
 	if rt == nil {
 		return nil, fmt.Errorf("%w: New needs a runtime", lease.ErrInvalidRequest)
 	}

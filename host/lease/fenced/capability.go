@@ -1,0 +1,243 @@
+package fenced
+
+import (
+	"context"
+	_ "embed" // the capability card
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/caphost/caphost/host/capability"
+	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/internal/module"
+	"github.com/caphost/caphost/host/lease"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/policy/strict"
+)
+
+// CapabilityID is the fenced lease capability's id and configuration
+// block name (capabilities.fenced-lease).
+const CapabilityID = "fenced-lease"
+
+// ProviderRedis is the capability's only provider.
+const ProviderRedis = "redis"
+
+// Readiness is the level this implementation claims: R1. The protocol is
+// proven against a real standalone redis-server and a real SQL store
+// (SQLite and PostgreSQL), lost replies included, but not on Sentinel or
+// Cluster or across a failover (card.md, item 2).
+const Readiness = capability.R1
+
+// Implementation names the implementation in the descriptor.
+const Implementation = "redis-fenced-lease-v1"
+
+//go:embed card.md
+var card []byte
+
+// example is a minimal valid capabilities.fenced-lease block.
+const example = `provider: redis
+redis-role: coordination
+max-ttl: 5m
+purposes: [ledger]
+`
+
+const capPath = "capabilities." + CapabilityID
+
+// Rules of the block's values (the shape rules are policy's).
+const (
+	// RuleBounds: drift-budget, max-ttl, max-wait or hard-fail-threshold
+	// out of its bounds.
+	RuleBounds policy.Rule = "fenced-lease.bounds"
+	// RulePurposes: a purpose that is not a slug, listed twice, or more
+	// than lease.MaxPurposes of them.
+	RulePurposes policy.Rule = "fenced-lease.purposes"
+)
+
+// Rules lists the block's own rules.
+func Rules() []policy.Rule { return []policy.Rule{RuleBounds, RulePurposes} }
+
+// Decode decodes the capabilities.fenced-lease block strictly: unknown
+// keys, wrong types and bad values fail, every problem at once as a
+// *policy.ValidationError. role is the block's redis-role ("" defaults to
+// coordination); the evictable cache role is refused, because a fence
+// counter must never be evicted (a missing counter fails every acquire
+// closed until an operator reprovisions it).
+//
+// Keys (besides provider and redis-role): drift-budget (default 50ms,
+// 1ms..10s), max-ttl (default 10m, whole milliseconds, above
+// drift-budget, at most 720h), max-wait (default 10s, 0..1m),
+// hard-fail-threshold (default 2^53−1: the highest counter an acquire
+// issues), purposes (the closed list of purpose slugs; absent: any, the
+// first 64 getting their own metric label).
+func Decode(provider string, role policy.Role, raw map[string]any) (Config, error) {
+	d := &strict.Reader{}
+	cfg := Config{Role: role, DriftBudget: lease.DefaultDriftBudget, MaxTTL: lease.DefaultConfigMaxTTL,
+		MaxWait: lease.DefaultConfigMaxWait, HardFailThreshold: fence.MaxCounter}
+	if cfg.Role == "" {
+		cfg.Role = policy.RoleCoordination
+	}
+	if provider != ProviderRedis {
+		d.Add(capPath+".provider", policy.RuleCapabilityProvider, "the fenced lease capability needs provider redis")
+	}
+	if !cfg.Role.Correctness() {
+		d.Add(capPath+".redis-role", policy.RuleCapabilityRole,
+			"fence counters need a correctness role (coordination or session): an evicted counter stops every acquire")
+	}
+	d.Known(capPath, raw, "drift-budget", "max-ttl", "max-wait", "hard-fail-threshold", "purposes")
+	if v, ok := d.Duration(capPath+".drift-budget", raw["drift-budget"]); ok {
+		if v < lease.MinDriftBudget || v > lease.MaxDriftBudget {
+			d.Add(capPath+".drift-budget", RuleBounds, "must be within %s..%s", lease.MinDriftBudget, lease.MaxDriftBudget)
+		}
+		cfg.DriftBudget = v
+	}
+	if v, ok := d.Duration(capPath+".max-ttl", raw["max-ttl"]); ok {
+		if v <= 0 || v > lease.MaxTTL || v%time.Millisecond != 0 {
+			d.Add(capPath+".max-ttl", RuleBounds, "must be whole milliseconds within 1ms..%s", lease.MaxTTL)
+		}
+		cfg.MaxTTL = v
+	}
+	if cfg.MaxTTL > 0 && cfg.DriftBudget >= cfg.MaxTTL {
+		d.Add(capPath+".max-ttl", RuleBounds, "must exceed drift-budget (%s)", cfg.DriftBudget)
+	}
+	if v, ok := d.Duration(capPath+".max-wait", raw["max-wait"]); ok {
+		if v < 0 || v > lease.MaxConfigWait {
+			d.Add(capPath+".max-wait", RuleBounds, "must be within 0s..%s", lease.MaxConfigWait)
+		}
+		cfg.MaxWait = v
+	}
+	if _, present := raw["hard-fail-threshold"]; present {
+		if v, ok := d.Int64In(capPath+".hard-fail-threshold", raw["hard-fail-threshold"], 1, fence.MaxCounter); ok {
+			cfg.HardFailThreshold = v
+		}
+	}
+	if ps, ok := d.StrList(capPath+".purposes", raw["purposes"]); ok {
+		switch {
+		case len(ps) == 0:
+			d.Add(capPath+".purposes", RulePurposes, "an empty list allows nothing; omit the key to allow any purpose")
+		case len(ps) > lease.MaxPurposes:
+			d.Add(capPath+".purposes", RulePurposes, "at most %d purposes", lease.MaxPurposes)
+		}
+		for i, p := range ps {
+			switch {
+			case !lease.ValidPurpose(p):
+				d.Add(strict.Join(capPath+".purposes", strconv.Itoa(i)), RulePurposes, "must be a slug of 1..64 lower-case letters, digits and '-'")
+			case slices.Contains(ps[:i], p):
+				d.Add(strict.Join(capPath+".purposes", strconv.Itoa(i)), RulePurposes, "listed twice")
+			}
+		}
+		cfg.Purposes = ps
+	}
+	if err := d.Problems.Err(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// CapabilityInfo describes the fenced lease capability for the host's
+// registration list (host/internal/builtin).
+func CapabilityInfo() module.Info {
+	return module.Info{
+		ID:        CapabilityID,
+		Readiness: Readiness,
+		Providers: []string{ProviderRedis},
+		Card:      card,
+		Example:   example,
+		Routes:    SidecarPatterns(),
+		New:       func() module.Module { return &capabilityModule{} },
+	}
+}
+
+// capabilityModule is the capability's lifecycle: one Client on the
+// configured role and its stateless sidecar.
+type capabilityModule struct {
+	cfg          Config
+	roleRequired bool
+	client       *Client
+	side         *Sidecar
+}
+
+// Decode implements module.Module.
+func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
+	cfg, err := Decode(b.Provider, b.Role, b.Raw)
+	var verr *policy.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		*ps = append(*ps, verr.Problems...)
+	case err != nil:
+		ps.Add(b.Path, policy.RuleType, "%v", err)
+	}
+	m.cfg = cfg
+	if m.cfg.Role == "" {
+		m.cfg.Role = b.Role
+		if m.cfg.Role == "" {
+			m.cfg.Role = policy.RoleCoordination
+		}
+	}
+	m.roleRequired = b.RoleRequired
+}
+
+// Descriptor implements module.Module. FENCED is not among the
+// guarantees: it holds only where the protected resource checks the
+// token, which the host cannot see (reference §23.2).
+func (m *capabilityModule) Descriptor() capability.Descriptor {
+	impact := capability.ImpactOptional
+	if m.roleRequired {
+		impact = capability.ImpactRequired
+	}
+	return capability.Descriptor{
+		Capability: CapabilityID,
+		Provider:   ProviderRedis,
+		Readiness:  Readiness,
+		Guarantees: []capability.Guarantee{
+			capability.GuaranteeEfficiencyOnly, capability.GuaranteeOwnerChecked,
+			capability.GuaranteeLocalValidity, capability.GuaranteeTypedOutcome,
+		},
+		NonGuarantees: []capability.NonGuarantee{
+			capability.NonGuaranteeStrictCoordination, capability.NonGuaranteeExactAcrossFailover,
+			capability.NonGuaranteeFairness,
+		},
+		FailureMode:    capability.FailAbort,
+		MultiInstance:  true,
+		Role:           m.cfg.Role,
+		Impact:         impact,
+		Implementation: Implementation,
+	}
+}
+
+// Provision implements module.Module.
+func (m *capabilityModule) Provision(_ context.Context, env module.Env) error {
+	if env.Runtime == nil {
+		return errors.New("fenced-lease: no Redis runtime")
+	}
+	c, err := New(env.Runtime, m.cfg, WithLogger(env.Log), WithRegisterer(env.Registerer))
+	if err != nil {
+		return fmt.Errorf("fenced-lease: %w", err)
+	}
+	m.client = c
+	m.side = NewSidecar(c)
+	return nil
+}
+
+// Validate implements module.Module: nothing beyond Decode and New.
+func (m *capabilityModule) Validate(context.Context) error { return nil }
+
+// Routes implements module.Module.
+func (m *capabilityModule) Routes() map[string]http.Handler {
+	if m.side == nil {
+		return nil
+	}
+	return m.side.Routes()
+}
+
+// Guests implements module.Module: no guest kind plugs into fenced leases.
+func (m *capabilityModule) Guests() []string { return nil }
+
+// Close implements module.Module: the client holds nothing to release
+// (handles are the callers').
+func (m *capabilityModule) Close(context.Context) error { return nil }
+
+// Client returns the provisioned client (nil before Provision).
+func (m *capabilityModule) Client() *Client { return m.client }
