@@ -372,6 +372,10 @@ func BenchmarkRateServerTime(b *testing.B) {
 		sc1, sc2 := key("sc1", "window", 1), key("sc2", "window", 2)
 		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
 		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
+		sl1, sl2 := key("sl1", "log", 1), key("sl2", "log", 1)
+		logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond}
+		sl1req, sl2req := logReq, logReq
+		sl1req.RateOptions, sl2req.RateOptions = opts, lean
 		dd := key("dedup", "window", 1) // v1 takes it; dedup off, never touched
 		tb1req, tb2req := tb, tb
 		tb1req.RateOptions, tb2req.RateOptions = opts, lean
@@ -403,6 +407,10 @@ func BenchmarkRateServerTime(b *testing.B) {
 			}},
 			{"token-bucket-v1", false, nop, func(int) error { return decide(e.RateTokenBucket(ctx, tb1, dd, tb1req)) }},
 			{"token-bucket-v2", false, nop, func(int) error { return decide(e.RateTokenBucketV2(ctx, tb2, keys.Key{}, tb2req)) }},
+			// A 100 ms window: the log holds what arrived in the last 100 ms
+			// and every admit trims what fell out.
+			{"sliding-log-v1", false, nop, func(int) error { return decide(e.RateSlidingLog(ctx, sl1, dd, sl1req)) }},
+			{"sliding-log-v2", false, nop, func(int) error { return decide(e.RateSlidingLogV2(ctx, sl2, keys.Key{}, sl2req)) }},
 		})
 	}
 }

@@ -36,6 +36,7 @@ func facadeMethods() map[string]string {
 		"rate-fixed-window-v2":          "RateFixedWindowV2",
 		"rate-sliding-counter-v2":       "RateSlidingCounterV2",
 		"rate-gcra-v2":                  "RateGCRAV2",
+		"rate-sliding-log-v2":           "RateSlidingLogV2",
 		"rate-sliding-counter-v1":       "RateSlidingCounter",
 		"rate-token-bucket-v1":          "RateTokenBucket",
 		"rate-token-bucket-v2":          "RateTokenBucketV2",

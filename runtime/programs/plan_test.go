@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/runtime/keys"
 )
 
 // TestTokenBucketPlanArgv: a plan rendered for one cost sends, for any cost
@@ -59,4 +62,20 @@ func TestRatePlanArgv(t *testing.T) {
 	sc := NewSlidingCounterPlan(SlidingCounterRequest{Limit: 10, Cost: 2, Window: time.Second, RateOptions: opts})
 	assert.Equal(t, "rate-sliding-counter-v2", sc.Program())
 	assert.Equal(t, []any{"r1", "10", "2", "1000", "1000", "2000", "3000", "16", "e"}, sc.appendArgv(nil, 2, "e"))
+
+	// The sliding log has no cost argument: a plan call of another cost is
+	// refused before anything is rendered or sent.
+	sl := NewSlidingLogPlan(SlidingLogRequest{Limit: 10, Window: time.Second, RateOptions: opts})
+	assert.Equal(t, []any{"r1", "10", "1000", "1000", "2000", "3000", "16", "e"}, sl.appendArgv(nil, 1, "e"))
+	e := &Executor{}
+	e.plans[planSlidingLog] = &fastProgram{command: "evalsha", target: "sha"}
+	k := keys.Key{}
+	_, _, err := e.planArgs(k, k, sl, 2, "e")
+	require.ErrorIs(t, err, ErrZeroKey, "keys are checked first")
+	st, dd := rateKeys(t, testBuilder(t), "plan-cost", "log")
+	_, _, err = e.planArgs(st, dd, sl, 2, "e")
+	require.ErrorIs(t, err, ErrIncompatible)
+	_, args, err := e.planArgs(st, dd, sl, 1, "e")
+	require.NoError(t, err)
+	assert.Len(t, args, 3+2+8)
 }

@@ -137,32 +137,9 @@ func newRateAlgos(seed uint64) []rateAlgo {
 					return rateref.SlidingLog(&lg, dedupL, now, p, c)
 				}, err
 			},
-			stored: func() map[string]string {
-				if !lg.Present {
-					return map[string]string{}
-				}
-				out := map[string]string{"!v1:r1": itoa(-lg.Observed)}
-				for _, ev := range lg.Events {
-					out[ev.Member] = itoa(ev.Score)
-				}
-				return out
-			},
-			shift: func(ms int64) bool { lg.Observed += ms; return lg.Present },
-			read: func(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
-				zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
-				out := map[string]string{}
-				for _, z := range zs {
-					out[fmt.Sprint(z.Member)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
-				}
-				return out, err
-			},
-			redisShift: func(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
-				score, err := admin.ZScore(ctx, key, "!v1:r1").Result()
-				if err != nil {
-					return err
-				}
-				return admin.ZAdd(ctx, key, redis.Z{Score: score - float64(ms), Member: "!v1:r1"}).Err()
-			},
+			stored: func() map[string]string { return slidingLogStored(&lg) },
+			shift:  func(ms int64) bool { lg.Observed += ms; return lg.Present },
+			read:   readZSet, redisShift: shiftSentinel,
 		},
 		{
 			name: "gcra", kind: "bucket",
@@ -254,7 +231,65 @@ func newRateAlgos(seed uint64) []rateAlgo {
 		slidingCounterV2Algo("sliding-counter-v2-nodedup", limit, window, true),
 		gcraV2Algo("gcra-v2", gcraLimit, gcraPeriod, false),
 		gcraV2Algo("gcra-v2-nodedup", gcraLimit, gcraPeriod, true),
+		slidingLogV2Algo("sliding-log-v2", logLimit, logWindow, false),
+		slidingLogV2Algo("sliding-log-v2-nodedup", logLimit, logWindow, true),
 	}
+}
+
+// slidingLogV2Algo drives rate-sliding-log-v2 against rateref.SlidingLog
+// over rate-sliding-log-v1's sorted set (the state both share).
+func slidingLogV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	var (
+		lg    rateref.SlidingLogState
+		dedup = &rateref.Dedup{}
+	)
+	a := rateAlgo{
+		name: name, kind: "log", noDedup: noDedup,
+		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, _ *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
+			p := rateref.SlidingLogParams{Limit: limit, WindowMillis: window}
+			o, dd = leanOptions(o, dd, noDedup)
+			res, err := e.RateSlidingLogV2(ctx, st, dd, SlidingLogRequest{Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond, RateOptions: o})
+			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
+				return rateref.SlidingLog(&lg, dedup, now, p, leanCommon(c, noDedup))
+			}, err
+		},
+		stored: func() map[string]string { return slidingLogStored(&lg) },
+		shift:  func(ms int64) bool { lg.Observed += ms; return lg.Present },
+		read:   readZSet, redisShift: shiftSentinel,
+	}
+	return a
+}
+
+// slidingLogStored renders the reference log as the sorted set (member ->
+// score) the programs keep.
+func slidingLogStored(lg *rateref.SlidingLogState) map[string]string {
+	if !lg.Present {
+		return map[string]string{}
+	}
+	out := map[string]string{"!v1:r1": itoa(-lg.Observed)}
+	for _, ev := range lg.Events {
+		out[ev.Member] = itoa(ev.Score)
+	}
+	return out
+}
+
+func readZSet(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
+	zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
+	out := map[string]string{}
+	for _, z := range zs {
+		out[fmt.Sprint(z.Member)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+	}
+	return out, err
+}
+
+// shiftSentinel moves the log's last observation (minus the sentinel's
+// score) ms ahead.
+func shiftSentinel(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+	score, err := admin.ZScore(ctx, key, "!v1:r1").Result()
+	if err != nil {
+		return err
+	}
+	return admin.ZAdd(ctx, key, redis.Z{Score: score - float64(ms), Member: "!v1:r1"}).Err()
 }
 
 // leanOptions drops the dedup options (and key) of a no-dedup stream.
@@ -586,6 +621,9 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 		},
 		// 100 per 30 days: the burst is the limit, nothing is emitted back
 		// during the test.
+		"sliding-log-v2": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateSlidingLogV2(ctx, st, dd, SlidingLogRequest{Limit: limit, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
+		},
 		"gcra-v2": func(st, dd keys.Key, id string) (RateResult, error) {
 			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: limit, Period: 30 * 24 * time.Hour, Cost: 1, RateOptions: opts(id)})
 		},

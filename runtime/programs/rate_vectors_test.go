@@ -267,6 +267,31 @@ func rateFacades() map[string]facadeCall {
 		"rate-gcra-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
 			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: n[0], Period: time.Duration(n[1]) * time.Millisecond, Cost: n[2], RateOptions: o})
 		}),
+		// 5 arguments without dedup (one key), 8 with (two).
+		"rate-sliding-log-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if len(a) != 5 && len(a) != 8 {
+				return "", 0, nil, fmt.Errorf("want 5 or 8 args, have %d", len(a))
+			}
+			n, err1 := ints(a, 4)
+			rev, err2 := fixtureBytes(a[0])
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			req := SlidingLogRequest{Limit: n[0], Window: time.Duration(n[1]) * time.Millisecond,
+				RateOptions: RateOptions{PolicyRevision: string(rev), MaxClockStep: time.Duration(n[2]) * time.Millisecond,
+					CleanupGrace: time.Duration(n[3]) * time.Millisecond}}
+			dedup := keys.Key{}
+			if len(a) == 8 {
+				o, err := rateFixtureOptions(a)
+				if err != nil {
+					return "", 0, nil, err
+				}
+				req.DedupTTL, req.DedupMaxEntries, req.EvaluationID = o.DedupTTL, o.DedupMaxEntries, o.EvaluationID
+				dedup = ks[1]
+			}
+			r, err := e.RateSlidingLogV2(ctx, ks[0], dedup, req)
+			return r.Status.String(), r.Outcome(), rateValues(r), err
+		},
 		// v2 takes 7 arguments without dedup (one key) and 10 with (two).
 		"rate-token-bucket-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 7 && len(a) != 10 {

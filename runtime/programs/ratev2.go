@@ -16,6 +16,7 @@ const (
 	fixedWindowV2    = "rate-fixed-window-v2"
 	slidingCounterV2 = "rate-sliding-counter-v2"
 	gcraV2           = "rate-gcra-v2"
+	slidingLogV2     = "rate-sliding-log-v2"
 )
 
 // NewFixedWindowPlan renders req for rate-fixed-window-v2. req.Cost is the
@@ -38,6 +39,22 @@ func NewSlidingCounterPlan(req SlidingCounterRequest) *RatePlan {
 func NewGCRAPlan(req GCRARequest) *RatePlan {
 	return newRatePlan(planGCRA, req.Cost, 3, req.RateOptions, req.PolicyRevision,
 		strconv.FormatInt(req.Limit, 10), millis(req.Period), strconv.FormatInt(req.Cost, 10))
+}
+
+// NewSlidingLogPlan renders req for rate-sliding-log-v2, as
+// NewFixedWindowPlan does; the sliding log takes cost 1 only (a plan call
+// with another cost is refused before sending). Its state is
+// rate-sliding-log-v1's: v1 and v2 may share a key.
+func NewSlidingLogPlan(req SlidingLogRequest) *RatePlan {
+	return newRatePlan(planSlidingLog, 1, -1, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), millis(req.Window))
+}
+
+// RateSlidingLogV2 evaluates an exact sliding-log limit for one request
+// with rate-sliding-log-v2 (the decisions and state of RateSlidingLog in
+// fewer calls); dedup as for RateFixedWindowV2.
+func (e *Executor) RateSlidingLogV2(ctx context.Context, log, dedup keys.Key, req SlidingLogRequest) (RateResult, error) {
+	return e.RatePlan(ctx, log, dedup, NewSlidingLogPlan(req), 1, string(req.EvaluationID))
 }
 
 // RateFixedWindowV2 evaluates a fixed-window limit with

@@ -435,7 +435,7 @@ func facadeStatuses(id string) []statusDef {
 	case "rate-concurrency-release-v1":
 		return permitReleaseStatuses()
 	case "rate-fixed-window-v1", "rate-fixed-window-v2", "rate-sliding-counter-v1", "rate-sliding-counter-v2",
-		"rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-gcra-v2", "rate-sliding-log-v1":
+		"rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-gcra-v2", "rate-sliding-log-v1", "rate-sliding-log-v2":
 		return rateStatuses()
 	}
 	return nil
@@ -443,7 +443,7 @@ func facadeStatuses(id string) []statusDef {
 
 // RateStatus is the status enum shared by rate-fixed-window-v1 and -v2,
 // rate-sliding-counter-v1 and -v2, rate-token-bucket-v1 and -v2,
-// rate-gcra-v1 and -v2 and rate-sliding-log-v1.
+// rate-gcra-v1 and -v2 and rate-sliding-log-v1 and -v2.
 type RateStatus uint8
 
 // Statuses of the rate programs (codes as in the manifest).

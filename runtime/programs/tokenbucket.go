@@ -53,15 +53,16 @@ const (
 	planFixedWindow
 	planSlidingCounter
 	planGCRA
+	planSlidingLog
 	planPrograms // number of plan programs
 )
 
 // planProgramIDs are the programs a RatePlan can run, by planProgram.
-var planProgramIDs = [planPrograms]string{tokenBucketV2, fixedWindowV2, slidingCounterV2, gcraV2}
+var planProgramIDs = [planPrograms]string{tokenBucketV2, fixedWindowV2, slidingCounterV2, gcraV2, slidingLogV2}
 
 // RatePlan is one rate policy's call of a lean rate program
-// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2 or
-// rate-gcra-v2) rendered once into its ARGV, boxed, so that a caller
+// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2,
+// rate-gcra-v2 or rate-sliding-log-v2) rendered once into its ARGV, boxed, so that a caller
 // evaluating the same policy many times (the rate limiter renders one per
 // policy revision when a policy set is installed) sends each evaluation
 // without formatting or boxing the policy's parameters. Only the cost and
@@ -73,7 +74,7 @@ type RatePlan struct {
 	// dedup only).
 	argv      []any
 	cost      int64
-	costIndex int // position of the cost in argv
+	costIndex int // position of the cost in argv; -1: the program takes cost 1 only
 	dedup     bool
 }
 
@@ -98,7 +99,7 @@ func (p *RatePlan) Program() string { return planProgramIDs[p.program] }
 func (p *RatePlan) appendArgv(dst []any, cost int64, evaluationID string) []any {
 	n := len(dst)
 	dst = append(dst, p.argv...)
-	if cost != p.cost {
+	if cost != p.cost && p.costIndex >= 0 {
 		dst[n+p.costIndex] = strconv.FormatInt(cost, 10)
 	}
 	if p.dedup {
@@ -142,6 +143,9 @@ func (e *Executor) planArgs(state, dedup keys.Key, plan *RatePlan, cost int64, e
 	}
 	if state.IsZero() || (plan.dedup && dedup.IsZero()) {
 		return nil, nil, &Error{Program: plan.Program(), Err: ErrZeroKey}
+	}
+	if plan.costIndex < 0 && cost != plan.cost {
+		return nil, nil, &CompatibilityError{Program: plan.Program(), Reason: "takes cost " + strconv.FormatInt(plan.cost, 10) + " only"}
 	}
 	nk := 1
 	if plan.dedup {
