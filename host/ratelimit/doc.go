@@ -13,12 +13,12 @@
 // Lease): acquire/renew/release with host-minted owner tokens, always
 // fail-closed.
 //
-// Token-bucket, fixed-window, sliding-counter and GCRA decisions run the
-// lean v2 programs (one string state under key version 2) through a
-// programs.Batcher: concurrent decisions that find the script lane busy
-// share one pipeline (WithBatching), each keeping its own atomic program
-// call and outcome; a lone decision is sent at once. The sliding log runs
-// rate-sliding-log-v1 alone.
+// Every rate algorithm runs its lean v2 program (token bucket, fixed
+// window, sliding counter and GCRA: one string state under key version 2;
+// sliding log: v1's sorted set, key version 1) through a programs.Batcher:
+// concurrent decisions that find the script lane busy share one pipeline
+// (WithBatching), each keeping its own atomic program call and outcome; a
+// lone decision is sent at once.
 //
 // Raw subject values (tenant, principal, API key, client IP, ...) enter only
 // through Request.Subject and leave only as an HMAC digest inside a

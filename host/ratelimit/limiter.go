@@ -25,7 +25,7 @@ const (
 	MaxEvaluationIDBytes = 128
 	MaxSubjectValueBytes = keys.MaxPartBytes
 	// keyVersion is the kv<n> of the state the v1 programs keep (the
-	// sliding log and the concurrency limiter).
+	// sliding log, whose v2 keeps v1's state, and the concurrency limiter).
 	keyVersion = 1
 	// leanKeyVersion is the kv<n> of the state of the lean programs
 	// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2,
@@ -112,9 +112,9 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // pipeline) as soon as a send completes. No call waits for a timer, so a
 // lone caller's latency is unchanged; under concurrency client and server
 // pay one round trip per batch instead of per decision. Each decision stays
-// its own atomic program call with its own outcome. Every algorithm but
-// the sliding log (and the concurrency limiter, which is not evaluated)
-// batches, policies and algorithms sharing the pipelines. maxFlights 0
+// its own atomic program call with its own outcome. Every algorithm
+// batches (the concurrency limiter, which is not evaluated, does not),
+// policies and algorithms sharing the pipelines. maxFlights 0
 // turns batching off. Defaults: DefaultBatchFlights, DefaultBatchMax.
 func WithBatching(maxFlights, maxBatch int) Option {
 	return func(o *options) { o.flights, o.batchMax = maxFlights, maxBatch }
@@ -129,8 +129,8 @@ func withBeforeRetry(f func()) Option {
 type Limiter struct {
 	log  *slog.Logger
 	exec *programs.Executor
-	// batch sends plan evaluations (every algorithm but the sliding log),
-	// batching concurrent ones (nil: each goes out alone through exec).
+	// batch sends plan evaluations, batching concurrent ones (nil: each
+	// goes out alone through exec).
 	batch *programs.Batcher
 	keys  *keys.Builder
 	cfg   Config
@@ -410,31 +410,20 @@ func (l *Limiter) attempt(ctx context.Context, cp *compiledPolicy, ks []keys.Key
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
-	if cp.plan != nil { // compilePolicy renders a plan for every lean program
-		var dedup keys.Key
-		if cp.plan.Dedup() {
-			dedup = ks[1]
-		}
-		if pol.Algorithm == policy.RateTokenBucket {
-			cost *= policy.RateScale
-		}
-		if l.batch != nil {
-			return l.batch.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
-		}
-		return l.exec.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
+	if cp.plan == nil { // compilePolicy renders a plan for every evaluable algorithm
+		return programs.RateResult{}, &programs.CompatibilityError{Program: string(pol.Algorithm), Reason: "no program for algorithm"}
 	}
-	var id []byte
-	if pol.Dedup.Enabled {
-		id = []byte(evalID)
+	var dedup keys.Key
+	if cp.plan.Dedup() {
+		dedup = ks[1]
 	}
-	opts := rateOptions(pol)
-	opts.EvaluationID = id
-	p := pol.Parameters
-	switch pol.Algorithm {
-	case policy.RateSlidingLog:
-		return l.exec.RateSlidingLog(ctx, ks[0], ks[1], programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
+	if pol.Algorithm == policy.RateTokenBucket {
+		cost *= policy.RateScale
 	}
-	return programs.RateResult{}, &programs.CompatibilityError{Program: string(pol.Algorithm), Reason: "no program for algorithm"}
+	if l.batch != nil {
+		return l.batch.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
+	}
+	return l.exec.RatePlan(ctx, ks[0], dedup, cp.plan, cost, evalID)
 }
 
 // interpret maps one program result to an outcome (§19/§21). retried marks
@@ -609,8 +598,8 @@ type compiledPolicy struct {
 	// then every evaluation reports the builder's error).
 	keys *keys.Prepared
 	dims [][]byte // dimension names as key parts, in canonical order
-	// plan is the lean program's rendered call (nil: the sliding log,
-	// which runs rate-sliding-log-v1).
+	// plan is the lean program's rendered call (nil: the concurrency
+	// limiter, which is never evaluated).
 	plan *programs.RatePlan
 	m    policyMetrics
 }
@@ -646,9 +635,14 @@ func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
 		cp.plan = programs.NewSlidingCounterPlan(programs.SlidingCounterRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
 	case policy.RateGCRA:
 		cp.plan = programs.NewGCRAPlan(programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: 1, RateOptions: opts})
+	case policy.RateSlidingLog:
+		// rate-sliding-log-v2 keeps v1's sorted set: the key version stays.
+		cp.plan = programs.NewSlidingLogPlan(programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
 	}
 	if cp.plan != nil {
-		cp.spec.KeyVersion = leanKeyVersion
+		if pol.Algorithm != policy.RateSlidingLog {
+			cp.spec.KeyVersion = leanKeyVersion
+		}
 		if !pol.Dedup.Enabled {
 			cp.kinds = cp.kinds[:1] // no dedup key is sent
 		}

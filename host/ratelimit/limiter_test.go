@@ -100,11 +100,12 @@ func TestExactAdmissionTokenBucketDedupBatching(t *testing.T) {
 	}
 }
 
-// Fixed window, sliding counter and GCRA run their lean v2 programs: with
-// and without dedup, batched and not, 32 goroutines on one subject admit
-// exactly the limit, and the state is the program's string under key
-// version 2 (a 30-day window or period: nothing rolls over or is emitted
-// back during the test).
+// Fixed window, sliding counter, GCRA and sliding log run their lean v2
+// programs: with and without dedup, batched and not, 32 goroutines on one
+// subject admit exactly the limit, and the state is the program's string
+// under key version 2 (the sliding log: v1's sorted set, 100 events and
+// the sentinel, under key version 1). A 30-day window or period: nothing
+// rolls over or is emitted back during the test.
 func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	params := policy.RateParameters{Limit: 100, Window: policy.RateMaxWindow}
@@ -122,6 +123,8 @@ func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
 		{decl("scd", policy.RateSlidingCounter, true), `^s1:100:0:\d+:r1$`},
 		{decl("gc", policy.RateGCRA, false), `^g1:\d+:\d+:r1$`},
 		{decl("gcd", policy.RateGCRA, true), `^g1:\d+:\d+:r1$`},
+		{decl("sl", policy.RateSlidingLog, false), ""},
+		{decl("sld", policy.RateSlidingLog, true), ""},
 	}
 	decls := make([]policy.RatePolicyDecl, len(cases))
 	for i, c := range cases {
@@ -134,6 +137,13 @@ func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
 				k := f.stateKey(t, c.decl.ID, tenant("acme"))
 				require.NoError(t, s.Admin().Del(ctxT(t), k.Redis()).Err())
 				assert.Equal(t, int64(100), exactAdmission(t, f, c.decl.ID))
+				if c.decl.Algorithm == policy.RateSlidingLog {
+					assert.Contains(t, k.Redis(), ":kv1:")
+					n, err := s.Admin().ZCard(ctxT(t), k.Redis()).Result()
+					require.NoError(t, err)
+					assert.Equal(t, int64(101), n)
+					return
+				}
 				assert.Contains(t, k.Redis(), ":kv2:")
 				v, err := s.Admin().Get(ctxT(t), k.Redis()).Result()
 				require.NoError(t, err)
