@@ -26,6 +26,25 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
+// BenchmarkRenderParallel renders text from GOMAXPROCS×8 goroutines
+// (b.SetParallelism), drawing on the module's instance pool.
+func BenchmarkRenderParallel(b *testing.B) {
+	r, _ := newRenderer(b, Options{})
+	ctx := context.Background()
+	req := welcome("de-AT", Text, String("name", "Jörg"), String("account", "A-1002"))
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := r.Render(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkVerify is the host's output check alone, on an email answer.
 func BenchmarkVerify(b *testing.B) {
 	params := []abi.Attr{{Name: "name", Value: `Jörg <b>&"`}, {Name: "account", Value: "A-1002"}}
