@@ -139,16 +139,21 @@ func redirectOf(err error) (redirect, bool) {
 
 // nodeAddr normalises a redirect's address the way go-redis keys its node
 // clients (internal.GetAddr): IPv4 and bracketed IPv6 as given, a bare IPv6
-// host bracketed; "" when there is no port.
+// host bracketed; "" when it is not a host:port at all (nothing is sent
+// to such a redirect).
 func nodeAddr(addr string) string {
 	i := strings.LastIndexByte(addr, ':')
-	switch {
-	case i <= 0:
+	if i <= 0 {
 		return ""
-	case strings.IndexByte(addr, '.') >= 0, addr[0] == '[':
-		return addr
 	}
-	return net.JoinHostPort(addr[:i], addr[i+1:])
+	out := addr
+	if strings.IndexByte(addr, '.') < 0 && addr[0] != '[' {
+		out = net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	if _, _, err := net.SplitHostPort(out); err != nil {
+		return ""
+	}
+	return out
 }
 
 // redirectHook is the innermost hook of a Cluster lane client (inside

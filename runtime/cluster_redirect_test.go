@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,3 +297,25 @@ type protoErr string
 
 func (e protoErr) Error() string { return string(e) }
 func (protoErr) RedisError()     {}
+
+// FuzzRedirectOf: a server error reply of any text never panics the
+// redirect parser, and a redirect it accepts names a host:port go-redis
+// can dial (normalised the way go-redis keys its node clients).
+func FuzzRedirectOf(f *testing.F) {
+	for _, s := range []string{"MOVED 3999 127.0.0.1:6381", "ASK 1 ::1:7000", "MOVED 1 [::1]:7000", "MOVED 1 host", "ASK", "MOVED  x:1", "CLUSTERDOWN x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		rd, ok := redirectOf(protoErr(text))
+		if !ok {
+			return
+		}
+		require.True(t, strings.HasPrefix(text, "MOVED ") || strings.HasPrefix(text, "ASK "))
+		assert.Equal(t, strings.HasPrefix(text, "ASK "), rd.ask)
+		if rd.addr == "" {
+			return // no port: target() reports it unfollowed, nothing is sent
+		}
+		_, _, err := net.SplitHostPort(rd.addr)
+		assert.NoError(t, err, "%q -> %q", text, rd.addr)
+	})
+}
