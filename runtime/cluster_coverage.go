@@ -125,3 +125,22 @@ func (c coverage) detail() string {
 	}
 	return s
 }
+
+// pingLane is the startup probe's authentication check of one lane: a PING
+// on a plain client; on a Cluster client, a PING to every primary of a
+// freshly read slot map, one at a time. ClusterClient.Ping would go to a
+// random known node, which after a failover may be the dead ex-primary
+// still listed in the seeds: the handshake failed at random then, and
+// readiness stayed down for its retries.
+func pingLane(ctx context.Context, c redis.UniversalClient) error {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return c.Ping(ctx).Err()
+	}
+	var mu sync.Mutex
+	return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return node.Ping(ctx).Err()
+	})
+}

@@ -221,7 +221,7 @@ func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) Deployment
 		badClass Class
 	)
 	for _, l := range policy.Lanes() {
-		if err := d.client(l).Ping(ctx).Err(); err != nil {
+		if err := pingLane(ctx, d.client(l)); err != nil {
 			bad = append(bad, string(l)+" ("+errCode(err)+")")
 			badClass = worse(badClass, classOf(err, d.topology))
 		}
