@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -206,8 +207,69 @@ func (s *Sentinel) Failover(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
 	}
+	next, err := s.awaitNewPrimary(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pollAll(ctx, "new primary to accept writes", []*Server{next}, func(n *Server) (bool, string, error) {
+		if err := n.admin.Set(ctx, "redistest:failover-probe", "1", time.Second).Err(); err != nil {
+			return false, "", err
+		}
+		return true, "", n.admin.Del(ctx, "redistest:failover-probe").Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.primary = next
+	s.mu.Unlock()
+	return next
+}
+
+// AwaitFailover waits until every sentinel names a primary other than old
+// — after old was killed or paused, the sentinels fail over on their own
+// (down-after-milliseconds 1000) — makes it Primary() and returns it.
+func (s *Sentinel) AwaitFailover(t testing.TB, old *Server) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	next, err := s.awaitNewPrimary(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.primary = next
+	s.mu.Unlock()
+	return next
+}
+
+// AwaitReplicaOf waits until n reports ROLE slave of primary with its
+// replication link up: a resumed old primary that the sentinels turned
+// into a replica and that has synchronised with the new primary.
+func (s *Sentinel) AwaitReplicaOf(t testing.TB, n, primary *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*sentinelTimeout)
+	defer cancel()
+	want := "master_port:" + strconv.Itoa(primary.port)
+	err := pollAll(ctx, "old primary to rejoin as a replica", []*Server{n}, func(n *Server) (bool, string, error) {
+		repl, err := n.admin.Info(ctx, "replication").Result()
+		if err != nil {
+			return false, "", nil // still loading or paused: keep polling
+		}
+		ok := strings.Contains(repl, "role:slave") && strings.Contains(repl, want) &&
+			strings.Contains(repl, "master_link_status:up")
+		return ok, repl, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitNewPrimary polls the sentinels until all name the same data node
+// other than old.
+func (s *Sentinel) awaitNewPrimary(ctx context.Context, old *Server) (*Server, error) {
 	var next *Server
-	err = pollAll(ctx, "sentinels to report a new primary", s.sentinels, func(n *Server) (bool, string, error) {
+	err := pollAll(ctx, "sentinels to report a new primary", s.sentinels, func(n *Server) (bool, string, error) {
 		addr, err := n.admin.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName).StringSlice()
 		if err != nil {
 			return false, "", err
@@ -230,20 +292,70 @@ func (s *Sentinel) Failover(t testing.TB) *Server {
 		}
 		return false, "unknown primary " + hp, nil
 	})
+	return next, err
+}
+
+// Monitor is a MONITOR stream of one server, recorded line by line.
+type Monitor struct {
+	mu    sync.Mutex
+	lines []string
+	conn  net.Conn
+	done  chan struct{}
+}
+
+// Monitor starts MONITOR on n over a connection of its own (as the admin
+// user with WithACL) and records every line until the test ends. It keeps
+// recording across a SIGSTOP/SIGCONT of n: commands the kernel buffered
+// while n was paused show up when they execute.
+func (n *Server) Monitor(t testing.TB) *Monitor {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", n.Addr(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = pollAll(ctx, "new primary to accept writes", []*Server{next}, func(n *Server) (bool, string, error) {
-		if err := n.admin.Set(ctx, "redistest:failover-probe", "1", time.Second).Err(); err != nil {
-			return false, "", err
+	rd := bufio.NewReader(c)
+	send := func(args ...string) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 		}
-		return true, "", n.admin.Del(ctx, "redistest:failover-probe").Err()
-	})
-	if err != nil {
-		t.Fatal(err)
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "+OK") {
+			t.Fatalf("redistest: %s: %q %v", args[0], line, err)
+		}
 	}
-	s.mu.Lock()
-	s.primary = next
-	s.mu.Unlock()
-	return next
+	if n.d.o.acl {
+		user, pass := n.d.adminCreds()
+		send("AUTH", user, pass)
+	}
+	send("MONITOR")
+	m := &Monitor{conn: c, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			m.mu.Lock()
+			m.lines = append(m.lines, strings.TrimRight(line, "\r\n"))
+			m.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = c.Close()
+		<-m.done
+	})
+	return m
+}
+
+// Lines returns the lines recorded so far.
+func (m *Monitor) Lines() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.lines...)
 }
