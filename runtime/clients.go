@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -163,72 +162,13 @@ func newClient(d policy.Deployment, l policy.Lane, nodeHooks func(*redis.Client)
 		o.Addr = t.Endpoint
 		return redis.NewClient(o), nil
 	case *policy.Sentinel:
-		return newFailover(d, l, t, dataTLS)
+		// Built by the deployment's sentinelRoute (sentinel.go), which
+		// all of its lanes share.
+		return nil, fmt.Errorf("%w: deployment %q: sentinel lanes are built by newLaneClient", ErrConfig, d.ID)
 	case *policy.Cluster:
 		return newCluster(d, l, t, dataTLS, nodeHooks), nil
 	}
 	return nil, fmt.Errorf("%w: deployment %q has no topology", ErrConfig, d.ID)
-}
-
-func newFailover(d policy.Deployment, l policy.Lane, t *policy.Sentinel, dataTLS *tls.Config) (redis.UniversalClient, error) {
-	sentinelTLS, err := tlsConfig(t.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("sentinel %w", err)
-	}
-	base := standaloneOptions(d, l, nil)
-	sentinels := make(map[string]bool, len(t.Endpoints))
-	for _, ep := range t.Endpoints {
-		sentinels[ep] = true
-	}
-	// go-redis uses one Dialer and one TLSConfig for sentinels and data
-	// nodes; the model gives sentinels their own TLS, so the dialer picks
-	// the configuration by address. Sentinels discovered at run time (not
-	// in the configured list) are dialled like data nodes.
-	nd := netDialer(d.Timeouts.Connect)
-	plain := nd.DialContext
-	if d.Timeouts.IdleCheck > 0 {
-		plain = idleCheckDialer(plain, d.Timeouts.IdleCheck)
-	}
-	dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cfg := dataTLS
-		if sentinels[addr] {
-			cfg = sentinelTLS
-		}
-		if cfg == nil {
-			return plain(ctx, network, addr)
-		}
-		td := &tls.Dialer{NetDialer: nd, Config: cfg}
-		return td.DialContext(ctx, network, addr)
-	}
-	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:            t.MasterName,
-		SentinelAddrs:         append([]string(nil), t.Endpoints...),
-		SentinelUsername:      t.Auth.User,
-		SentinelPassword:      string(t.Auth.Password.Reveal()),
-		ClientName:            base.ClientName,
-		Dialer:                dialer,
-		Protocol:              protocol,
-		Username:              base.Username,
-		Password:              base.Password,
-		DB:                    base.DB,
-		MaxRetries:            -1,
-		DialTimeout:           base.DialTimeout,
-		DialerRetries:         dialerRetries,
-		ReadTimeout:           base.ReadTimeout,
-		WriteTimeout:          base.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		PoolSize:              base.PoolSize,
-		PoolTimeout:           base.PoolTimeout,
-		MinIdleConns:          0,
-		MaxIdleConns:          base.MaxIdleConns,
-		MaxActiveConns:        base.MaxActiveConns,
-		PipelinePoolSize:      -1,
-		DisableIdentity:       true,
-		// Primary only: replica reads are not read-your-writes.
-		ReplicaOnly:    false,
-		RouteByLatency: false,
-		RouteRandomly:  false,
-	}), nil
 }
 
 func newCluster(d policy.Deployment, l policy.Lane, t *policy.Cluster, dataTLS *tls.Config, nodeHooks func(*redis.Client)) *redis.ClusterClient {

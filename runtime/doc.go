@@ -25,6 +25,22 @@
 // INDETERMINATE and is never resent. This is done in the hook chain, not by
 // go-redis MaxRedirects > 0, because go-redis spends the same redirect budget
 // on resending after connection errors and timeouts.
+// sentinel.go finds and follows a Sentinel deployment's primary: one route
+// per deployment asks every configured Sentinel and switches only when a
+// quorum agrees (runtime/internal/sentinelquorum), confirms the candidate
+// with ROLE, and swaps it in atomically on a topology-class failure of any
+// lane, on +switch-master from any Sentinel, or every 30 s, single flight
+// and with backoff. It is built on plain go-redis Clients, not
+// FailoverClient: FailoverClient takes the first Sentinel that answers
+// (no quorum), switches on one Sentinel's +switch-master, closes the
+// connections to the old primary under calls in flight, and shares one
+// dialer and TLS configuration between Sentinels and data nodes. Here the
+// lane clients stay the same objects (the executor, Pub/Sub and the probe
+// hold them) and the swap happens in their dialer: every connection carries
+// the generation of the primary it was dialled to, a pooled connection of
+// an older generation is refused on reuse and closed unwritten, a call
+// already on one finishes there with its own certainty, and nothing is
+// re-sent.
 // probe.go is the startup probe; operate.go the operator actions on the
 // program catalog; ops.go the typed single-key primitives (GET, SET PX,
 // UNLINK) that capabilities build on; pubsub.go the Pub/Sub facade (sharded

@@ -90,6 +90,10 @@ type Runtime struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// sentinels are the Sentinel deployments' discovery routes
+	// (sentinel.go), closed after the clients.
+	sentinels []*sentinelRoute
 }
 
 // registered is one client the runtime created.
@@ -178,6 +182,13 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 	cluster := d.topology == policy.TopologyCluster
 	dial := &pubsubDial{}
 	rlog := &refreshLog{log: r.log}
+	sen, err := newSentinelRoute(dc, r.log) // nil unless Sentinel
+	if err != nil {
+		return nil, fmt.Errorf("%w: deployment %s: %w", ErrConfig, dc.ID, err)
+	}
+	if sen != nil {
+		r.sentinels = append(r.sentinels, sen)
+	}
 	for _, l := range policy.Lanes() {
 		lc := dc.Lanes[l]
 		g, err := guard.New(guard.Config{
@@ -202,7 +213,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 		if cluster {
 			nodes = newNodeRegistry()
 		}
-		client, err := newClient(dc, l, func(node *redis.Client) {
+		client, err := newLaneClient(dc, l, sen, func(node *redis.Client) {
 			install(node)
 			nodes.add(node)
 		})
@@ -308,6 +319,11 @@ func (r *Runtime) closeClients() error {
 		}
 		if err := reg.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			errs = append(errs, fmt.Errorf("close %s/%s: %w", reg.deployment, reg.lane, err))
+		}
+	}
+	for _, s := range r.sentinels {
+		if err := s.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close sentinel discovery %s: %w", s.deployment, err))
 		}
 	}
 	return errors.Join(errs...)
