@@ -41,6 +41,11 @@
 // an older generation is refused on reuse and closed unwritten, a call
 // already on one finishes there with its own certainty, and nothing is
 // re-sent.
+// cluster_coverage.go says when a Cluster deployment is covered (every
+// primary of a fresh slot map answers as master with all slots served),
+// for the startup probe and the live check. driverlog.go adapts go-redis's
+// process-wide logger to slog (redacted, rate-limited); New never installs
+// it — RouteDriverLogs is for the process's main.
 // probe.go is the startup probe; operate.go the operator actions on the
 // program catalog; ops.go the typed single-key primitives (GET, SET PX,
 // UNLINK) that capabilities build on; pubsub.go the Pub/Sub facade (sharded
