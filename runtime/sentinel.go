@@ -359,8 +359,12 @@ func (r *sentinelRoute) noPrimaryError() error {
 	if v == nil {
 		return ErrNoPrimary
 	}
+	outcome := v.Outcome.String()
+	if v.Outcome == sentinelquorum.Agreed {
+		outcome = "agreed but not confirmed as master"
+	}
 	return fmt.Errorf("%w: %s, %d of %d sentinels responded, %d agree, quorum %d",
-		ErrNoPrimary, v.Outcome, v.Responded, v.Asked, v.Agreeing, v.Quorum)
+		ErrNoPrimary, outcome, v.Responded, v.Asked, v.Agreeing, v.Quorum)
 }
 
 // trigger queues a discovery after a topology-class failure of a call

@@ -93,3 +93,55 @@ func TestSentinelDiscoveryHasItsOwnCredential(t *testing.T) {
 	assert.GreaterOrEqual(t, v.Failed, 2, "settled once no quorum was possible")
 	assert.Nil(t, wrong.sentinels[0].cur.Load())
 }
+
+// TestSentinelChannelsHaveTheirOwnTLS: every server speaks TLS only.
+// Discovery uses the Sentinel TLS settings and data the data TLS settings:
+// with both set the deployment works; with only the data channel's TLS the
+// Sentinels cannot be asked, and with only the Sentinel channel's the agreed
+// primary cannot be confirmed — in both cases no primary is installed and
+// the call fails before anything was sent.
+func TestSentinelChannelsHaveTheirOwnTLS(t *testing.T) {
+	sen := redistest.StartSentinel(t, redistest.WithTLS())
+	m := sen.TLS()
+	on := policy.TLSConfig{Enabled: true, CAFile: m.CAFile, ServerName: m.ServerName,
+		CertFile: m.ClientCertFile, KeyFile: m.ClientKeyFile}
+	deployment := func(sentinelTLS, dataTLS policy.TLSConfig) policy.Deployment {
+		d := sentinelTestDeployment(sen)
+		d.Topology = &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs(), TLS: sentinelTLS}
+		d.TLS = dataTLS
+		return d
+	}
+	for _, tc := range []struct {
+		name              string
+		sentinel, data    policy.TLSConfig
+		works             bool
+		sentinelsAnswered bool
+	}{
+		{name: "both", sentinel: on, data: on, works: true, sentinelsAnswered: true},
+		{name: "data only", sentinel: policy.TLSConfig{}, data: on},
+		{name: "sentinel only", sentinel: on, data: policy.TLSConfig{}, sentinelsAnswered: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRuntime(t, testConfig(deployment(tc.sentinel, tc.data)))
+			dep, err := r.Role(policy.RoleCoordination)
+			require.NoError(t, err)
+			err = dep.Ping(ctxT(t, 5*time.Second))
+			v := r.sentinels[0].last.Load()
+			require.NotNil(t, v)
+			if tc.works {
+				require.NoError(t, err)
+				assert.Equal(t, sen.Primary().Addr(), r.sentinels[0].cur.Load().addr)
+				return
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrNoPrimary)
+			assert.Equal(t, certainty.UnavailableBeforeSend, outcomeOf(t, err))
+			assert.Nil(t, r.sentinels[0].cur.Load())
+			if tc.sentinelsAnswered {
+				assert.Equal(t, "agreed", v.Outcome.String(), "the Sentinels agreed; ROLE could not confirm")
+			} else {
+				assert.Zero(t, v.Responded)
+			}
+		})
+	}
+}
