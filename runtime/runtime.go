@@ -223,8 +223,9 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 		install(client)
 		var refresh *slotRefresher
 		if cc, ok := client.(*redis.ClusterClient); ok {
-			// Innermost on the Cluster client only: it sees the call's
-			// go-redis error after routing, before admission refines it.
+			// On the Cluster client only, inside the guard: it sees the
+			// call's go-redis error (after any redirect was followed),
+			// before admission refines it.
 			refresh = newSlotRefresher(dc.ID, l, cc, obs, rlog)
 			cc.AddHook(refreshHook{r: refresh})
 			// Innermost of all: follows one MOVED/ASK (cluster_redirect.go).

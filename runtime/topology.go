@@ -254,9 +254,11 @@ func (l *refreshLog) note(deployment string, ln policy.Lane, cause string) {
 		"deployment", deployment, "lane", string(ln), "cause", cause)
 }
 
-// refreshHook is the innermost hook of a Cluster lane client: it sees each
-// top-level call's go-redis error, returns it untouched, and requests a
-// refresh on a topology-class failure. It never calls next more than once.
+// refreshHook is the hook of a Cluster lane client just outside
+// redirectHook (cluster_redirect.go): it sees each top-level call's
+// go-redis error — after a MOVED/ASK was followed, the second node's —
+// returns it untouched, and requests a refresh on a topology-class
+// failure. It never calls next more than once.
 type refreshHook struct{ r *slotRefresher }
 
 var _ redis.Hook = refreshHook{}
