@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host/cache/hint"
+	"github.com/caphost/caphost/host/cache/l1"
 	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/keys"
 )
@@ -114,12 +115,13 @@ func (h *hints) receive(payload []byte) {
 		r.l1.Flush()
 		return
 	}
-	ref, err := r.members(r.layout.LocationOf(msg.Location), msg.Scope)
-	if err != nil {
-		h.c.m.hint("rejected_malformed")
-		return
+	// A generation of another size than this package creates has no L1
+	// entries to drop.
+	if len(msg.Scope) == len(l1.Key{}.Generation) {
+		k := l1.Key{Location: msg.Location}
+		copy(k.Generation[:], msg.Scope)
+		r.l1.Delete(k)
 	}
-	r.l1.Delete(ref.entry)
 }
 
 // publishKey tells the other hosts to drop their L1 copy of ref. A failure

@@ -158,23 +158,19 @@ func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
 
 // fromL1 serves a fresh L1 copy. L1 is consulted only while the hint
 // channel is up: without it an invalidation elsewhere could not reach it.
-// A stale copy is not served from L1: the L2 read gives the stale path the
-// observation its refresh needs.
+// A stale copy is not served from L1 (L1 keeps an entry only until its
+// soft expiry): the L2 read gives the stale path the observation its
+// refresh needs.
 func (c *Cache) fromL1(r *region, loc keys.Location) (Lookup, bool) {
 	if r.l1 == nil || !c.hintsUp() {
 		return Lookup{}, false
 	}
-	gen := r.gens.get(loc.Shard())
-	if gen == nil {
+	k, ok := l1Key(loc, r.gens.get(loc.Shard()))
+	if !ok {
 		return Lookup{}, false
 	}
-	ref, err := r.members(loc, gen)
-	if err != nil {
-		return Lookup{}, false
-	}
-	e, ok := r.l1.Get(ref.entry)
-	now := c.clock()
-	if !ok || (!e.soft.IsZero() && !now.Before(e.soft)) {
+	e, ok := r.l1.Get(k)
+	if !ok {
 		return Lookup{}, false
 	}
 	lk := Lookup{Kind: Hit, Freshness: Fresh, SourceRevision: e.rev, WrittenAt: e.written, SoftExpiresAt: e.soft,
@@ -186,6 +182,42 @@ func (c *Cache) fromL1(r *region, loc keys.Location) (Lookup, bool) {
 		lk.Value = slices.Clone(e.value)
 	}
 	return lk, true
+}
+
+// The L1 key holds a generation as this package creates it.
+var _ = l1.Key{Generation: [generationBytes]byte{}}
+
+// l1Key is the L1 key of loc's entry in generation gen. A generation of
+// another size than this package creates (none, or another writer's) has
+// no L1 key: its entries are never kept in L1.
+func l1Key(loc keys.Location, gen []byte) (l1.Key, bool) {
+	if len(gen) != generationBytes {
+		return l1.Key{}, false
+	}
+	k := l1.Key{Location: loc.Digest()}
+	copy(k.Generation[:], gen)
+	return k, true
+}
+
+// setL1 keeps e as ref's entry, taken under ticket, until its soft expiry
+// (a stale entry is served from L2) and never past its hard expiry.
+func (r *region) setL1(ticket l1.Ticket, ref entryRef, e l1Entry) {
+	k, ok := l1Key(ref.loc, ref.gen)
+	if !ok {
+		return
+	}
+	until := e.hard
+	if !e.soft.IsZero() && e.soft.Before(until) {
+		until = e.soft
+	}
+	r.l1.Set(ticket, k, e, len(e.value), until)
+}
+
+// deleteL1 drops ref's entry from L1 (and any fill racing with it).
+func (r *region) deleteL1(ref entryRef) {
+	if k, ok := l1Key(ref.loc, ref.gen); ok {
+		r.l1.Delete(k)
+	}
 }
 
 // lookupL2 reads loc from Redis and interprets the entry. A fresh hit or a
@@ -203,7 +235,7 @@ func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (Loo
 	}
 	lk, entry, err := c.interpret(ctx, r, rd, ref, moved)
 	if err == nil && useL1 && entry != nil {
-		r.l1.Set(ticket, ref.entry, *entry, len(entry.value), entry.hard)
+		r.setL1(ticket, ref, *entry)
 	}
 	return lk, err
 }

@@ -161,9 +161,8 @@ func (c *Cache) record(ctx context.Context, r *region, loc keys.Location, w writ
 			r.m.payloadBytes("write", len(payload))
 			if r.l1 != nil {
 				if env.SoftExpiresAt.IsZero() || c.clock().Before(env.SoftExpiresAt) {
-					r.l1.Set(ticket, ref.entry, l1Entry{value: cloneOrNil(w.value), negative: w.negative,
-						rev: revisionOf(env), written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt},
-						len(w.value), env.HardExpiresAt)
+					r.setL1(ticket, ref, l1Entry{value: cloneOrNil(w.value), negative: w.negative,
+						rev: revisionOf(env), written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt})
 				}
 				// Only a plain write may replace an entry other hosts hold
 				// fresh in L1. A conditional write replaced what its lookup
@@ -310,7 +309,7 @@ func (c *Cache) invalidate(ctx context.Context, r *region, loc keys.Location) (I
 		switch res.Status {
 		case programs.CachePutStored:
 			if r.l1 != nil {
-				r.l1.Delete(ref.entry)
+				r.deleteL1(ref)
 				c.publishKey(r, ref)
 			}
 			if res.Previous == programs.CachePreviousEnvelope && !repeated {
@@ -329,7 +328,7 @@ func (c *Cache) invalidate(ctx context.Context, r *region, loc keys.Location) (I
 				return invalidationOutcomeOf(ctx, err)
 			}
 			if r.l1 != nil {
-				r.l1.Delete(ref.entry)
+				r.deleteL1(ref)
 				c.publishKey(r, ref)
 			}
 			return AlreadyAbsent, nil
@@ -459,7 +458,7 @@ func (c *Cache) quarantine(ctx context.Context, r *region, obs observation, reas
 		return
 	}
 	if r.l1 != nil {
-		r.l1.Delete(obs.ref.entry)
+		r.deleteL1(obs.ref)
 	}
 }
 

@@ -6,12 +6,11 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host/cache/l1"
-	"github.com/caphost/caphost/runtime/keys"
 )
 
 const benchKeys = 1024
 
-func benchCache(b *testing.B) (*l1.Cache[[]byte], []keys.Key) {
+func benchCache(b *testing.B) (*l1.Cache[[]byte], []l1.Key) {
 	l, err := l1.New[[]byte](l1.Config{MaxEntries: 100_000, MaxBytes: 64 << 20, MaxAge: time.Hour, Clock: time.Now})
 	if err != nil {
 		b.Fatal(err)

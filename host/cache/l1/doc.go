@@ -1,16 +1,16 @@
 // Package l1 owns a cache region's in-process level: a bounded map of
 // decoded entries in front of Redis (L2), its bounds, its expiry judge and
 // its coherence mechanics (flush epoch, delete sequence). It knows nothing
-// of Redis, envelopes, codecs or Pub/Sub (its one caphost import is
-// runtime/keys, for the key type): host/cache decides what to store
-// (the decoded value, its size, its L2 hard expiry) and feeds invalidation
-// hints to Delete and subscription drops to Flush.
+// of Redis, envelopes, codecs or Pub/Sub (it imports nothing of caphost):
+// host/cache decides what to store (the decoded value, its size, the last
+// instant it may be served) and feeds invalidation hints to Delete and
+// subscription drops to Flush.
 //
 // # Bounds
 //
-// Both bounds are mandatory. Every entry is charged key + value +
-// EntryOverhead bytes (the key in its rendered form), where the value's size is the caller's account of the
-// decoded value; an entry larger than MaxEntryBytes is refused. The
+// Both bounds are mandatory. Every entry is charged KeySize + value +
+// EntryOverhead bytes, where the value's size is the caller's account of
+// the decoded value; an entry larger than MaxEntryBytes is refused. The
 // library bounds one quantity, a weight, so each entry weighs max(charge,
 // ⌈MaxBytes/MaxEntries⌉): the weights' sum stays ≤ MaxBytes, which keeps
 // the charged bytes ≤ MaxBytes and the entry count ≤ MaxEntries at once.
@@ -22,22 +22,26 @@
 //
 // # Expiry
 //
-// An entry never outlives its L2 hard expiry. Set takes the entry's hard
-// expiry and stores min(hard expiry, now + MaxAge) by the injected clock;
-// every Get compares the clock with it and misses at or past it (and removes
-// the entry). The library's own per-entry expiry is not used: it would read
-// a second clock on every hit and keep a timer wheel and a goroutine, and it
-// could only reclaim memory early, never serve less; an entry nobody reads
-// any more ages out through the size policy, inside the bounds. MaxAge, the region's L1 TTL cap, can
-// only shorten an entry's L1 life. Soft expiry and stale serving are the
-// caller's: the value it stores carries them.
+// An entry never outlives its L2 hard expiry. Set takes the last instant
+// the entry may be served (at most its hard expiry; host/cache passes the
+// soft expiry when there is one, since a stale entry is served from L2)
+// and stores min(that, now + MaxAge) by the injected clock; every Get
+// compares the clock with it and misses at or past it (and removes the
+// entry), so a hit needs no other clock read. The library's own per-entry
+// expiry is not used: it would read a second clock on every hit and keep a
+// timer wheel and a goroutine, and it could only reclaim memory early,
+// never serve less; an entry nobody reads any more ages out through the
+// size policy, inside the bounds. MaxAge, the region's L1 TTL cap, can
+// only shorten an entry's L1 life.
 //
 // # Coherence
 //
-// Keys are the L2 entry's keys.Key, built with the region generation the
-// lookup captured, and L1 maps the key's full rendered form (never logged):
-// a generation bump makes every older entry unreachable without touching
-// L1 (they age out by MaxAge or size). Delete(key) removes one key (an
+// A Key is the L2 entry's identity: its location digest and the region
+// generation the lookup captured. The map is keyed by a seeded 64-bit hash
+// of the Key and each entry keeps its whole Key, so a collision costs a
+// miss (or a Delete drops an unrelated entry), never another entry's
+// value. A generation bump makes every older entry unreachable without
+// touching L1 (they age out by MaxAge or size). Delete(key) removes one key (an
 // invalidation hint); Flush() removes everything (the invalidation
 // subscription dropped: hints may have been lost).
 //

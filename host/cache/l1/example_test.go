@@ -1,13 +1,12 @@
 package l1_test
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/caphost/caphost/host/cache/l1"
-	"github.com/caphost/caphost/policy"
-	"github.com/caphost/caphost/runtime/keys"
 )
 
 func Example() {
@@ -19,18 +18,10 @@ func Example() {
 	}
 	defer l.Close()
 
-	// The L2 entry key, built with the region generation the lookup captured.
-	b, err := keys.NewBuilder(keys.Config{App: "shop", Env: "prod", Material: policy.KeyMaterial{
-		WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-material-32-bytes-long!!"))},
-	}})
-	if err != nil {
-		panic(err)
-	}
-	key, err := b.Build(keys.Spec{Capability: keys.CapCache, Region: "items", KeyVersion: 1, Kind: "entry",
-		Parts: [][]byte{[]byte("item:7"), []byte("generation:b1946ac9")}})
-	if err != nil {
-		panic(err)
-	}
+	// The L2 entry's identity: its location digest and the region
+	// generation the lookup captured (host/cache's keyed digest; a plain
+	// hash here).
+	key := l1.Key{Location: sha256.Sum256([]byte("items/item:7")), Generation: [16]byte{0xb1, 0x94, 0x6a, 0xc9}}
 	t := l.Ticket() // before the L2 read
 	// ... L2 hit, envelope decoded: hard expiry in 10 s ...
 	fmt.Println(l.Set(t, key, `{"id":7}`, 8, now.Add(10*time.Second)))

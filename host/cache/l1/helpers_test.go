@@ -1,39 +1,26 @@
 package l1
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
-
-	"github.com/caphost/caphost/policy"
-	"github.com/caphost/caphost/runtime/keys"
 )
 
-// builder renders entry keys as the host does (a fixed example secret).
-var builder = func() *keys.Builder {
-	b, err := keys.NewBuilder(keys.Config{App: "shop", Env: "prod", Material: policy.KeyMaterial{
-		WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("example-material-32-bytes-long!!"))},
-	}})
-	if err != nil {
-		panic(err)
+// ek is the Key of the logical parts as the host derives one: a digest of
+// the parts (length-prefixed) and a fixed region generation.
+func ek(parts ...string) Key {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p))))
+		h.Write([]byte(p))
 	}
-	return b
-}()
-
-// ek is the entry key of the logical parts (the host adds the captured
-// region generation as one of them).
-func ek(parts ...string) keys.Key {
-	ps := make([][]byte, len(parts))
-	for i, p := range parts {
-		ps[i] = []byte(p)
-	}
-	k, err := builder.Build(keys.Spec{Capability: keys.CapCache, Region: "items", KeyVersion: 1, Kind: "entry", Parts: ps})
-	if err != nil {
-		panic(err)
-	}
+	k := Key{Generation: [16]byte{0x9e, 0x37, 0x79, 0xb9}}
+	h.Sum(k.Location[:0])
 	return k
 }
 
-func ekPool(n int) []keys.Key {
-	ks := make([]keys.Key, n)
+func ekPool(n int) []Key {
+	ks := make([]Key, n)
 	for i := range ks {
 		ks[i] = ek(fmt.Sprint("item:", i))
 	}

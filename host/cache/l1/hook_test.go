@@ -67,3 +67,29 @@ func TestDeleteBeforeStore(t *testing.T) {
 	_, ok := l.Get(ek("k"))
 	assert.False(t, ok)
 }
+
+// TestHashCollisionIsAMiss: the map is keyed by a 64-bit hash of the Key.
+// An entry another Key's Set left in a's slot (a collision) is never served
+// as a's value, and a's own Set then replaces it.
+func TestHashCollisionIsAMiss(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l, err := New[int](Config{MaxEntries: 10, MaxBytes: 1 << 16, MaxAge: time.Minute, Clock: func() time.Time { return now }})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	a, b := ek("a"), ek("b")
+	require.Equal(t, Stored, l.Set(l.Ticket(), b, 2, 8, now.Add(time.Hour)))
+	// b's entry, moved into a's slot: what a collision of the two hashes does.
+	it, ok := l.c.GetIfPresent(l.hash(b))
+	require.True(t, ok)
+	l.c.Set(l.hash(a), it)
+	_, ok = l.Get(a)
+	assert.False(t, ok, "a colliding entry is a miss")
+	v, ok := l.Get(b)
+	require.True(t, ok)
+	assert.Equal(t, 2, v)
+
+	require.Equal(t, Stored, l.Set(l.Ticket(), a, 1, 8, now.Add(time.Hour)))
+	v, ok = l.Get(a)
+	require.True(t, ok)
+	assert.Equal(t, 1, v)
+}

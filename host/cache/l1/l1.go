@@ -1,13 +1,12 @@
 package l1
 
 import (
+	"hash/maphash"
 	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/maypok86/otter/v2"
-
-	"github.com/caphost/caphost/runtime/keys"
 )
 
 // Bounds and accounting constants.
@@ -15,6 +14,8 @@ const (
 	// EntryOverhead is charged per entry on top of its key and value bytes:
 	// the item header and the library's node, rounded up.
 	EntryOverhead = 128
+	// KeySize is the bytes a Key takes (and is charged).
+	KeySize = 48
 	// MaxEntriesLimit, MaxBytesLimit and MaxAgeLimit are typo guards.
 	MaxEntriesLimit = 1 << 30
 	MaxBytesLimit   = 1 << 40
@@ -92,7 +93,7 @@ const (
 	NotStoredClosed
 	// NotStoredDisabled: the region has no L1 (a nil *Cache).
 	NotStoredDisabled
-	// NotStoredInvalidKey: the key is the zero keys.Key.
+	// NotStoredInvalidKey: the key is the zero Key.
 	NotStoredInvalidKey
 )
 
@@ -121,7 +122,21 @@ var testHookAfterStore func()
 // Ticket is taken before the L2 read whose result a Set stores; see Set.
 type Ticket struct{ epoch, deletes uint64 }
 
+// Key names an entry by its L2 identity: the digest of the entry's
+// location and the region generation the entry was read under (an L2
+// entry key is a function of the two, so equal Keys name the same L2
+// entry and a new generation names new entries). It is fixed-size so that
+// a hit hashes and compares 48 bytes, not a rendered Redis key. The zero
+// Key is invalid.
+type Key struct {
+	Location   [32]byte
+	Generation [16]byte
+}
+
 type item[V any] struct {
+	// key is the entry's full Key: the map is keyed by a seeded 64-bit
+	// hash of it, and a Get whose Key differs (a hash collision) misses.
+	key       Key
 	value     V
 	expiresAt int64 // unix nanos by the injected clock: min(hard expiry, set + MaxAge)
 	epoch     uint64
@@ -134,7 +149,8 @@ type item[V any] struct {
 // or a policy without L1): Get misses, Set reports NotStoredDisabled, and
 // every other method does nothing.
 type Cache[V any] struct {
-	c        *otter.Cache[string, *item[V]]
+	c        *otter.Cache[uint64, *item[V]]
+	seed     maphash.Seed
 	clock    func() time.Time
 	maxAge   time.Duration
 	maxEntry int64
@@ -162,15 +178,21 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		return nil, err
 	}
 	l := &Cache[V]{
+		seed:     maphash.MakeSeed(),
 		clock:    cfg.Clock,
 		maxAge:   cfg.MaxAge,
 		maxEntry: cfg.maxEntryBytes(),
 		slot:     uint32((cfg.MaxBytes + int64(cfg.MaxEntries) - 1) / int64(cfg.MaxEntries)),
 	}
 	l.epoch.Store(1)
-	oc, err := otter.New(&otter.Options[string, *item[V]]{
+	// Keyed by a seeded hash of the Key, which the library mixes with a
+	// multiply and a shift (a string or array key would cost a runtime hash
+	// of the key, and an array key an allocation per call besides); the
+	// item holds the Key, so a collision is a miss, never another entry's
+	// value.
+	oc, err := otter.New(&otter.Options[uint64, *item[V]]{
 		MaximumWeight: uint64(cfg.MaxBytes),
-		Weigher:       func(_ string, it *item[V]) uint32 { return it.weight },
+		Weigher:       func(_ uint64, it *item[V]) uint32 { return it.weight },
 		// No library expiry: the judge is the injected clock on every Get
 		// (an entry found dead is removed then), and entries nobody reads
 		// any more age out through the size policy within the bounds. The
@@ -202,17 +224,26 @@ func (l *Cache[V]) Ticket() Ticket {
 	return Ticket{epoch: l.epoch.Load(), deletes: l.deletes.Load()}
 }
 
+// hash is the map key of k.
+func (l *Cache[V]) hash(k Key) uint64 {
+	var b [KeySize]byte
+	copy(b[:32], k.Location[:])
+	copy(b[32:], k.Generation[:])
+	return maphash.Bytes(l.seed, b[:])
+}
+
 // Get returns k's value when L1 holds it, it was stored in the current
-// flush epoch and, by the injected clock, it is before both its L2 hard
-// expiry and its MaxAge. An entry judged expired is removed.
-func (l *Cache[V]) Get(k keys.Key) (V, bool) {
+// flush epoch and, by the injected clock, it is before both its Set's
+// until (at most the L2 hard expiry) and its MaxAge. An entry judged
+// expired is removed.
+func (l *Cache[V]) Get(k Key) (V, bool) {
 	var zero V
 	if l == nil {
 		return zero, false
 	}
-	key := k.Redis() // the in-process map key; never logged
+	key := l.hash(k)
 	it, ok := l.c.GetIfPresent(key)
-	if !ok || !it.valid.Load() || it.epoch != l.epoch.Load() || l.closed.Load() {
+	if !ok || it.key != k || !it.valid.Load() || it.epoch != l.epoch.Load() || l.closed.Load() {
 		l.misses.Add(1)
 		return zero, false
 	}
@@ -226,26 +257,26 @@ func (l *Cache[V]) Get(k keys.Key) (V, bool) {
 	return it.value, true
 }
 
-// Set stores value under k, the L2 entry key (built with the captured
-// region generation, so a generation bump makes the old entries
-// unreachable).
+// Set stores value under k (with the captured region generation, so a
+// generation bump makes the old entries unreachable).
 // valueBytes is the value's size in bytes as the caller accounts it (the
-// decoded payload); hardExpiresAt is the entry's L2 hard expiry. The entry
-// lives until min(hardExpiresAt, now+MaxAge) by the injected clock.
+// decoded payload); until is the last instant the entry may be served:
+// its L2 hard expiry, or earlier (host/cache passes the soft expiry, after
+// which a lookup goes to L2 anyway). The entry lives until min(until,
+// now+MaxAge) by the injected clock.
 //
 // t must have been taken before the L2 read that produced value. If a
 // Flush or any Delete ran since, the value may predate an invalidation and
 // is not kept (NotStoredRaced); this holds also when the Flush or Delete
 // runs concurrently with Set: the check is repeated after the store, and a
 // stored entry that lost the race is removed again.
-func (l *Cache[V]) Set(t Ticket, k keys.Key, value V, valueBytes int, hardExpiresAt time.Time) SetOutcome {
+func (l *Cache[V]) Set(t Ticket, k Key, value V, valueBytes int, until time.Time) SetOutcome {
 	if l == nil {
 		return NotStoredDisabled
 	}
-	if k.IsZero() {
+	if k == (Key{}) {
 		return l.refuse(NotStoredInvalidKey)
 	}
-	key := k.Redis()
 	if l.closed.Load() {
 		return l.refuse(NotStoredClosed)
 	}
@@ -253,22 +284,24 @@ func (l *Cache[V]) Set(t Ticket, k keys.Key, value V, valueBytes int, hardExpire
 		l.raced.Add(1)
 		return NotStoredRaced
 	}
-	charge := int64(len(key)) + int64(valueBytes) + EntryOverhead
+	charge := int64(KeySize) + int64(valueBytes) + EntryOverhead
 	if valueBytes < 0 || charge > l.maxEntry {
 		return l.refuse(NotStoredTooLarge)
 	}
 	now := l.clock()
-	life := min(hardExpiresAt.Sub(now), l.maxAge)
+	life := min(until.Sub(now), l.maxAge)
 	if life <= 0 {
 		return l.refuse(NotStoredExpired)
 	}
 	it := &item[V]{
+		key:       k,
 		value:     value,
 		expiresAt: now.UnixNano() + int64(life),
 		epoch:     t.epoch,
 		charge:    uint32(charge),
 		weight:    max(uint32(charge), l.slot),
 	}
+	key := l.hash(k)
 	l.entries.Add(1)
 	l.bytes.Add(charge)
 	l.c.Set(key, it)
@@ -288,12 +321,13 @@ func (l *Cache[V]) Set(t Ticket, k keys.Key, value V, valueBytes int, hardExpire
 // Delete removes k (an invalidation hint). Once it returns, Get misses k
 // until a Set with a later Ticket; Sets whose Ticket predates it are
 // not kept, and are never served while they remove themselves.
-func (l *Cache[V]) Delete(k keys.Key) {
-	if l == nil || k.IsZero() {
+func (l *Cache[V]) Delete(k Key) {
+	if l == nil || k == (Key{}) {
 		return
 	}
 	l.deletes.Add(1)
-	l.c.Invalidate(k.Redis())
+	// A collision removes another key's entry too: a miss, never a wrong value.
+	l.c.Invalidate(l.hash(k))
 }
 
 // Flush drops every entry (the invalidation subscription dropped). Once it
@@ -375,7 +409,7 @@ func (l *Cache[V]) refuse(o SetOutcome) SetOutcome {
 
 // remove deletes key only while it still maps to it (a newer entry stays),
 // counting the removal in counter when non-nil.
-func (l *Cache[V]) remove(key string, it *item[V], counter *atomic.Uint64) {
+func (l *Cache[V]) remove(key uint64, it *item[V], counter *atomic.Uint64) {
 	l.c.ComputeIfPresent(key, func(old *item[V]) (*item[V], otter.ComputeOp) {
 		if old != it {
 			return old, otter.CancelOp
@@ -390,7 +424,7 @@ func (l *Cache[V]) remove(key string, it *item[V], counter *atomic.Uint64) {
 // onDeletion runs under the library's bucket lock for every entry that
 // leaves (including replaced ones): it keeps Entries and Bytes and the
 // eviction counters. It must not call the cache.
-func (l *Cache[V]) onDeletion(e otter.DeletionEvent[string, *item[V]]) {
+func (l *Cache[V]) onDeletion(e otter.DeletionEvent[uint64, *item[V]]) {
 	l.entries.Add(-1)
 	l.bytes.Add(-int64(e.Value.charge))
 	switch e.Cause {

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/cache/l1"
-	"github.com/caphost/caphost/runtime/keys"
 )
 
 var (
@@ -126,13 +125,13 @@ func TestGetSetAndWeights(t *testing.T) {
 	assert.Equal(t, "value", v)
 	st := l.Stats()
 	assert.Equal(t, int64(1), st.Entries)
-	assert.Equal(t, int64(len(key.Redis())+5+l1.EntryOverhead), st.Bytes, "weight is the rendered key + value + overhead")
+	assert.Equal(t, int64(l1.KeySize+5+l1.EntryOverhead), st.Bytes, "weight is the key + value + overhead")
 
 	// A replacement charges the new size only.
 	require.Equal(t, l1.Stored, l.Set(l.Ticket(), key, "longer value", 500, clk.Now().Add(time.Hour)))
 	st = l.Stats()
 	assert.Equal(t, int64(1), st.Entries)
-	assert.Equal(t, int64(len(key.Redis())+500+l1.EntryOverhead), st.Bytes)
+	assert.Equal(t, int64(l1.KeySize+500+l1.EntryOverhead), st.Bytes)
 
 	_, ok = l.Get(ek("other"))
 	assert.False(t, ok)
@@ -148,14 +147,14 @@ func TestTooLargeAndNegativeSize(t *testing.T) {
 	c.MaxEntryBytes = 1000
 	l := newCache[int](t, c)
 	key := ek("k")
-	n := len(key.Redis())
+	n := l1.KeySize
 	assert.Equal(t, l1.Stored, l.Set(l.Ticket(), key, 1, 1000-l1.EntryOverhead-n, clk.Now().Add(time.Hour)))
 	assert.Equal(t, l1.NotStoredTooLarge, l.Set(l.Ticket(), key, 1, 1001-l1.EntryOverhead-n, clk.Now().Add(time.Hour)))
 	assert.Equal(t, l1.NotStoredTooLarge, l.Set(l.Ticket(), key, 1, -1, clk.Now().Add(time.Hour)))
-	assert.Equal(t, l1.NotStoredInvalidKey, l.Set(l.Ticket(), keys.Key{}, 1, 8, clk.Now().Add(time.Hour)))
-	_, ok := l.Get(keys.Key{})
+	assert.Equal(t, l1.NotStoredInvalidKey, l.Set(l.Ticket(), l1.Key{}, 1, 8, clk.Now().Add(time.Hour)))
+	_, ok := l.Get(l1.Key{})
 	assert.False(t, ok)
-	l.Delete(keys.Key{})
+	l.Delete(l1.Key{})
 	assert.Equal(t, uint64(3), l.Stats().Refused)
 
 	// Default MaxEntryBytes: MaxBytes/8.
