@@ -118,6 +118,7 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 	goRedis, wasm, koanfProm, yaml, cobra := thirdParty()
 	extismPDK := class{"extism go-pdk", []string{"github.com/extism/go-pdk"}}
 	// Upstream wazero and the Extism SDK would be a second, unpatched engine next to the fork.
+	envoyGRPC := class{"grpc/go-control-plane", []string{"google.golang.org/grpc", "github.com/envoyproxy/go-control-plane"}}
 	upstreamEngine := class{"upstream wazero/extism go-sdk", []string{"github.com/tetratelabs/wazero", "github.com/extism/go-sdk"}}
 	isStd := func(path string) bool {
 		if p, ok := pkgs[path]; ok && p.Standard {
@@ -170,6 +171,12 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 			}
 			if toOurs && under(toRel, "cmd/caphost") && under(fromRel, "cmd") && !under(fromRel, "cmd/caphost") {
 				add("nothing imports cmd/...")
+			}
+			// The Envoy rate-limit service is the one gRPC server of the
+			// module: only its package speaks gRPC and Envoy's protos (its
+			// tests, and serve's tests that drive it, use the client too).
+			if envoyGRPC.has(to) && fromRel != "host/ratelimit/envoyrls" && !(test && under(fromRel, "cmd/caphost")) {
+				add("only host/ratelimit/envoyrls may import gRPC and go-control-plane")
 			}
 			if test {
 				// Tests may use test harnesses (internal/redistest hands out
@@ -357,5 +364,34 @@ func TestExtismGuestRule(t *testing.T) {
 		"guests/x-extism -> github.com/caphost/caphost/third_party/extism",
 		"guests/x-extism -> github.com/caphost/caphost/third_party/wazero",
 		"guests/x-extism -> github.com/caphost/caphost/third_party/wazero",
+	}, got)
+}
+
+// TestEnvoyGRPCRule: gRPC and go-control-plane are confined to
+// host/ratelimit/envoyrls (not even its subpackages); serve's tests may use
+// the client.
+func TestEnvoyGRPCRule(t *testing.T) {
+	const mod = "github.com/caphost/caphost"
+	rls := "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	pkgs := map[string]listedPackage{
+		mod + "/host/ratelimit/envoyrls":           {ImportPath: mod + "/host/ratelimit/envoyrls", Imports: []string{"google.golang.org/grpc", rls}},
+		mod + "/host/ratelimit/envoyrls/rlsconfig": {ImportPath: mod + "/host/ratelimit/envoyrls/rlsconfig", Imports: []string{rls}},
+		mod + "/host/ratelimit":                    {ImportPath: mod + "/host/ratelimit", Imports: []string{"google.golang.org/grpc/codes"}},
+		mod + "/cmd/caphost":                       {ImportPath: mod + "/cmd/caphost", Imports: []string{"google.golang.org/grpc"}, TestImports: []string{"google.golang.org/grpc", rls}},
+		"google.golang.org/grpc":                   {ImportPath: "google.golang.org/grpc"},
+		"google.golang.org/grpc/codes":             {ImportPath: "google.golang.org/grpc/codes"},
+		rls:                                        {ImportPath: rls},
+	}
+	var got []string
+	for _, v := range checkImports(mod, pkgs) {
+		if v.Rule == "only host/ratelimit/envoyrls may import gRPC and go-control-plane" {
+			got = append(got, strings.TrimPrefix(v.From, mod+"/")+" -> "+v.To)
+		}
+	}
+	sort.Strings(got)
+	require.Equal(t, []string{
+		"cmd/caphost -> google.golang.org/grpc",
+		"host/ratelimit -> google.golang.org/grpc/codes",
+		"host/ratelimit/envoyrls/rlsconfig -> " + rls,
 	}, got)
 }

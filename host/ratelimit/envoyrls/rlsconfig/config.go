@@ -105,25 +105,27 @@ type Rule struct {
 }
 
 // ID is a stable identity of the rule's place in the configuration (domain
-// and path), independent of its limit: the lower-hex sha256 of their
-// length-prefixed encoding.
-func (r *Rule) ID() string {
-	h := sha256.New()
-	writeLP(h, r.Domain)
-	for _, e := range r.Path {
-		writeLP(h, e.Key)
-		writeLP(h, e.Value)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
+// and path), independent of its limit: the lower-hex Digest of its domain
+// and path.
+func (r *Rule) ID() string { return hex.EncodeToString(Digest(r.Domain, r.Path)) }
 
-// writeLP writes s length-prefixed, so that no two sequences of strings
-// share an encoding.
-func writeLP(h interface{ Write([]byte) (int, error) }, s string) {
+// Digest is the sha256 of a domain and entries, each length-prefixed, so
+// that no two different descriptors share a digest. The Envoy service keys
+// a request descriptor's counter by it.
+func Digest(domain string, es []Entry) []byte {
+	h := sha256.New()
 	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(s)))
-	_, _ = h.Write(n[:])
-	_, _ = h.Write([]byte(s))
+	lp := func(s string) {
+		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	lp(domain)
+	for _, e := range es {
+		lp(e.Key)
+		lp(e.Value)
+	}
+	return h.Sum(nil)
 }
 
 // node is one level of a domain's descriptor tree.

@@ -1,0 +1,83 @@
+// Package envoyrls owns caphost's drop-in Envoy rate-limit service:
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC
+// (Service, Server), answering from caphost's rate limiter with the rules of
+// an envoyproxy/ratelimit YAML configuration (package rlsconfig), so that a
+// deployment can switch by pointing Envoy at caphost.
+//
+// # Decisions
+//
+// Each descriptor of a request is matched to at most one rule (most
+// specific match, see rlsconfig) and answered on its own; the overall code
+// is OVER_LIMIT when any descriptor is, as upstream.
+//
+//   - No rule: OK, no current_limit, nothing counted.
+//   - unlimited: OK, limit_remaining 4294967295, nothing counted.
+//   - requests_per_unit 0, or a cost above the limit: OVER_LIMIT without a
+//     Redis call (nothing could ever be admitted).
+//   - Otherwise one evaluation of the rule's caphost policy (fixed window by
+//     default, aligned to the Unix epoch as upstream's; sliding-counter,
+//     gcra or token-bucket by configuration) at cost hits_addend — the
+//     descriptor's when set, else the request's, 0 meaning 1. The subject is
+//     a digest of the domain and all the request's entries, so each distinct
+//     descriptor (each value of a value-less or wildcard key) has its own
+//     counter. The status carries current_limit, limit_remaining and
+//     duration_until_reset (to the window's end, from Redis time).
+//   - shadow_mode: the policy is a caphost shadow policy: counted, always OK.
+//
+// One difference in counting: caphost's denial consumes nothing, where
+// upstream's INCRBY counts denied hits too; limit_remaining is 0 in both
+// once the limit is reached.
+//
+// Failure modes follow caphost's per-policy failure mode (one for all
+// rules, configured): when Redis cannot decide, a fail-closed rule answers
+// OVER_LIMIT and a fail-open rule OK. Failures are answered in-band rather
+// than as gRPC errors because Envoy treats a failed rate-limit call
+// according to its own failure_mode_deny, which defaults to allowing.
+//
+// Requests are bounded (Validate): at most MaxDescriptors descriptors of
+// 1..MaxEntries entries, non-empty keys, key and value byte limits, valid
+// UTF-8, MaxMessageBytes on the wire. A request outside them, or using
+// what caphost cannot act on (a per-descriptor limit override, hits_addend
+// 0 on a descriptor, negative hits), is InvalidArgument and counts nothing.
+//
+// # Pointing Envoy at caphost
+//
+// Configure the listener in caphost's configuration:
+//
+//	server:
+//	  envoy-rate-limit:
+//	    listen: 127.0.0.1:8081
+//	    config-files: [ratelimit/config.yaml]   # envoyproxy/ratelimit files, relative to this file
+//	    failure-mode: fail-closed               # or fail-open
+//	    algorithm: fixed-window                 # or sliding-counter, gcra, token-bucket
+//	    response-headers: true                  # RateLimit-Limit/-Remaining/-Reset
+//
+// and point Envoy's rate-limit filter at it exactly as at envoyproxy/ratelimit
+// (an HTTP/2 cluster, transport_api_version V3):
+//
+//	http_filters:
+//	- name: envoy.filters.http.ratelimit
+//	  typed_config:
+//	    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+//	    domain: edge_proxy_per_ip
+//	    failure_mode_deny: true
+//	    rate_limit_service:
+//	      transport_api_version: V3
+//	      grpc_service:
+//	        envoy_grpc: {cluster_name: caphost_rls}
+//	clusters:
+//	- name: caphost_rls
+//	  type: STRICT_DNS
+//	  typed_extension_protocol_options:
+//	    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+//	      "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+//	      explicit_http_config: {http2_protocol_options: {}}
+//	  load_assignment:
+//	    cluster_name: caphost_rls
+//	    endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]
+//
+// The service's own metrics are caphost_envoy_rls_requests_total{code} and
+// caphost_envoy_rls_descriptors_total{result}; its limiter's are the
+// rate-limit capability's series prefixed with MetricPrefix. No metric
+// carries a descriptor key or value.
+package envoyrls

@@ -1,0 +1,92 @@
+package rlsconfig
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/caphost/caphost/policy"
+)
+
+// PolicyOptions say how rules become caphost rate policies.
+type PolicyOptions struct {
+	// Algorithm is the rate algorithm of every rule: fixed-window (the
+	// default: envoyproxy/ratelimit's only one), sliding-counter, gcra or
+	// token-bucket (capacity requests_per_unit, refilled by
+	// requests_per_unit per unit).
+	Algorithm policy.RateAlgorithm
+	// FailureMode is every rule's failure mode (default fail-closed).
+	FailureMode policy.RateFailureMode
+	// PathPrefix prefixes the paths of problems.
+	PathPrefix string
+}
+
+// Algorithms lists the algorithms a rule can map to.
+func Algorithms() []policy.RateAlgorithm {
+	return []policy.RateAlgorithm{policy.RateFixedWindow, policy.RateSlidingCounter, policy.RateGCRA, policy.RateTokenBucket}
+}
+
+// Dimension is the one subject dimension of every generated policy: the
+// request's domain and descriptor entries, digested, are the subject.
+const Dimension = policy.DimResourceClass
+
+// Policies maps every counted rule (neither unlimited nor a limit of 0,
+// which need no state) to a caphost rate policy declaration, and returns
+// the policy id of each such rule. A rule's id derives from its place
+// (domain and path) and its revision from its limit, algorithm and modes,
+// so that changing a limit starts fresh state under a new revision while
+// an unchanged rule keeps its state across reloads. Problems (too many
+// rules, a limit beyond caphost's bounds) come back as a
+// *policy.ValidationError.
+func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]string, error) {
+	if o.Algorithm == "" {
+		o.Algorithm = policy.RateFixedWindow
+	}
+	if o.FailureMode == "" {
+		o.FailureMode = policy.FailClosed
+	}
+	var (
+		decls []policy.RatePolicyDecl
+		ids   = map[*Rule]string{}
+	)
+	for _, r := range c.rules {
+		if r.Unlimited || r.RequestsPerUnit == 0 {
+			continue
+		}
+		d := policy.RatePolicyDecl{
+			ID:          "envoy-" + r.ID()[:24],
+			Algorithm:   o.Algorithm,
+			Dimensions:  []policy.RateDimension{Dimension},
+			FailureMode: o.FailureMode,
+			Shadow:      r.Shadow,
+		}
+		limit, window := int64(r.RequestsPerUnit), r.Unit.Duration()
+		if o.Algorithm == policy.RateTokenBucket {
+			d.Parameters = policy.RateParameters{Capacity: limit, RefillTokens: limit, RefillPeriod: window}
+		} else {
+			d.Parameters = policy.RateParameters{Limit: limit, Window: window}
+		}
+		// A cost above the limit can never be admitted; the front end
+		// answers it OVER_LIMIT without a call.
+		d.MaxCost = min(limit, policy.RateMaxLimit)
+		d.Revision = revision(d)
+		ids[r] = d.ID
+		decls = append(decls, d)
+	}
+	prefix := o.PathPrefix
+	if prefix == "" {
+		prefix = "envoy-rate-limit"
+	}
+	if _, err := policy.CompileRatePolicies(decls, policy.RateCompileOptions{PathPrefix: prefix}); err != nil {
+		return nil, nil, err
+	}
+	return decls, ids, nil
+}
+
+// revision digests what changes a rule's behaviour.
+func revision(d policy.RatePolicyDecl) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%s|%t|%d", d.Algorithm, d.Parameters.Limit, d.Parameters.Window,
+		d.Parameters.Capacity, d.Parameters.RefillTokens, d.Parameters.RefillPeriod, d.FailureMode, d.Shadow, d.MaxCost)
+	return "r" + hex.EncodeToString(h.Sum(nil))[:20]
+}

@@ -1,0 +1,68 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Server bounds. Envoy keeps one long-lived HTTP/2 connection per
+// upstream host and multiplexes its calls on it.
+const (
+	maxConcurrentStreams = 1024
+	connectionTimeout    = 5 * time.Second
+	keepaliveMinTime     = 10 * time.Second
+)
+
+// Server is the gRPC server of a Service: it owns the transport (message
+// size, stream and keepalive bounds) so that callers such as `caphost
+// serve` never handle gRPC themselves.
+type Server struct {
+	g *grpc.Server
+}
+
+// NewServer registers svc as envoy.service.ratelimit.v3.RateLimitService
+// on a new gRPC server.
+func NewServer(svc *Service) *Server {
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.ConnectionTimeout(connectionTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+	)
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	return &Server{g: g}
+}
+
+// Serve accepts connections on ln until Shutdown; it returns nil after a
+// Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting and lets calls in flight finish until ctx ends,
+// then closes what is left. It reports ctx's error when it had to cut
+// calls short.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.g.Stop()
+		<-done
+		return ctx.Err()
+	}
+}

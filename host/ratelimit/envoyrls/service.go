@@ -1,0 +1,302 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/caphost/caphost/host/ratelimit"
+	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
+)
+
+// Options configure New.
+type Options struct {
+	// Policies say how rules become caphost policies (algorithm, failure
+	// mode).
+	Policies rlsconfig.PolicyOptions
+	// RedisRole holds the counters (default coordination; never cache).
+	RedisRole policy.Role
+	// AttemptTimeout bounds one program call (0: the request's deadline).
+	AttemptTimeout time.Duration
+	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset for Envoy to forward, from the descriptor closest to
+	// its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	ResponseHeaders bool
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// Registerer receives the service's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Now is the clock of unit-aligned resets (default time.Now).
+	Now func() time.Time
+}
+
+// MetricPrefix prefixes the names of the service's limiter metrics
+// (envoy_rls_caphost_rate_...): the same series the rate-limit capability
+// exports, for the Envoy rules.
+const MetricPrefix = "envoy_rls_"
+
+// Response header names (envoyproxy/ratelimit's defaults).
+const (
+	HeaderLimit     = "RateLimit-Limit"
+	HeaderRemaining = "RateLimit-Remaining"
+	HeaderReset     = "RateLimit-Reset"
+)
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService over
+// caphost's rate limiter. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cfg     *rlsconfig.Config
+	lim     *ratelimit.Limiter // nil when no rule needs counting
+	ids     map[*rlsconfig.Rule]string
+	headers bool
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+}
+
+// New builds the service: every counted rule of cfg becomes a caphost rate
+// policy (see rlsconfig.Policies) evaluated by a limiter of its own on the
+// runtime's role, so Envoy's rules never mix with the rate-limit
+// capability's policies or their metrics.
+func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error) {
+	if rt == nil || cfg == nil {
+		return nil, fmt.Errorf("%w: New needs a runtime and a descriptor configuration", ratelimit.ErrConfig)
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	decls, ids, err := rlsconfig.Policies(cfg, o.Policies)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, ids: ids, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
+	if s.m, err = newMetrics(o.Registerer); err != nil {
+		return nil, err
+	}
+	if len(decls) > 0 {
+		rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, RedisRole: o.RedisRole,
+			DegradedProvider: ratelimit.DegradedDisabled, AttemptTimeout: o.AttemptTimeout, Policies: decls}
+		set, err := rc.CompilePolicies()
+		if err != nil {
+			return nil, err
+		}
+		// The limiter's metrics carry the rate-limit capability's names, so
+		// they are registered under a prefix of their own.
+		opts := []ratelimit.Option{ratelimit.WithLogger(o.Log)}
+		if o.Registerer != nil {
+			opts = append(opts, ratelimit.WithRegisterer(prometheus.WrapRegistererWithPrefix(MetricPrefix, o.Registerer)))
+		}
+		if s.lim, err = ratelimit.New(rt, rc, set, opts...); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ShouldRateLimit decides every descriptor of the request. Each matched,
+// counted descriptor is one evaluation of its rule's policy at cost
+// hits_addend; the overall code is OVER_LIMIT when any descriptor is. A
+// request outside the bounds (see Validate) is InvalidArgument and counts
+// nothing.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	costs, err := Validate(req)
+	if err != nil {
+		s.m.requests.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	for i, d := range req.Descriptors {
+		st := s.decide(ctx, req.Domain, d.Entries, costs[i])
+		resp.Statuses[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			closest = st
+		} else if st.CurrentLimit != nil && (closest == nil || (closest.Code == rlsv3.RateLimitResponse_OK && st.LimitRemaining < closest.LimitRemaining)) {
+			closest = st
+		}
+	}
+	if s.headers && closest != nil && closest.CurrentLimit != nil {
+		resp.ResponseHeadersToAdd = headersOf(closest)
+	}
+	s.m.requests.WithLabelValues(codeLabel(resp.OverallCode)).Inc()
+	return resp, nil
+}
+
+// Descriptor results (metric label values).
+const (
+	resultOK          = "ok"
+	resultOverLimit   = "over_limit"
+	resultNoRule      = "no_rule"
+	resultUnlimited   = "unlimited"
+	resultShadowOver  = "shadow_over_limit"
+	resultShadow      = "shadow"
+	resultUnavailable = "unavailable"
+	resultFailOpen    = "fail_open"
+)
+
+// decide answers one descriptor.
+func (s *Service) decide(ctx context.Context, domain string, entries []*ratelimitEntry, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
+	es := make([]rlsconfig.Entry, len(entries))
+	for i, e := range entries {
+		es[i] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	rule := s.cfg.Match(domain, es)
+	switch {
+	case rule == nil:
+		s.m.descriptors.WithLabelValues(resultNoRule).Inc()
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	case rule.Unlimited:
+		s.m.descriptors.WithLabelValues(resultUnlimited).Inc()
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	limit := currentLimit(rule)
+	if rule.RequestsPerUnit == 0 || cost > int64(rule.RequestsPerUnit) {
+		// Nothing can ever be admitted: no state to consult.
+		return s.over(rule, limit, 0, s.alignedReset(rule.Unit))
+	}
+	o := s.lim.Evaluate(ctx, ratelimit.Request{
+		Policy: s.ids[rule], Subject: ratelimit.Subject{rlsconfig.Dimension: subjectOf(domain, es)}, Cost: cost,
+	})
+	d, ok := o.Decision()
+	if !ok {
+		// No decision (unavailable, indeterminate, refused): the policy's
+		// failure mode has already been applied and did not allow, so the
+		// descriptor fails closed. It is answered OVER_LIMIT, never a gRPC
+		// error, because Envoy's failure_mode_deny defaults to allowing
+		// requests whose rate-limit call fails.
+		s.m.descriptors.WithLabelValues(resultUnavailable).Inc()
+		s.log.Warn("envoy rate-limit descriptor failed closed", "policy", o.Policy(), "kind", o.Kind().String(), "category", string(o.Category()))
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: limit,
+			DurationUntilReset: durationpb.New(ceilSecond(o.RetryAfter()))}
+	}
+	reset := d.ResetAt.Sub(s.now())
+	remaining := uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	switch {
+	case !d.Allowed:
+		return s.over(rule, limit, remaining, reset)
+	case d.Source == ratelimit.SourceShadow:
+		// caphost's shadow decision allows; whether it would have denied
+		// is counted by the limiter's shadow metric.
+		s.m.descriptors.WithLabelValues(resultShadow).Inc()
+	case d.Source == ratelimit.SourceFailOpen:
+		s.m.descriptors.WithLabelValues(resultFailOpen).Inc()
+	default:
+		s.m.descriptors.WithLabelValues(resultOK).Inc()
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: limit,
+		LimitRemaining: remaining, DurationUntilReset: durationpb.New(max(reset, 0))}
+}
+
+// over answers a descriptor over its limit: OVER_LIMIT, or OK for a
+// shadow rule.
+func (s *Service) over(rule *rlsconfig.Rule, limit *rlsv3.RateLimitResponse_RateLimit, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+	code := rlsv3.RateLimitResponse_OVER_LIMIT
+	if rule.Shadow {
+		code = rlsv3.RateLimitResponse_OK
+		s.m.descriptors.WithLabelValues(resultShadowOver).Inc()
+	} else {
+		s.m.descriptors.WithLabelValues(resultOverLimit).Inc()
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: limit, LimitRemaining: remaining,
+		DurationUntilReset: durationpb.New(max(reset, 0))}
+}
+
+// alignedReset is envoyproxy/ratelimit's reset: the end of the current
+// unit, aligned to the Unix epoch.
+func (s *Service) alignedReset(u rlsconfig.Unit) time.Duration {
+	unit := int64(u.Duration() / time.Second)
+	return time.Duration(unit-s.now().Unix()%unit) * time.Second
+}
+
+func ceilSecond(d time.Duration) time.Duration {
+	return max((d+time.Second-1)/time.Second*time.Second, time.Second)
+}
+
+var units = map[rlsconfig.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	rlsconfig.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	rlsconfig.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	rlsconfig.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	rlsconfig.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	rlsconfig.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	rlsconfig.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+}
+
+func currentLimit(r *rlsconfig.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: units[r.Unit]}
+}
+
+// subjectOf is the counter's subject: the digest of the request's domain
+// and entries, so each distinct descriptor is counted apart, as
+// envoyproxy/ratelimit keys it; raw values never leave this process (the
+// host HMACs the digest again).
+func subjectOf(domain string, es []rlsconfig.Entry) []byte { return rlsconfig.Digest(domain, es) }
+
+func headersOf(st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	reset := int64(0)
+	if st.DurationUntilReset != nil {
+		reset = int64(math.Ceil(st.DurationUntilReset.AsDuration().Seconds()))
+	}
+	return []*corev3.HeaderValue{
+		{Key: HeaderLimit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{Key: HeaderReset, Value: strconv.FormatInt(reset, 10)},
+	}
+}
+
+func codeLabel(c rlsv3.RateLimitResponse_Code) string {
+	if c == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return resultOverLimit
+	}
+	return resultOK
+}
+
+type metrics struct {
+	requests    *prometheus.CounterVec
+	descriptors *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_requests_total",
+			Help: "ShouldRateLimit calls of the Envoy rate-limit service by overall code (ok, over_limit) or invalid.",
+		}, []string{"code"}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_descriptors_total",
+			Help: "Descriptors answered by the Envoy rate-limit service, by result.",
+		}, []string{"result"}),
+	}
+	for _, c := range []string{resultOK, resultOverLimit, "invalid"} {
+		m.requests.WithLabelValues(c)
+	}
+	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen} {
+		m.descriptors.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.descriptors} {
+			if err := reg.Register(c); err != nil {
+				return nil, errors.Join(ratelimit.ErrConfig, err)
+			}
+		}
+	}
+	return m, nil
+}
