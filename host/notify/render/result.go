@@ -203,7 +203,7 @@ func (r *Result) check() error {
 	return Verify(r.Channel, nil, parts, HardLimits())
 }
 
-// clone returns a deep copy of parts.
+// cloneParts returns a deep copy of parts.
 func cloneParts(ps []abi.MessagePart) []Part {
 	out := make([]Part, len(ps))
 	for i, p := range ps {
