@@ -171,14 +171,21 @@ func (c *Client) releaseCall(ctx context.Context, key keys.Key, label string, a 
 
 func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (ReleaseResult, error) {
 	var (
-		res programs.LeaseReleaseResult
-		err error
+		res  programs.LeaseReleaseResult
+		err  error
+		lost error // the first send's, when its reply was lost
 	)
 	for try := 0; try < 2; try++ {
 		res, err = c.exec.LeaseRelease(ctx, key, program(a))
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
+		lost = err
+	}
+	// A repeat that fails before it is sent does not undo the first
+	// send's uncertainty: the release may have applied.
+	if err != nil && lost != nil && !(ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		err = lost
 	}
 	if err != nil {
 		o := certainty.Classify(err, true)

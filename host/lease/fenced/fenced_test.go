@@ -330,3 +330,36 @@ func TestHoldRenewsAndStopsOnABrokenFence(t *testing.T) {
 	assert.Equal(t, Acquired, a.Kind)
 	assert.Equal(t, Lost, a.Handle.State())
 }
+
+// TestLostReleaseWithRefusedRepeatStaysIndeterminate: the release reaches
+// Redis and its reply is lost; the repeat cannot even be sent. The first
+// send may have applied, so the outcome is INDETERMINATE with the handle
+// UNKNOWN — never UNAVAILABLE ("nothing changed") — and an inspect with
+// the same attempt finds the lease gone.
+func TestLostReleaseWithRefusedRepeatStaysIndeterminate(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	w := newWorld(t, p.Addr(), srv, Config{})
+	ctx := ctxT(t)
+	reg := w.activate(t, "acct-7")
+	warm, err := w.c.Acquire(ctx, Request{Purpose: "ledger", Registration: reg, TTL: 10 * time.Second, Attempt: attempt(t, "warm")})
+	require.NoError(t, err)
+	_, err = warm.Handle.Release(ctx) // loads the release program before the stall
+	require.NoError(t, err)
+
+	r := Request{Purpose: "ledger", Registration: reg, TTL: 10 * time.Second, Attempt: attempt(t, "op")}
+	got, err := w.c.Acquire(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, Acquired, got.Kind)
+	w.c.beforeReleaseRepeat = func() { p.Refuse() }
+	p.Stall()
+	rel, err := got.Handle.Release(ctx)
+	w.c.beforeReleaseRepeat = nil
+	p.Passthrough()
+	require.NoError(t, err)
+	assert.Equal(t, lease.ReleaseIndeterminate, rel)
+	assert.Equal(t, Unknown, got.Handle.State())
+	ins, err := w.c.Inspect(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, Absent, ins.Kind, "the first send applied")
+}

@@ -131,17 +131,24 @@ func (c *Client) releaseCall(ctx context.Context, k call, counter int64) (releas
 
 func (c *Client) releaseTwice(ctx context.Context, k call, counter int64) (released, bool, error) {
 	var (
-		res programs.FencedReleaseResult
-		err error
+		res  programs.FencedReleaseResult
+		err  error
+		lost error // the first send's, when its reply was lost
 	)
 	for try := 0; try < 2; try++ {
 		res, err = c.exec.FencedLeaseRelease(ctx, k.owner, k.counter, k.hold(counter))
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
+		lost = err
 		if c.beforeReleaseRepeat != nil {
 			c.beforeReleaseRepeat()
 		}
+	}
+	// A repeat that fails before it is sent does not undo the first
+	// send's uncertainty: the release may have applied.
+	if err != nil && lost != nil && !(ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		err = lost
 	}
 	if err != nil {
 		o := certainty.Classify(err, true)
