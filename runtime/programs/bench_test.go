@@ -373,6 +373,7 @@ func BenchmarkRateServerTime(b *testing.B) {
 		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
 		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
 		sl1, sl2 := key("sl1", "log", 1), key("sl2", "log", 1)
+		cc1, cc2 := key("cc1", "concurrency", 1), key("cc2", "concurrency", 1)
 		logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond}
 		sl1req, sl2req := logReq, logReq
 		sl1req.RateOptions, sl2req.RateOptions = opts, lean
@@ -411,6 +412,13 @@ func BenchmarkRateServerTime(b *testing.B) {
 			// and every admit trims what fell out.
 			{"sliding-log-v1", false, nop, func(int) error { return decide(e.RateSlidingLog(ctx, sl1, dd, sl1req)) }},
 			{"sliding-log-v2", false, nop, func(int) error { return decide(e.RateSlidingLogV2(ctx, sl2, keys.Key{}, sl2req)) }},
+			// One owner acquiring and releasing in turn: the time per call.
+			{"concurrency-acquire+release-v1", false, nop, func(i int) error {
+				return permitTurn(ctx, i, cc1, e.RateConcurrencyAcquire, e.RateConcurrencyRelease)
+			}},
+			{"concurrency-acquire+release-v2", false, nop, func(i int) error {
+				return permitTurn(ctx, i, cc2, e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2)
+			}},
 		})
 	}
 }
@@ -420,4 +428,24 @@ func rateBenchKey(b *testing.B, bld *keys.Builder, tag, kind string, kv int) key
 	ks, err := bld.Group(keys.Spec{Capability: keys.CapRate, Region: "bench-r1", KeyVersion: kv, Parts: [][]byte{[]byte(tag)}}, kind, "dedup")
 	require.NoError(b, err)
 	return ks[0]
+}
+
+// permitTurn acquires (even i) or releases (odd i) one owner's permit.
+func permitTurn(ctx context.Context, i int, k keys.Key,
+	acquire func(context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error),
+	release func(context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)) error {
+	owner := []byte("bench-owner-0123456789")
+	if i%2 == 0 {
+		r, err := acquire(ctx, k, PermitAcquireRequest{PolicyRevision: "r1", MaxPermits: 100, Owner: owner,
+			TTL: time.Minute, MaxClockStep: time.Second, CleanupGrace: time.Second})
+		if err == nil && r.Status != PermitAcquired {
+			err = fmt.Errorf("acquire: %s", r.Status)
+		}
+		return err
+	}
+	r, err := release(ctx, k, PermitReleaseRequest{PolicyRevision: "r1", Owner: owner, MaxClockStep: time.Second})
+	if err == nil && r.Status != PermitReleased {
+		err = fmt.Errorf("release: %s", r.Status)
+	}
+	return err
 }

@@ -237,7 +237,18 @@ func (r PermitAcquireResult) Outcome() certainty.Outcome { return r.Status.Outco
 
 // RateConcurrencyAcquire takes a concurrency permit for req.Owner.
 func (e *Executor) RateConcurrencyAcquire(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
-	r, err := e.run(ctx, "rate-concurrency-acquire-v1", []keys.Key{permits}, req.PolicyRevision,
+	return e.concurrencyAcquire(ctx, "rate-concurrency-acquire-v1", permits, req)
+}
+
+// RateConcurrencyAcquireV2 is RateConcurrencyAcquire with
+// rate-concurrency-acquire-v2: the same state (v1 and v2 may share a key)
+// and decisions in fewer Redis calls.
+func (e *Executor) RateConcurrencyAcquireV2(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	return e.concurrencyAcquire(ctx, "rate-concurrency-acquire-v2", permits, req)
+}
+
+func (e *Executor) concurrencyAcquire(ctx context.Context, id string, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision,
 		strconv.FormatInt(req.MaxPermits, 10), req.Owner, millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
 	if err != nil {
 		return PermitAcquireResult{}, err
@@ -272,7 +283,17 @@ func (r PermitRenewResult) Outcome() certainty.Outcome { return r.Status.Outcome
 
 // RateConcurrencyRenew extends req.Owner's live permit.
 func (e *Executor) RateConcurrencyRenew(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
-	r, err := e.run(ctx, "rate-concurrency-renew-v1", []keys.Key{permits}, req.PolicyRevision, req.Owner,
+	return e.concurrencyRenew(ctx, "rate-concurrency-renew-v1", permits, req)
+}
+
+// RateConcurrencyRenewV2 is RateConcurrencyRenew with
+// rate-concurrency-renew-v2 (v1's state, fewer Redis calls).
+func (e *Executor) RateConcurrencyRenewV2(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	return e.concurrencyRenew(ctx, "rate-concurrency-renew-v2", permits, req)
+}
+
+func (e *Executor) concurrencyRenew(ctx context.Context, id string, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision, req.Owner,
 		millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
 	if err != nil {
 		return PermitRenewResult{}, err
@@ -299,7 +320,17 @@ func (r PermitReleaseResult) Outcome() certainty.Outcome { return r.Status.Outco
 
 // RateConcurrencyRelease returns req.Owner's permit; nobody else's.
 func (e *Executor) RateConcurrencyRelease(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
-	r, err := e.run(ctx, "rate-concurrency-release-v1", []keys.Key{permits}, req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
+	return e.concurrencyRelease(ctx, "rate-concurrency-release-v1", permits, req)
+}
+
+// RateConcurrencyReleaseV2 is RateConcurrencyRelease with
+// rate-concurrency-release-v2 (v1's state, fewer Redis calls).
+func (e *Executor) RateConcurrencyReleaseV2(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	return e.concurrencyRelease(ctx, "rate-concurrency-release-v2", permits, req)
+}
+
+func (e *Executor) concurrencyRelease(ctx context.Context, id string, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
 	if err != nil {
 		return PermitReleaseResult{}, err
 	}

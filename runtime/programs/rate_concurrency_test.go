@@ -33,137 +33,143 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, Deploy(ctx, cat, admin))
 	for i, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			e, err := NewExecutor(cat, mode, client)
-			require.NoError(t, err)
-			r := rand.New(rand.NewPCG(uint64(i)+11, 3))
-			key, _ := rateKeys(t, testBuilder(t), "permits-"+string(mode), "concurrency")
-			const maxPermits, maxStep = 3, 200
-			var ref rateref.ConcurrencyState
-			counts := map[string]int{}
-			n := 0
-			// shiftClock moves the stored observation `shift` ms ahead of
-			// TIME: a server clock stepping back by that much.
-			shiftClock := func(shift int64) {
-				t.Helper()
-				if shift == 0 || !ref.Present {
-					return
-				}
-				ref.Observed += shift
-				score, err := admin.ZScore(ctx, key.Redis(), "!v1:r1").Result()
+		for _, version := range []string{"v1", "v2"} { // v2 keeps v1's state: one reference for both
+			t.Run(string(mode)+"/"+version, func(t *testing.T) {
+				t.Parallel()
+				e, err := NewExecutor(cat, mode, client)
 				require.NoError(t, err)
-				require.NoError(t, admin.ZAdd(ctx, key.Redis(), redisZ(score-float64(shift), "!v1:r1")).Err())
-			}
-			// step runs one operation through both and compares them; it
-			// returns the status name it counted.
-			step := func(op, owner string, ttl int64) string {
-				t.Helper()
-				var (
-					name      string
-					got, want rateref.PermitDecision
-				)
-				switch op {
-				case "acquire":
-					res, err := e.RateConcurrencyAcquire(ctx, key, PermitAcquireRequest{
-						PolicyRevision: "r1", MaxPermits: maxPermits, Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
-						MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
-					})
-					require.NoError(t, err)
-					name = res.Status.String()
-					got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, MaxPermits: res.MaxPermits, ExpiresAtMillis: res.ExpiresAtMillis, RetryAfterMillis: res.RetryAfter.Milliseconds()}
-					want, err = rateref.ConcurrencyAcquire(&ref, res.ServerNowMillis, maxPermits, owner, ttl, maxStep)
-					require.NoError(t, err)
-				case "renew":
-					res, err := e.RateConcurrencyRenew(ctx, key, PermitRenewRequest{
-						PolicyRevision: "r1", Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
-						MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
-					})
-					require.NoError(t, err)
-					name = "renew " + res.Status.String()
-					got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, ExpiresAtMillis: res.ExpiresAtMillis}
-					want, err = rateref.ConcurrencyRenew(&ref, res.ServerNowMillis, owner, ttl, maxStep)
-					require.NoError(t, err)
-				default:
-					res, err := e.RateConcurrencyRelease(ctx, key, PermitReleaseRequest{PolicyRevision: "r1", Owner: []byte(owner), MaxClockStep: maxStep * time.Millisecond})
-					require.NoError(t, err)
-					name = "release " + res.Status.String()
-					got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse}
-					want, err = rateref.ConcurrencyRelease(&ref, res.ServerNowMillis, owner, maxStep)
-					require.NoError(t, err)
+				acquire, renew, release := e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease
+				if version == "v2" {
+					acquire, renew, release = e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2
 				}
-				counts[name]++
-				require.Equal(t, want, got, "step %d (%s, owner %s)", n, name, owner)
-				zs, err := admin.ZRangeWithScores(ctx, key.Redis(), 0, -1).Result()
-				require.NoError(t, err)
-				stored := map[string]int64{}
-				for _, z := range zs {
-					stored[fmt.Sprint(z.Member)] = int64(z.Score)
+				r := rand.New(rand.NewPCG(uint64(i)+11, 3))
+				key, _ := rateKeys(t, testBuilder(t), "permits-"+string(mode)+"-"+version, "concurrency")
+				const maxPermits, maxStep = 3, 200
+				var ref rateref.ConcurrencyState
+				counts := map[string]int{}
+				n := 0
+				// shiftClock moves the stored observation `shift` ms ahead of
+				// TIME: a server clock stepping back by that much.
+				shiftClock := func(shift int64) {
+					t.Helper()
+					if shift == 0 || !ref.Present {
+						return
+					}
+					ref.Observed += shift
+					score, err := admin.ZScore(ctx, key.Redis(), "!v1:r1").Result()
+					require.NoError(t, err)
+					require.NoError(t, admin.ZAdd(ctx, key.Redis(), redisZ(score-float64(shift), "!v1:r1")).Err())
 				}
-				wantStored := map[string]int64{}
-				if ref.Present {
-					wantStored["!v1:r1"] = -ref.Observed
-					for o, exp := range ref.Owners {
-						wantStored[o] = exp
+				// step runs one operation through both and compares them; it
+				// returns the status name it counted.
+				step := func(op, owner string, ttl int64) string {
+					t.Helper()
+					var (
+						name      string
+						got, want rateref.PermitDecision
+					)
+					switch op {
+					case "acquire":
+						res, err := acquire(ctx, key, PermitAcquireRequest{
+							PolicyRevision: "r1", MaxPermits: maxPermits, Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
+							MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
+						})
+						require.NoError(t, err)
+						name = res.Status.String()
+						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, MaxPermits: res.MaxPermits, ExpiresAtMillis: res.ExpiresAtMillis, RetryAfterMillis: res.RetryAfter.Milliseconds()}
+						want, err = rateref.ConcurrencyAcquire(&ref, res.ServerNowMillis, maxPermits, owner, ttl, maxStep)
+						require.NoError(t, err)
+					case "renew":
+						res, err := renew(ctx, key, PermitRenewRequest{
+							PolicyRevision: "r1", Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
+							MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
+						})
+						require.NoError(t, err)
+						name = "renew " + res.Status.String()
+						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, ExpiresAtMillis: res.ExpiresAtMillis}
+						want, err = rateref.ConcurrencyRenew(&ref, res.ServerNowMillis, owner, ttl, maxStep)
+						require.NoError(t, err)
+					default:
+						res, err := release(ctx, key, PermitReleaseRequest{PolicyRevision: "r1", Owner: []byte(owner), MaxClockStep: maxStep * time.Millisecond})
+						require.NoError(t, err)
+						name = "release " + res.Status.String()
+						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse}
+						want, err = rateref.ConcurrencyRelease(&ref, res.ServerNowMillis, owner, maxStep)
+						require.NoError(t, err)
+					}
+					counts[name]++
+					require.Equal(t, want, got, "step %d (%s, owner %s)", n, name, owner)
+					zs, err := admin.ZRangeWithScores(ctx, key.Redis(), 0, -1).Result()
+					require.NoError(t, err)
+					stored := map[string]int64{}
+					for _, z := range zs {
+						stored[fmt.Sprint(z.Member)] = int64(z.Score)
+					}
+					wantStored := map[string]int64{}
+					if ref.Present {
+						wantStored["!v1:r1"] = -ref.Observed
+						for o, exp := range ref.Owners {
+							wantStored[o] = exp
+						}
+					}
+					require.Equal(t, wantStored, stored, "step %d state", n)
+					n++
+					return name
+				}
+
+				// Scripted: a minute outlives every step, so each status below
+				// is certain; so is the clock step back, an hour beyond maxStep
+				// however long a step takes, undone after.
+				const minute, hour = 60_000, 3_600_000
+				for _, sc := range []struct {
+					op, owner string
+					ttl       int64
+					shift     int64 // applied before the step
+					want      string
+				}{
+					{"acquire", "o0", minute, 0, "ACQUIRED"},
+					{"acquire", "o1", minute, 0, "ACQUIRED"},
+					{"acquire", "o2", minute, 0, "ACQUIRED"},
+					{"acquire", "o3", minute, 0, "CONTENDED"},
+					{"acquire", "o0", minute, 0, "ALREADY_HELD"},
+					{"renew", "o0", minute, 0, "renew RENEWED"},
+					{"release", "o1", 0, 0, "release RELEASED"},
+					{"release", "o1", 0, 0, "release NOT_HELD"},
+					{"renew", "o1", minute, 0, "renew NOT_HELD"},
+					{"acquire", "o3", minute, hour, "CLOCK_UNSAFE"},
+					{"renew", "o0", minute, 0, "renew CLOCK_UNSAFE"},
+					{"release", "o0", 0, 0, "release CLOCK_UNSAFE"},
+					{"release", "o0", 0, -hour, "release RELEASED"},
+					{"release", "o2", 0, 0, "release RELEASED"},
+				} {
+					shiftClock(sc.shift)
+					require.Equal(t, sc.want, step(sc.op, sc.owner, sc.ttl), "scripted step %d", n)
+				}
+				scripted := maps.Clone(counts)
+
+				undo := int64(0)
+				for range 200 {
+					if r.IntN(10) >= 7 {
+						time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+					}
+					shiftClock(clockStep(r, 15, &undo))
+					owner := "o" + strconv.Itoa(r.IntN(5))
+					ttl := 20 + r.Int64N(100)
+					switch op := r.IntN(10); {
+					case op < 5:
+						step("acquire", owner, ttl)
+					case op < 7:
+						step("renew", owner, ttl)
+					default:
+						step("release", owner, 0)
 					}
 				}
-				require.Equal(t, wantStored, stored, "step %d state", n)
-				n++
-				return name
-			}
-
-			// Scripted: a minute outlives every step, so each status below
-			// is certain; so is the clock step back, an hour beyond maxStep
-			// however long a step takes, undone after.
-			const minute, hour = 60_000, 3_600_000
-			for _, sc := range []struct {
-				op, owner string
-				ttl       int64
-				shift     int64 // applied before the step
-				want      string
-			}{
-				{"acquire", "o0", minute, 0, "ACQUIRED"},
-				{"acquire", "o1", minute, 0, "ACQUIRED"},
-				{"acquire", "o2", minute, 0, "ACQUIRED"},
-				{"acquire", "o3", minute, 0, "CONTENDED"},
-				{"acquire", "o0", minute, 0, "ALREADY_HELD"},
-				{"renew", "o0", minute, 0, "renew RENEWED"},
-				{"release", "o1", 0, 0, "release RELEASED"},
-				{"release", "o1", 0, 0, "release NOT_HELD"},
-				{"renew", "o1", minute, 0, "renew NOT_HELD"},
-				{"acquire", "o3", minute, hour, "CLOCK_UNSAFE"},
-				{"renew", "o0", minute, 0, "renew CLOCK_UNSAFE"},
-				{"release", "o0", 0, 0, "release CLOCK_UNSAFE"},
-				{"release", "o0", 0, -hour, "release RELEASED"},
-				{"release", "o2", 0, 0, "release RELEASED"},
-			} {
-				shiftClock(sc.shift)
-				require.Equal(t, sc.want, step(sc.op, sc.owner, sc.ttl), "scripted step %d", n)
-			}
-			scripted := maps.Clone(counts)
-
-			undo := int64(0)
-			for range 200 {
-				if r.IntN(10) >= 7 {
-					time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+				for _, s := range []string{"ACQUIRED", "ALREADY_HELD", "CONTENDED", "renew RENEWED", "renew NOT_HELD", "release RELEASED", "release NOT_HELD", "CLOCK_UNSAFE"} {
+					assert.Positive(t, counts[s], "never compared %s", s)
 				}
-				shiftClock(clockStep(r, 15, &undo))
-				owner := "o" + strconv.Itoa(r.IntN(5))
-				ttl := 20 + r.Int64N(100)
-				switch op := r.IntN(10); {
-				case op < 5:
-					step("acquire", owner, ttl)
-				case op < 7:
-					step("renew", owner, ttl)
-				default:
-					step("release", owner, 0)
-				}
-			}
-			for _, s := range []string{"ACQUIRED", "ALREADY_HELD", "CONTENDED", "renew RENEWED", "renew NOT_HELD", "release RELEASED", "release NOT_HELD", "CLOCK_UNSAFE"} {
-				assert.Positive(t, counts[s], "never compared %s", s)
-			}
-			t.Logf("statuses: scripted %v, all %v", scripted, counts)
-		})
+				t.Logf("statuses: scripted %v, all %v", scripted, counts)
+			})
+		}
 	}
 }
 
@@ -191,7 +197,8 @@ func clockStep(r *rand.Rand, oneIn int, undo *int64) int64 {
 }
 
 // TestConcurrencyLimiterExactAdmission: many goroutines with distinct
-// owners race for 10 permits; exactly 10 are granted.
+// owners, half through rate-concurrency-acquire-v1 and half through -v2 on
+// the same key, race for 10 permits; exactly 10 are granted.
 func TestConcurrencyLimiterExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, standaloneClient(t, s))
@@ -203,10 +210,16 @@ func TestConcurrencyLimiterExactAdmission(t *testing.T) {
 	errs := make(chan error, workers)
 	for w := range workers {
 		wg.Add(1)
+		// Half the workers run v2 and half v1 on the same key, as the two
+		// halves of a fleet do during a rolling upgrade: they share one set.
+		acquire := e.RateConcurrencyAcquire
+		if w%2 == 1 {
+			acquire = e.RateConcurrencyAcquireV2
+		}
 		go func() {
 			defer wg.Done()
 			for i := range perWorker {
-				res, err := e.RateConcurrencyAcquire(context.Background(), key, PermitAcquireRequest{
+				res, err := acquire(context.Background(), key, PermitAcquireRequest{
 					PolicyRevision: "r1", MaxPermits: permits, Owner: fmt.Appendf(nil, "w%d-%d", w, i),
 					TTL: time.Hour, MaxClockStep: time.Second, CleanupGrace: time.Second,
 				})

@@ -191,58 +191,12 @@ func rateFacades() map[string]facadeCall {
 			})
 			return r.Status.String(), r.Outcome(), rateValues(r), err
 		},
-		"rate-concurrency-acquire-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if len(a) != 6 {
-				return "", 0, nil, fmt.Errorf("want 6 args, have %d", len(a))
-			}
-			rev, err1 := fixtureBytes(a[0])
-			maxPermits, err2 := fixtureInt(a[1])
-			owner, err3 := fixtureBytes(a[2])
-			ttl, err4 := fixtureInt(a[3])
-			step, err5 := fixtureInt(a[4])
-			grace, err6 := fixtureInt(a[5])
-			if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.RateConcurrencyAcquire(ctx, ks[0], PermitAcquireRequest{
-				PolicyRevision: string(rev), MaxPermits: maxPermits, Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
-				MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
-			})
-			return r.Status.String(), r.Outcome(), []any{r.InUse, r.MaxPermits, r.ExpiresAtMillis, ms(r.RetryAfter)}, err
-		},
-		"rate-concurrency-renew-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if len(a) != 5 {
-				return "", 0, nil, fmt.Errorf("want 5 args, have %d", len(a))
-			}
-			rev, err1 := fixtureBytes(a[0])
-			owner, err2 := fixtureBytes(a[1])
-			ttl, err3 := fixtureInt(a[2])
-			step, err4 := fixtureInt(a[3])
-			grace, err5 := fixtureInt(a[4])
-			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.RateConcurrencyRenew(ctx, ks[0], PermitRenewRequest{
-				PolicyRevision: string(rev), Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
-				MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
-			})
-			return r.Status.String(), r.Outcome(), []any{r.InUse, r.ExpiresAtMillis}, err
-		},
-		"rate-concurrency-release-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if len(a) != 3 {
-				return "", 0, nil, fmt.Errorf("want 3 args, have %d", len(a))
-			}
-			rev, err1 := fixtureBytes(a[0])
-			owner, err2 := fixtureBytes(a[1])
-			step, err3 := fixtureInt(a[2])
-			if err := firstErr(err1, err2, err3); err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.RateConcurrencyRelease(ctx, ks[0], PermitReleaseRequest{
-				PolicyRevision: string(rev), Owner: owner, MaxClockStep: time.Duration(step) * time.Millisecond,
-			})
-			return r.Status.String(), r.Outcome(), []any{r.InUse}, err
-		},
+		"rate-concurrency-acquire-v1": permitAcquireFacade((*Executor).RateConcurrencyAcquire),
+		"rate-concurrency-acquire-v2": permitAcquireFacade((*Executor).RateConcurrencyAcquireV2),
+		"rate-concurrency-renew-v1":   permitRenewFacade((*Executor).RateConcurrencyRenew),
+		"rate-concurrency-renew-v2":   permitRenewFacade((*Executor).RateConcurrencyRenewV2),
+		"rate-concurrency-release-v1": permitReleaseFacade((*Executor).RateConcurrencyRelease),
+		"rate-concurrency-release-v2": permitReleaseFacade((*Executor).RateConcurrencyReleaseV2),
 		"rate-token-bucket-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 10 {
 				return "", 0, nil, fmt.Errorf("want 10 args, have %d", len(a))
@@ -356,5 +310,69 @@ func leanRateFacade(call func(ctx context.Context, e *Executor, st, dd keys.Key,
 		}
 		r, err := call(ctx, e, ks[0], dedup, n[:3], o)
 		return r.Status.String(), r.Outcome(), rateValues(r), err
+	}
+}
+
+// permitAcquireFacade adapts a RateConcurrencyAcquire-shaped facade (v1 or v2) to the vectors.
+func permitAcquireFacade(call func(*Executor, context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error)) facadeCall {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		if len(a) != 6 {
+			return "", 0, nil, fmt.Errorf("want 6 args, have %d", len(a))
+		}
+		rev, err1 := fixtureBytes(a[0])
+		maxPermits, err2 := fixtureInt(a[1])
+		owner, err3 := fixtureBytes(a[2])
+		ttl, err4 := fixtureInt(a[3])
+		step, err5 := fixtureInt(a[4])
+		grace, err6 := fixtureInt(a[5])
+		if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+			return "", 0, nil, err
+		}
+		r, err := call(e, ctx, ks[0], PermitAcquireRequest{
+			PolicyRevision: string(rev), MaxPermits: maxPermits, Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
+			MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
+		})
+		return r.Status.String(), r.Outcome(), []any{r.InUse, r.MaxPermits, r.ExpiresAtMillis, ms(r.RetryAfter)}, err
+	}
+}
+
+// permitRenewFacade adapts a RateConcurrencyRenew-shaped facade (v1 or v2) to the vectors.
+func permitRenewFacade(call func(*Executor, context.Context, keys.Key, PermitRenewRequest) (PermitRenewResult, error)) facadeCall {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		if len(a) != 5 {
+			return "", 0, nil, fmt.Errorf("want 5 args, have %d", len(a))
+		}
+		rev, err1 := fixtureBytes(a[0])
+		owner, err2 := fixtureBytes(a[1])
+		ttl, err3 := fixtureInt(a[2])
+		step, err4 := fixtureInt(a[3])
+		grace, err5 := fixtureInt(a[4])
+		if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+			return "", 0, nil, err
+		}
+		r, err := call(e, ctx, ks[0], PermitRenewRequest{
+			PolicyRevision: string(rev), Owner: owner, TTL: time.Duration(ttl) * time.Millisecond,
+			MaxClockStep: time.Duration(step) * time.Millisecond, CleanupGrace: time.Duration(grace) * time.Millisecond,
+		})
+		return r.Status.String(), r.Outcome(), []any{r.InUse, r.ExpiresAtMillis}, err
+	}
+}
+
+// permitReleaseFacade adapts a RateConcurrencyRelease-shaped facade (v1 or v2) to the vectors.
+func permitReleaseFacade(call func(*Executor, context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)) facadeCall {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		if len(a) != 3 {
+			return "", 0, nil, fmt.Errorf("want 3 args, have %d", len(a))
+		}
+		rev, err1 := fixtureBytes(a[0])
+		owner, err2 := fixtureBytes(a[1])
+		step, err3 := fixtureInt(a[2])
+		if err := firstErr(err1, err2, err3); err != nil {
+			return "", 0, nil, err
+		}
+		r, err := call(e, ctx, ks[0], PermitReleaseRequest{
+			PolicyRevision: string(rev), Owner: owner, MaxClockStep: time.Duration(step) * time.Millisecond,
+		})
+		return r.Status.String(), r.Outcome(), []any{r.InUse}, err
 	}
 }
