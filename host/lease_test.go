@@ -170,8 +170,8 @@ func TestLeaseLostRepliesAreIndeterminate(t *testing.T) {
 func TestLeaseRefusedBeforeSendIsUnavailable(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	ctx := context.Background()
-	owner := newHost(t, mustCapConfig(t, srv.Addr(), block("lease", "provider: redis\nredis-role: coordination")))
-	oc, err := owner.Lease()
+	holder := newHost(t, mustCapConfig(t, srv.Addr(), block("lease", "provider: redis\nredis-role: coordination")))
+	oc, err := holder.Lease()
 	require.NoError(t, err)
 	a, err := lease.NewAttempt("op-1")
 	require.NoError(t, err)
