@@ -69,6 +69,8 @@ type Server struct {
 	AdminToken policy.Secret
 	// AdminTokenRef is the reference AdminToken was resolved from (printable).
 	AdminTokenRef policy.SecretRef
+	// EnvoyRateLimit is server.envoy-rate-limit (nil: not served).
+	EnvoyRateLimit *EnvoyRateLimit
 }
 
 // DefaultListen is Server.Listen when the file does not set it.
@@ -180,7 +182,7 @@ func load(ctx context.Context, data []byte, source, base string, o options) (*Co
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	d := &decoder{lookup: o.lookup, base: base}
+	d := &decoder{lookup: o.lookup, base: base, fsys: o.fsys}
 	roles := o.roles
 	if o.allRoles {
 		roles = append(roles, declaredRoles(k.Raw())...)

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"io/fs"
+
 	"github.com/caphost/caphost/policy/strict"
 )
 
@@ -10,4 +12,5 @@ type decoder struct {
 	strict.Reader
 	lookup func(string) (string, bool)
 	base   string // directory relative file references resolve against
+	fsys   fs.FS  // WithFS, for files the configuration names (nil: the OS)
 }

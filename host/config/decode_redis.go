@@ -48,12 +48,15 @@ func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
 		}
 	}
 	if srv, ok := d.Object("server", root["server"]); ok {
-		d.Known("server", srv, "admin-token", "listen")
+		d.Known("server", srv, "admin-token", "envoy-rate-limit", "listen")
 		if s, ok := d.Str("server.listen", srv["listen"]); ok {
 			cfg.Server.Listen = s
 		}
 		if ref, sec, ok := d.secret("server.admin-token", srv["admin-token"]); ok {
 			cfg.Server.AdminToken, cfg.Server.AdminTokenRef = sec, ref
+		}
+		if m, ok := d.Object("server.envoy-rate-limit", srv["envoy-rate-limit"]); ok {
+			cfg.Server.EnvoyRateLimit = d.envoyRateLimit(m, selected)
 		}
 	}
 	if err := policy.CheckEndpoint(cfg.Server.Listen); err != nil {

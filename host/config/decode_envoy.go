@@ -1,0 +1,172 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/policy"
+)
+
+// EnvoyRateLimit configures the Envoy rate-limit service of `caphost
+// serve` (server.envoy-rate-limit; nil when absent): a gRPC listener that
+// answers envoy.service.ratelimit.v3 from envoyproxy/ratelimit descriptor
+// files (see package host/ratelimit/envoyrls).
+type EnvoyRateLimit struct {
+	// Listen is the gRPC listener's host:port (required).
+	Listen string
+	// ConfigFiles are the descriptor files, resolved against the
+	// configuration file's directory; Descriptors is what they hold,
+	// loaded and checked with the rest of the configuration.
+	ConfigFiles []string
+	Descriptors *rlsconfig.Config
+	// RedisRole holds the counters (default coordination; never cache).
+	RedisRole policy.Role
+	// Algorithm and FailureMode apply to every rule (defaults fixed-window
+	// and fail-closed).
+	Algorithm   policy.RateAlgorithm
+	FailureMode policy.RateFailureMode
+	// ResponseHeaders adds RateLimit-Limit/-Remaining/-Reset for Envoy.
+	ResponseHeaders bool
+	// AttemptTimeout bounds one program call (0: the request's deadline).
+	AttemptTimeout time.Duration
+}
+
+// Bounds of server.envoy-rate-limit.
+const (
+	MaxEnvoyConfigFiles     = 64
+	MaxEnvoyAttemptTimeout  = 30 * time.Second
+	envoyPath               = "server.envoy-rate-limit"
+	RuleEnvoyRateLimit      = policy.Rule("server.envoy-rate-limit")
+	RuleEnvoyRateLimitFiles = policy.Rule("server.envoy-rate-limit.config-files")
+)
+
+// envoyRateLimit decodes server.envoy-rate-limit and marks its role as
+// selected (so that redis.roles must bind it).
+func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]string) *EnvoyRateLimit {
+	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout")
+	e := &EnvoyRateLimit{RedisRole: policy.RoleCoordination, Algorithm: policy.RateFixedWindow, FailureMode: policy.FailClosed}
+	if s, ok := d.Str(envoyPath+".listen", m["listen"]); ok {
+		e.Listen = s
+		if err := policy.CheckEndpoint(s); err != nil {
+			d.Problems.Add(envoyPath+".listen", policy.RuleServerListen, "%v", err)
+		}
+	} else if m["listen"] == nil {
+		d.Problems.Add(envoyPath+".listen", policy.RuleServerListen, "required: the gRPC listener's host:port")
+	}
+	if s, ok := d.Str(envoyPath+".redis-role", m["redis-role"]); ok {
+		r, err := policy.ParseRole(s)
+		switch {
+		case err != nil:
+			d.Problems.Add(envoyPath+".redis-role", policy.RuleCapabilityRole, "unknown role (want coordination or session)")
+		case r == policy.RoleCache:
+			// Evictable state would silently grant fresh quota.
+			d.Problems.Add(envoyPath+".redis-role", policy.RuleCapabilityRole, "rate-limit state needs a non-evicting role (coordination or session)")
+		default:
+			e.RedisRole = r
+		}
+	}
+	if _, dup := selected[e.RedisRole]; !dup {
+		selected[e.RedisRole] = "selected by " + envoyPath
+	}
+	if s, ok := d.Str(envoyPath+".algorithm", m["algorithm"]); ok {
+		if a := policy.RateAlgorithm(s); slices.Contains(rlsconfig.Algorithms(), a) {
+			e.Algorithm = a
+		} else {
+			d.Problems.Add(envoyPath+".algorithm", policy.RuleRateAlgorithm, "want one of %v", rlsconfig.Algorithms())
+		}
+	}
+	if s, ok := d.Str(envoyPath+".failure-mode", m["failure-mode"]); ok {
+		switch f := policy.RateFailureMode(s); f {
+		case policy.FailClosed, policy.FailOpenPolicy:
+			e.FailureMode = f
+		case policy.FailLocal:
+			d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateFailureMode, "local-emergency is not available to the Envoy service (want fail-closed or fail-open)")
+		default:
+			d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateFailureMode, "want fail-closed or fail-open")
+		}
+	}
+	if v, ok := d.Bool(envoyPath+".response-headers", m["response-headers"]); ok {
+		e.ResponseHeaders = v
+	}
+	if v, ok := d.Duration(envoyPath+".attempt-timeout", m["attempt-timeout"]); ok {
+		if v <= 0 || v > MaxEnvoyAttemptTimeout {
+			d.Problems.Add(envoyPath+".attempt-timeout", policy.RuleTimeoutsBound, "must be within (0, %s]", MaxEnvoyAttemptTimeout)
+		}
+		e.AttemptTimeout = v
+	}
+	files, ok := d.StrList(envoyPath+".config-files", m["config-files"])
+	switch {
+	case !ok && m["config-files"] == nil:
+		d.Problems.Add(envoyPath+".config-files", RuleEnvoyRateLimitFiles, "required: at least one envoyproxy/ratelimit descriptor file")
+	case ok && len(files) == 0:
+		d.Problems.Add(envoyPath+".config-files", RuleEnvoyRateLimitFiles, "at least one envoyproxy/ratelimit descriptor file is required")
+	case ok && len(files) > MaxEnvoyConfigFiles:
+		d.Problems.Add(envoyPath+".config-files", RuleEnvoyRateLimitFiles, "%d files, at most %d", len(files), MaxEnvoyConfigFiles)
+	case ok:
+		d.envoyDescriptors(e, files)
+	}
+	return e
+}
+
+// envoyDescriptors loads the descriptor files and checks that every rule
+// becomes a valid caphost policy, so that `caphost check` reports what
+// serve would refuse.
+func (d *decoder) envoyDescriptors(e *EnvoyRateLimit, files []string) {
+	var domains []*rlsconfig.Domain
+	good := true
+	for i, f := range files {
+		p := fmt.Sprintf("%s.config-files.%d", envoyPath, i)
+		path := d.resolvePath(f)
+		e.ConfigFiles = append(e.ConfigFiles, path)
+		data, err := readBounded(d.fsys, path)
+		if err != nil {
+			d.Problems.Add(p, RuleEnvoyRateLimitFiles, "%v", err)
+			good = false
+			continue
+		}
+		dom, err := rlsconfig.Parse(f, data)
+		if !d.envoyProblems(p, err) {
+			good = false
+			continue
+		}
+		domains = append(domains, dom)
+	}
+	if !good {
+		return
+	}
+	c, err := rlsconfig.New(domains...)
+	if !d.envoyProblems(envoyPath+".config-files", err) {
+		return
+	}
+	_, _, err = rlsconfig.Policies(c, rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode, PathPrefix: envoyPath + ".rules"})
+	var verr *policy.ValidationError
+	if errors.As(err, &verr) {
+		d.Problems = append(d.Problems, verr.Problems...)
+		return
+	}
+	if err != nil {
+		d.Problems.Add(envoyPath, RuleEnvoyRateLimit, "%v", err)
+		return
+	}
+	e.Descriptors = c
+}
+
+// envoyProblems reports a descriptor load error, one problem per
+// descriptor-file problem; it returns whether there was none.
+func (d *decoder) envoyProblems(path string, err error) bool {
+	if err == nil {
+		return true
+	}
+	var rerr *rlsconfig.Error
+	if !errors.As(err, &rerr) {
+		d.Problems.Add(path, RuleEnvoyRateLimitFiles, "%v", err)
+		return false
+	}
+	for _, p := range rerr.Problems {
+		d.Problems.Add(path, RuleEnvoyRateLimitFiles, "%s", p.String())
+	}
+	return false
+}

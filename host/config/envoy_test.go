@@ -1,0 +1,125 @@
+package config
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/policy"
+)
+
+// envoyBase is a minimal configuration with a coordination role; server is
+// appended by each test.
+const envoyBase = `redis:
+  deployments:
+    main:
+      standalone: {endpoint: "127.0.0.1:6390"}
+      auth: {admin-shared: true}
+      timeouts: {connect: 500ms, command: 500ms, acquire: 100ms, shutdown: 2s}
+  roles:
+    coordination: {deployment: main, required: true, expected-eviction: noeviction}
+  programs: {mode: evalsha-managed}
+  keys:
+    app: demo
+    env: test
+    hmac:
+      write-version: 1
+      versions: {1: "secret://env/CAPHOST_KEY_V1"}
+`
+
+func loadEnvoy(t *testing.T, server string, files map[string]string) (*Config, error) {
+	t.Helper()
+	fsys := fstest.MapFS{"etc/c.yaml": {Data: []byte(envoyBase + server)}}
+	for n, body := range files {
+		fsys["etc/"+n] = &fstest.MapFile{Data: []byte(body)}
+	}
+	return Load(context.Background(), "etc/c.yaml", WithFS(fsys), WithEnv(testEnv(nil)))
+}
+
+func TestEnvoyRateLimitBlock(t *testing.T) {
+	upstream, err := os.ReadFile("../ratelimit/envoyrls/testdata/example2.yaml")
+	require.NoError(t, err)
+	cfg, err := loadEnvoy(t, `server:
+  envoy-rate-limit:
+    listen: 127.0.0.1:8081
+    config-files: [rls/messaging.yaml]
+    algorithm: sliding-counter
+    failure-mode: fail-open
+    response-headers: true
+    attempt-timeout: 250ms
+`, map[string]string{"rls/messaging.yaml": string(upstream)})
+	require.NoError(t, err)
+	e := cfg.Server.EnvoyRateLimit
+	require.NotNil(t, e)
+	assert.Equal(t, "127.0.0.1:8081", e.Listen)
+	assert.Equal(t, []string{"etc/rls/messaging.yaml"}, e.ConfigFiles, "resolved against the configuration's directory")
+	assert.Equal(t, policy.RoleCoordination, e.RedisRole)
+	assert.Equal(t, policy.RateSlidingCounter, e.Algorithm)
+	assert.Equal(t, policy.FailOpenPolicy, e.FailureMode)
+	assert.True(t, e.ResponseHeaders)
+	assert.Equal(t, 250*time.Millisecond, e.AttemptTimeout)
+	require.NotNil(t, e.Descriptors)
+	r := e.Descriptors.Match("messaging", []rlsconfig.Entry{{Key: "to_number", Value: "1"}})
+	require.NotNil(t, r)
+	assert.Equal(t, uint32(100), r.RequestsPerUnit)
+
+	cfg, err = loadEnvoy(t, "server: {listen: 127.0.0.1:8080}\n", nil)
+	require.NoError(t, err)
+	assert.Nil(t, cfg.Server.EnvoyRateLimit, "absent: not served")
+}
+
+// TestEnvoyRateLimitProblems: everything the host cannot act on is a
+// problem at its path, all reported together, descriptor-file problems
+// with their file, path and line.
+func TestEnvoyRateLimitProblems(t *testing.T) {
+	_, err := loadEnvoy(t, `server:
+  envoy-rate-limit:
+    listen: "nope"
+    config-files: [bad.yaml, missing.yaml]
+    redis-role: cache
+    algorithm: sliding-log
+    failure-mode: local-emergency
+    attempt-timeout: 1h
+    extra: 1
+`, map[string]string{"bad.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
+	all := problemText(t, err)
+	for _, want := range []string{
+		"server.envoy-rate-limit.listen:",
+		"server.envoy-rate-limit.redis-role: rate-limit state needs a non-evicting role",
+		"server.envoy-rate-limit.algorithm: want one of",
+		"server.envoy-rate-limit.failure-mode: local-emergency is not available",
+		"server.envoy-rate-limit.attempt-timeout: must be within",
+		"server.envoy-rate-limit.extra",
+		`server.envoy-rate-limit.config-files.0: bad.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight"`,
+		"server.envoy-rate-limit.config-files.1:",
+	} {
+		assert.Contains(t, all, want)
+	}
+
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {config-files: []}\n", nil)
+	all = problemText(t, err)
+	assert.Contains(t, all, "server.envoy-rate-limit.listen: required")
+	assert.Contains(t, all, "server.envoy-rate-limit.config-files: at least one")
+
+	// A limit caphost cannot hold is refused with the config, not at serve.
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [big.yaml]}\n",
+		map[string]string{"big.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"})
+	assert.Contains(t, problemText(t, err), "envoy-rate-limit.rules")
+}
+
+func problemText(t *testing.T, err error) string {
+	t.Helper()
+	ps := problems(t, err)
+	text := make([]string, len(ps))
+	for i, p := range ps {
+		text[i] = p.String()
+	}
+	return strings.Join(text, "\n")
+}
