@@ -119,7 +119,9 @@ type sentinelRoute struct {
 	// lastSwitch is when a +switch-master for the name last arrived
 	// (UnixNano; 0 before the first).
 	lastSwitch atomic.Int64
-	runs       atomic.Int64 // discoveries run
+	runs       atomic.Int64 // discoveries completed
+	// discoverFn is discover; tests of the worker's scheduling replace it.
+	discoverFn func(context.Context) bool
 
 	wake   chan struct{} // a queued discovery (capacity 1)
 	urgent chan struct{} // a queued +switch-master discovery (capacity 1)
@@ -175,6 +177,7 @@ func newSentinelRoute(d policy.Deployment, lg *slog.Logger) (*sentinelRoute, err
 		changed:    make(chan struct{}),
 		dialers:    make(map[policy.Lane]*sentinelDialer),
 	}
+	r.discoverFn = r.discover
 	for _, ep := range t.Endpoints {
 		r.sentinels = append(r.sentinels, redis.NewClient(&redis.Options{
 			Addr:                     ep,
@@ -425,12 +428,16 @@ func (r *sentinelRoute) worker(ctx context.Context) {
 			}
 		}
 		now = false
-		// A +switch-master queued meanwhile is served by this discovery.
+		// Every trigger queued so far is served by this discovery.
 		select {
 		case <-r.urgent:
 		default:
 		}
-		changed := r.discover(ctx)
+		select {
+		case <-r.wake:
+		default:
+		}
+		changed := r.discoverFn(ctx)
 		r.endFlight()
 		poll.Reset(sentinelPoll)
 		if changed {
@@ -493,7 +500,7 @@ func (r *sentinelRoute) onSwitchMaster(payload string) {
 // discover runs one discovery and installs an agreed, confirmed new
 // primary. It reports whether the primary changed.
 func (r *sentinelRoute) discover(ctx context.Context) bool {
-	r.runs.Add(1)
+	defer r.runs.Add(1) // counted once its verdict is stored
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	answers := make(chan sentinelquorum.Answer, len(r.sentinels))

@@ -1,10 +1,16 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -144,4 +150,97 @@ func TestSentinelChannelsHaveTheirOwnTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newWorkerRoute is a route without Sentinels whose discoveries are
+// discover: for testing the worker's scheduling alone.
+func newWorkerRoute(discover func(context.Context) bool) *sentinelRoute {
+	r := &sentinelRoute{
+		deployment: "w", log: slog.New(slog.DiscardHandler),
+		wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
+		flight: make(chan struct{}), changed: make(chan struct{}),
+		dialers: make(map[policy.Lane]*sentinelDialer),
+	}
+	r.discoverFn = discover
+	return r
+}
+
+// TestSentinelDiscoveryIsSingleFlight: however many triggers arrive while a
+// discovery runs, one more runs after it, never two at once.
+func TestSentinelDiscoveryIsSingleFlight(t *testing.T) {
+	entered := make(chan int, 4)
+	release := make(chan struct{})
+	var running, most, runs atomic.Int64
+	r := newWorkerRoute(func(ctx context.Context) bool {
+		n := runs.Add(1)
+		c := running.Add(1)
+		for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+		}
+		entered <- int(n)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		running.Add(-1)
+		return false
+	})
+	t.Cleanup(func() { require.NoError(t, r.close()) })
+
+	r.trigger(false)
+	require.Equal(t, 1, <-entered)
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.trigger(i%2 == 0) // failures and +switch-master alike
+		}()
+	}
+	wg.Wait()
+	release <- struct{}{}
+	require.Equal(t, 2, <-entered, "the triggers coalesced into one more discovery")
+	assert.Zero(t, len(r.wake)+len(r.urgent), "nothing else is queued behind it")
+	release <- struct{}{}
+	assert.Equal(t, int64(1), most.Load(), "never two discoveries at once")
+	assert.Equal(t, int64(2), runs.Load())
+}
+
+// TestSentinelCloseStopsTheWorker: close ends a running discovery's
+// context, waits for the worker, wakes dialers waiting for a primary, and
+// refuses later triggers.
+func TestSentinelCloseStopsTheWorker(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	r := newWorkerRoute(func(ctx context.Context) bool {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return false
+	})
+	waited := make(chan error, 1)
+	go func() {
+		_, err := r.primary(context.Background())
+		waited <- err
+	}()
+	<-entered
+	require.NoError(t, r.close())
+	require.Error(t, <-waited, "a dialer waiting for the first primary is released")
+	require.NoError(t, r.close(), "idempotent")
+	r.trigger(true)
+	_, err := r.primary(context.Background())
+	assert.ErrorIs(t, err, redis.ErrClosed)
+}
+
+// TestSentinelConnOfAReplacedPrimaryFailsTheReuseCheck: go-redis's reuse
+// check refuses a connection dialled to an earlier generation.
+func TestSentinelConnOfAReplacedPrimaryFailsTheReuseCheck(t *testing.T) {
+	r := newWorkerRoute(func(context.Context) bool { return false })
+	a, b := net.Pipe()
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	r.cur.Store(&sentinelTarget{addr: "10.0.0.1:6379", gen: 1})
+	c := &sentinelConn{Conn: a, route: r, gen: 1}
+	raw, err := c.SyscallConn()
+	require.NoError(t, err, "current generation: checked as go-redis would (no socket below a pipe)")
+	require.NoError(t, raw.Read(func(uintptr) bool { t.Fatal("no system call"); return true }))
+	r.cur.Store(&sentinelTarget{addr: "10.0.0.2:6379", gen: 2})
+	_, err = c.SyscallConn()
+	assert.ErrorIs(t, err, errStaleConn)
 }
