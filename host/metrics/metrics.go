@@ -35,6 +35,7 @@ type Redis struct {
 	replyBytes *prometheus.HistogramVec // lane
 	inFlight   *prometheus.GaugeVec     // deployment, lane
 	slotMap    *prometheus.CounterVec   // deployment, lane
+	redirects  *prometheus.CounterVec   // deployment, lane, kind, result
 
 	deployments map[string]bool
 	commandSet  map[string]bool
@@ -72,10 +73,14 @@ func NewRedis(reg prometheus.Registerer, deployments, commands []string) (*Redis
 			Namespace: "caphost", Subsystem: "redis", Name: "slot_map_refreshes_total",
 			Help: "Cluster slot-map refreshes requested after a topology-class failure (at most one per lane every 250 ms).",
 		}, []string{"deployment", "lane"}),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "caphost", Subsystem: "redis", Name: "cluster_redirects_total",
+			Help: "Cluster MOVED/ASK replies, by whether the runtime followed them once (result followed) or could not (result not_followed: nothing was resent).",
+		}, []string{"deployment", "lane", "kind", "result"}),
 		deployments: set(deployments),
 		commandSet:  set(append(slices.Clone(commands), pipelineLabel)),
 	}
-	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight, m.slotMap} {
+	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight, m.slotMap, m.redirects} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -99,6 +104,11 @@ func (m *Redis) precreate(deployments, commands []string) {
 			m.inFlight.WithLabelValues(d, string(l))
 			m.duration.WithLabelValues(d, string(l))
 			m.slotMap.WithLabelValues(d, string(l))
+			for _, k := range []string{redirectMoved, redirectAsk} {
+				for _, r := range []string{redirectFollowed, redirectNotFollowed} {
+					m.redirects.WithLabelValues(d, string(l), k, r)
+				}
+			}
 		}
 	}
 }
@@ -153,6 +163,28 @@ func (m *Redis) InFlight(dep string, l policy.Lane, n int) {
 // SlotMapRefresh implements runtime.Observer.
 func (m *Redis) SlotMapRefresh(dep string, l policy.Lane) {
 	m.slotMap.WithLabelValues(m.deployment(dep), lane(l)).Inc()
+}
+
+// Redirect kinds as the runtime reports them (runtime.RedirectMoved and
+// runtime.RedirectAsk), and the result label of a redirect.
+const (
+	redirectMoved       = "moved"
+	redirectAsk         = "ask"
+
+	redirectFollowed    = "followed"
+	redirectNotFollowed = "not_followed"
+)
+
+// ClusterRedirect implements runtime.RedirectObserver.
+func (m *Redis) ClusterRedirect(dep string, l policy.Lane, kind string, followed bool) {
+	if kind != redirectMoved && kind != redirectAsk {
+		kind = unknownLabel
+	}
+	r := redirectNotFollowed
+	if followed {
+		r = redirectFollowed
+	}
+	m.redirects.WithLabelValues(m.deployment(dep), lane(l), kind, r).Inc()
 }
 
 func reasonLabel(r guard.Reason) string {
