@@ -14,6 +14,8 @@ import (
 	"github.com/caphost/caphost/host"
 	"github.com/caphost/caphost/host/config"
 	"github.com/caphost/caphost/host/httpapi"
+	"github.com/caphost/caphost/host/ratelimit/envoyrls"
+	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
 	"github.com/caphost/caphost/policy"
 )
 
@@ -50,6 +52,8 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 			"  PUT  /admin/guests/{name}     hot-swap a guest module (needs server.admin-token)\n" +
 			"  POST /admin/guests/{name}/rollback, GET /admin/capabilities   (need server.admin-token)\n" +
 			"  GET  /livez /readyz /metrics  operations\n" +
+			"With server.envoy-rate-limit it also serves Envoy's rate-limit gRPC API\n" +
+			"(envoy.service.ratelimit.v3.RateLimitService) on its own listener.\n" +
 			"Logs are JSON on stderr. SIGINT or SIGTERM stops accepting, drains in-flight requests\n" +
 			"for at most --drain-timeout, then drains and closes Redis. Exit 0 after a clean shutdown.",
 		Args: noArgs,
@@ -105,6 +109,10 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen %s: %w", cfg.Server.Listen, err), closeHost())
 	}
+	rls, rlsLn, err := startEnvoyRLS(h, cfg, log)
+	if err != nil {
+		return errors.Join(err, ln.Close(), closeHost())
+	}
 	srv := &http.Server{
 		Handler:           httpapi.New(h, opts),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -119,12 +127,26 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "admin", !opts.AdminToken.IsZero(), "config", cfg.Source)
+	var rlsServed chan error // nil (never ready) without the Envoy service
+	if rls != nil {
+		rlsServed = make(chan error, 1)
+		go func() { rlsServed <- rls.Serve(rlsLn) }()
+		log.Info("serving envoy rate-limit service", "addr", rlsLn.Addr().String())
+	}
 
 	var errs []error
 	select {
 	case err := <-served:
 		// The listener failed on its own; nothing is draining.
-		return errors.Join(fmt.Errorf("serve: %w", err), closeHost())
+		sctx, cancel := context.WithTimeout(bg, drain)
+		defer cancel()
+		return errors.Join(fmt.Errorf("serve: %w", err), stopEnvoyRLS(sctx, rls, rlsServed), closeHost())
+	case err := <-rlsServed:
+		// Serve returns only on a listener failure before any Shutdown.
+		err = errors.Join(errors.New("envoy rate-limit service stopped"), err)
+		log.Error("envoy rate-limit service failed", "error", err.Error())
+		errs = append(errs, err)
+		rls, rlsServed = nil, nil
 	case err := <-h.StartupFailed(): // redis.startup.on-failure ends startup
 		log.Error("redis startup handshake failed", "error", err.Error())
 		errs = append(errs, err)
@@ -141,6 +163,9 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
+	if err := stopEnvoyRLS(sctx, rls, rlsServed); err != nil {
+		errs = append(errs, err)
+	}
 	if err := closeHost(); err != nil {
 		errs = append(errs, fmt.Errorf("close: %w", err))
 	}
@@ -149,4 +174,46 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	}
 	log.Info("stopped cleanly")
 	return nil
+}
+
+// startEnvoyRLS builds the Envoy rate-limit service and binds its listener
+// when server.envoy-rate-limit is configured (nil, nil, nil otherwise).
+func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrls.Server, net.Listener, error) {
+	e := cfg.Server.EnvoyRateLimit
+	if e == nil {
+		return nil, nil, nil
+	}
+	rt, err := h.Runtime()
+	if err != nil {
+		return nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
+	}
+	svc, err := envoyrls.New(rt, e.Descriptors, envoyrls.Options{
+		Policies:  rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
+		RedisRole: e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders,
+		Log: log, Registerer: h.Registry(),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
+	}
+	ln, err := net.Listen("tcp", e.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen %s: %w", e.Listen, err)
+	}
+	return envoyrls.NewServer(svc), ln, nil
+}
+
+// stopEnvoyRLS drains the Envoy rate-limit service within ctx and waits
+// for its Serve to return (no-op when it is not running).
+func stopEnvoyRLS(ctx context.Context, s *envoyrls.Server, served <-chan error) error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	if err := s.Shutdown(ctx); err != nil {
+		errs = append(errs, errDrainTimeout)
+	}
+	if err := <-served; err != nil {
+		errs = append(errs, fmt.Errorf("envoy rate-limit service: %w", err))
+	}
+	return errors.Join(errs...)
 }
