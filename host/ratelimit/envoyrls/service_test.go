@@ -83,7 +83,7 @@ type fixture struct {
 // go-control-plane client. The service's clock is frozen at the start, so
 // duration_until_reset is (window end − that instant): two answers with the
 // same duration come from the same window.
-func start(t *testing.T, o envoyrls.Options, files ...string) *fixture {
+func start(t testing.TB, o envoyrls.Options, files ...string) *fixture {
 	t.Helper()
 	if len(files) == 0 {
 		files = []string{"example2.yaml", "example3.yaml", "example5.yaml", "example6.yaml", "example9.yaml"}

@@ -1,0 +1,64 @@
+package envoyrls_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/caphost/caphost/host/ratelimit/envoyrls"
+)
+
+// BenchmarkShouldRateLimit times ShouldRateLimit over a real gRPC
+// connection (bufconn) to a private redis-server, one fixed-window
+// descriptor per call (the decision envoyproxy/ratelimit makes with INCRBY
+// + EXPIRE), serially and from 32 goroutines, and reports Redis server
+// time per decision (INFO commandstats, EVALSHA).
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		par  int
+	}{{"serial", 0}, {"parallel32", 16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := start(b, envoyrls.Options{}, "bench.yaml")
+			var n atomic.Int64
+			req := func() *rlsv3.RateLimitRequest {
+				v := strconv.FormatInt(n.Add(1)%64, 10)
+				return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: v}}}}}
+			}
+			// Warm the connection and the script cache, then measure.
+			if _, err := f.client.ShouldRateLimit(context.Background(), req()); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.srv.Admin().ConfigResetStat(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			one := func() {
+				resp, err := f.client.ShouldRateLimit(context.Background(), req())
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Errorf("%v %v", resp, err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if bc.par == 0 {
+				for b.Loop() {
+					one()
+				}
+			} else {
+				b.SetParallelism(bc.par)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						one()
+					}
+				})
+			}
+			b.StopTimer()
+			b.ReportMetric(f.srv.MicrosPerCall(b, "evalsha"), "redis-µs/decision")
+		})
+	}
+}
