@@ -27,6 +27,7 @@ const (
 	RuleTopologyEndpointsUnique Rule = "topology.endpoints-unique"
 	RuleTopologyEndpointsMax    Rule = "topology.endpoints-max"
 	RuleTopologySentinelMaster  Rule = "topology.sentinel-master"
+	RuleTopologySentinelQuorum  Rule = "topology.sentinel-quorum"
 	RuleTopologyClusterDatabase Rule = "topology.cluster-database"
 	RuleDeploymentID            Rule = "deployment.id"
 	RuleDeploymentDatabase      Rule = "deployment.database"

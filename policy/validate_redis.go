@@ -28,8 +28,12 @@ const (
 	MaxBudgetBytes        = 64 << 20
 	MaxHMACVersions       = 4
 	MaxHMACVersion        = 9999
-	MinHMACMaterialBytes  = 32
-	MaxHMACMaterialBytes  = 1024
+
+	// MinSentinelEndpoints is the fewest Sentinels a sentinel topology may
+	// name: discovery needs a quorum of two that one Sentinel down leaves.
+	MinSentinelEndpoints = 3
+	MinHMACMaterialBytes = 32
+	MaxHMACMaterialBytes = 1024
 	// Startup handshake bounds: a retry never spins faster than
 	// MinStartupRetry, never waits longer than MaxStartupRetryMax, and one
 	// attempt never hangs longer than MaxStartupAttemptTimeout.
@@ -208,6 +212,13 @@ func (d Deployment) Problems(path string) Problems {
 			ps.Add(path+".sentinel.master-name", RuleTopologySentinelMaster, "required: 1-%d characters without whitespace", MaxMasterNameBytes)
 		}
 		endpointProblems(&ps, path+".sentinel.endpoints", t.Endpoints)
+		// The runtime takes the primary a majority of these Sentinels agree
+		// on, never fewer than two; with fewer than three a single Sentinel
+		// down leaves no quorum, so the host could not act on the block.
+		if n := len(t.Endpoints); n > 0 && n < MinSentinelEndpoints {
+			ps.Add(path+".sentinel.endpoints", RuleTopologySentinelQuorum,
+				"%d endpoint(s): at least %d Sentinels are needed, since the primary is what a majority of them (never fewer than 2) agree on", n, MinSentinelEndpoints)
+		}
 		t.TLS.problems(&ps, path+".sentinel.tls")
 	case *Cluster:
 		if t == nil {

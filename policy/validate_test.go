@@ -33,7 +33,7 @@ func validConfig() RedisConfig {
 	return RedisConfig{
 		Deployments: map[string]Deployment{
 			"cache-main": validDeployment("cache-main", &Standalone{Endpoint: "127.0.0.1:6380"}),
-			"coord-main": validDeployment("coord-main", &Sentinel{MasterName: "m", Endpoints: []string{"127.0.0.1:26379", "[::1]:26380"}}),
+			"coord-main": validDeployment("coord-main", &Sentinel{MasterName: "m", Endpoints: []string{"127.0.0.1:26379", "[::1]:26380", "127.0.0.2:26379"}}),
 		},
 		Roles: map[Role]RoleBinding{
 			RoleCache:        {Deployment: "cache-main", ExpectedEviction: "allkeys-lfu"},
@@ -62,7 +62,10 @@ func TestProblemsPerRule(t *testing.T) {
 			setDep(c, "cache-main", func(d *Deployment) { d.Topology = &Standalone{Endpoint: "127.0.0.1:0"} })
 		}},
 		{RuleTopologyEndpointsUnique, "redis.deployments.coord-main.sentinel.endpoints.1", func(c *RedisConfig) {
-			setDep(c, "coord-main", func(d *Deployment) { d.Topology = &Sentinel{MasterName: "m", Endpoints: []string{"h:1", "H:1"}} })
+			setDep(c, "coord-main", func(d *Deployment) { d.Topology = &Sentinel{MasterName: "m", Endpoints: []string{"h:1", "H:1", "h:2"}} })
+		}},
+		{RuleTopologySentinelQuorum, "redis.deployments.coord-main.sentinel.endpoints", func(c *RedisConfig) {
+			setDep(c, "coord-main", func(d *Deployment) { d.Topology = &Sentinel{MasterName: "m", Endpoints: []string{"h:1", "h:2"}} })
 		}},
 		{RuleTopologyClusterDatabase, "redis.deployments.cache-main.database", func(c *RedisConfig) {
 			setDep(c, "cache-main", func(d *Deployment) { d.Topology = &Cluster{Seeds: []string{"h:1"}}; d.Database = 2 })
