@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -246,4 +247,44 @@ func TestIdempotencyRefusedBeforeSendIsUnavailable(t *testing.T) {
 	ins, err := holder.Inspect(ctx, r)
 	require.NoError(t, err)
 	assert.Equal(t, "EXECUTING_SAME_OPERATION", ins.Status, "nothing was sent: the record is as its owner left it")
+}
+
+// TestIdempotencyLostFailReplyIsUnrecorded: an action that reports no
+// effect, or an unknown one, is marked in the record; when that mark's
+// reply is lost (and its repeat's), the execution says the failure is not
+// recorded — never a confirmed FAILED_RETRYABLE — and an inspect with the
+// same attempt reconciles it.
+func TestIdempotencyLostFailReplyIsUnrecorded(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	e, request := idemFixture(t, p)
+	ctx := context.Background()
+	ok, err := e.Execute(ctx, request("warm"), func(context.Context) idempotency.Result {
+		return idempotency.RetryableNoEffect(errors.New("no effect"))
+	})
+	require.NoError(t, err)
+	require.Equal(t, idempotency.FailedRetryable, ok.Kind)
+	assert.True(t, ok.Recorded, "a confirmed mark is recorded")
+
+	for _, c := range []struct {
+		result func() idempotency.Result
+		kind   idempotency.Kind
+		state  string
+	}{
+		{func() idempotency.Result { return idempotency.RetryableNoEffect(errors.New("no effect")) }, idempotency.FailedRetryable, "FAILED_RETRYABLE"},
+		{func() idempotency.Result { return idempotency.EffectUnknown(errors.New("unknown")) }, idempotency.Abandoned, "ABANDONED"},
+	} {
+		r := request("pay-" + c.state)
+		ex, err := e.Execute(ctx, r, func(context.Context) idempotency.Result {
+			p.Stall() // the mark that follows is sent and its reply lost
+			return c.result()
+		})
+		p.Passthrough()
+		require.NoError(t, err)
+		assert.Equal(t, c.kind, ex.Kind)
+		assert.False(t, ex.Recorded, "%s: a mark whose reply was lost is never reported recorded", c.state)
+		ins, err := e.Inspect(ctx, r)
+		require.NoError(t, err)
+		assert.Equal(t, c.state, ins.Status, "inspect reconciles: the mark applied")
+	}
 }

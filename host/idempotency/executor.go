@@ -283,7 +283,8 @@ const (
 	// policy revision and is not replayed.
 	PolicyMismatch
 	// FailedRetryable: the action reported no effect; a retry runs it
-	// again.
+	// again (once Recorded; without it, the record may still be
+	// EXECUTING: Inspect before concluding).
 	FailedRetryable
 	// Abandoned: the action's effect is unknown (it said so, panicked, or
 	// its response could not be stored); retries are RECOVERY_REQUIRED.
@@ -317,7 +318,11 @@ type Execution struct {
 	// Response is the stored response (Replayed) or the action's
 	// (Executed).
 	Response []byte
-	// Recorded: Executed and the response is stored for replay.
+	// Recorded: Redis confirmed the outcome's record — the response stored
+	// for replay (Executed), or the record marked FAILED_RETRYABLE or
+	// ABANDONED (FailedRetryable, Abandoned). False when that write's
+	// reply was lost (it may have applied: Inspect with the same attempt
+	// reconciles) or it did not apply; never true on a guess.
 	Recorded bool
 	// RetryAfter is the holder's remaining lease (InProgress).
 	RetryAfter time.Duration
@@ -605,7 +610,7 @@ func (e *Executor) finish(c call, own programs.IdemOwner, r Result) Execution {
 		out.Kind, out.Response = Executed, r.response
 		if len(r.response) > e.cfg.MaxResponseBytes {
 			out.Kind, out.ActionErr = Abandoned, fmt.Errorf("%w: %d bytes", programs.ErrResponseTooLarge, len(r.response))
-			e.fail(ctx, c, own, programs.IdemAbandon)
+			out.Recorded = e.fail(ctx, c, own, programs.IdemAbandon)
 			return out
 		}
 		sum := sha256.Sum256(r.response)
@@ -637,25 +642,40 @@ func (e *Executor) finish(c call, own programs.IdemOwner, r Result) Execution {
 		return out
 	case resultNoEffect:
 		out.Kind = FailedRetryable
-		e.fail(ctx, c, own, programs.IdemRetryable)
+		out.Recorded = e.fail(ctx, c, own, programs.IdemRetryable)
 	default:
 		out.Kind = Abandoned
-		e.fail(ctx, c, own, programs.IdemAbandon)
+		out.Recorded = e.fail(ctx, c, own, programs.IdemAbandon)
 	}
 	return out
 }
 
-func (e *Executor) fail(ctx context.Context, c call, own programs.IdemOwner, d programs.IdemDisposition) {
+// fail marks the attempt's record retryable or abandoned and reports
+// whether Redis confirmed the mark. A lost reply (also on the repeat)
+// leaves it unconfirmed: the mark may have applied.
+func (e *Executor) fail(ctx context.Context, c call, own programs.IdemOwner, d programs.IdemDisposition) bool {
 	op := newOpID("fail")
 	for try := 0; try < 2; try++ {
-		_, err := e.exec.IdempotencyFail(ctx, c.key, own, op, d, e.cfg.FailedTTL)
-		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate {
-			if err != nil {
-				e.log.Warn("idempotency: marking a failed action did not apply; its lease will expire", "route", c.req.Scope.Route, "error", err)
+		res, err := e.exec.IdempotencyFail(ctx, c.key, own, op, d, e.cfg.FailedTTL)
+		if err == nil {
+			switch res.Status {
+			case programs.IdemMarkedRetryable, programs.IdemMarkedAbandoned, programs.IdemAlreadyMarkedSameOperation:
+				return true
 			}
-			return
+			e.log.Warn("idempotency: marking a failed action did not apply", "route", c.req.Scope.Route, "status", res.Status.String())
+			return false
+		}
+		if certainty.Classify(err, true) != certainty.Indeterminate {
+			e.log.Warn("idempotency: marking a failed action did not apply; its lease will expire", "route", c.req.Scope.Route, "error", err)
+			return false
+		}
+		if try == 0 && e.beforeRepeat != nil {
+			e.beforeRepeat("fail")
 		}
 	}
+	e.m.lost(c.req.Scope.Route, "fail")
+	e.log.Warn("idempotency: marking a failed action could not be confirmed", "route", c.req.Scope.Route)
+	return false
 }
 
 // renewLabel is the result label of one renew.
