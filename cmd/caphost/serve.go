@@ -65,6 +65,9 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 				return usageError{errors.New("--drain-timeout must be > 0")}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			// The driver's own lines (dial failures, broken pools) would
+			// otherwise be plain text on the process's stderr.
+			host.RouteRedisDriverLogs(log)
 			cfg, err := config.Load(cmd.Context(), file, loadOpts...)
 			var verr *policy.ValidationError
 			if errors.As(err, &verr) {
