@@ -15,20 +15,26 @@ import (
 // BenchmarkShouldRateLimit times ShouldRateLimit over a real gRPC
 // connection (bufconn) to a private redis-server, one fixed-window
 // descriptor per call (the decision envoyproxy/ratelimit makes with INCRBY
-// + EXPIRE), serially and from 32 goroutines, and reports Redis server
-// time per decision (INFO commandstats, EVALSHA).
+// + EXPIRE), serially and from 32 goroutines, and four descriptors per
+// call serially, and reports Redis server time per decision (INFO
+// commandstats, EVALSHA).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		par  int
-	}{{"serial", 0}, {"parallel32", 16}} {
+		name  string
+		par   int
+		descs int
+	}{{"serial", 0, 1}, {"parallel32", 16, 1}, {"serial/4-descriptors", 0, 4}} {
 		b.Run(bc.name, func(b *testing.B) {
 			f := start(b, envoyrls.Options{}, "bench.yaml")
 			var n atomic.Int64
 			req := func() *rlsv3.RateLimitRequest {
-				v := strconv.FormatInt(n.Add(1)%64, 10)
-				return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
-					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: v}}}}}
+				r := &rlsv3.RateLimitRequest{Domain: "bench"}
+				for range max(bc.descs, 1) {
+					v := strconv.FormatInt(n.Add(1)%64, 10)
+					r.Descriptors = append(r.Descriptors, &commonv3.RateLimitDescriptor{
+						Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: v}}})
+				}
+				return r
 			}
 			// Warm the connection and the script cache, then measure.
 			if _, err := f.client.ShouldRateLimit(context.Background(), req()); err != nil {

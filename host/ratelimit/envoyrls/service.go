@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -123,10 +124,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
 	}
+	if len(req.Descriptors) == 1 {
+		resp.Statuses[0] = s.decide(ctx, req.Domain, req.Descriptors[0].Entries, costs[0])
+	} else {
+		// Descriptors are independent decisions (upstream pipelines them
+		// too, never atomically): deciding them at once lets the limiter
+		// share one pipeline among them.
+		var wg sync.WaitGroup
+		for i, d := range req.Descriptors {
+			wg.Go(func() { resp.Statuses[i] = s.decide(ctx, req.Domain, d.Entries, costs[i]) })
+		}
+		wg.Wait()
+	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
-	for i, d := range req.Descriptors {
-		st := s.decide(ctx, req.Domain, d.Entries, costs[i])
-		resp.Statuses[i] = st
+	for _, st := range resp.Statuses {
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			closest = st

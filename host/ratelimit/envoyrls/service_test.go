@@ -403,3 +403,25 @@ func TestInvalidRequests(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.Contains(t, err.Error(), "descriptors[0].entries[0].value: not valid UTF-8")
 }
+
+// TestDescriptorsDecidedTogether: the descriptors of one request are
+// decided concurrently, each its own atomic evaluation: eight hits on one
+// counter in one request leave exactly the remainders 99..92, in some
+// order.
+func TestDescriptorsDecidedTogether(t *testing.T) {
+	f := start(t, envoyrls.Options{})
+	rs := inOneWindow(t, func(a int) []*rlsv3.RateLimitResponse {
+		n := fmt.Sprintf("555%d", a)
+		ds := make([]*commonv3.RateLimitDescriptor, 8)
+		for i := range ds {
+			ds[i] = desc("to_number", n)
+		}
+		return []*rlsv3.RateLimitResponse{f.call(t, "messaging", 0, ds...)}
+	})
+	var got []uint32
+	for _, st := range rs[0].Statuses {
+		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.Code)
+		got = append(got, st.LimitRemaining)
+	}
+	assert.ElementsMatch(t, []uint32{99, 98, 97, 96, 95, 94, 93, 92}, got)
+}
