@@ -111,7 +111,7 @@ func TestEnvoyRateLimitProblems(t *testing.T) {
 	// A limit caphost cannot hold is refused with the config, not at serve.
 	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [big.yaml]}\n",
 		map[string]string{"big.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"})
-	assert.Contains(t, problemText(t, err), "envoy-rate-limit.rules")
+	assert.Contains(t, problemText(t, err), "server.envoy-rate-limit.rules.limit: big.yaml:3: descriptors[0]: must be within")
 }
 
 func problemText(t *testing.T, err error) string {

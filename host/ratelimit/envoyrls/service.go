@@ -195,7 +195,9 @@ func (s *Service) decide(ctx context.Context, domain string, entries []*ratelimi
 		// error, because Envoy's failure_mode_deny defaults to allowing
 		// requests whose rate-limit call fails.
 		s.m.descriptors.WithLabelValues(resultUnavailable).Inc()
-		s.log.Warn("envoy rate-limit descriptor failed closed", "policy", o.Policy(), "kind", o.Kind().String(), "category", string(o.Category()))
+		// Debug only: during an outage this happens on every request; the
+		// unavailable counter and the limiter's metrics carry it.
+		s.log.Debug("envoy rate-limit descriptor failed closed", "policy", o.Policy(), "kind", o.Kind().String(), "category", string(o.Category()))
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: limit,
 			DurationUntilReset: durationpb.New(ceilSecond(o.RetryAfter()))}
 	}

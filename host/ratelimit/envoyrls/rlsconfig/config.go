@@ -102,6 +102,9 @@ type Rule struct {
 	Shadow bool
 	// DetailedMetric is recorded only (see the package doc).
 	DetailedMetric bool
+	// Where locates the rule in its file ("file:line: path"), for
+	// problems found after parsing.
+	Where string
 }
 
 // ID is a stable identity of the rule's place in the configuration (domain

@@ -239,6 +239,7 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 	if rl, ok := f["rate_limit"]; ok {
 		if r, ok := p.rateLimit(join(path, "rate_limit"), rl); ok {
 			r.Domain, r.Path, r.Shadow, r.DetailedMetric = d.name, chain, shadow, detailed
+			r.Where = fmt.Sprintf("%s:%d: %s", p.file, item.Line, path)
 			next.rule = r
 			d.rules = append(d.rules, r)
 		}

@@ -3,7 +3,9 @@ package rlsconfig
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/caphost/caphost/policy"
 )
@@ -78,7 +80,7 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 		prefix = "envoy-rate-limit"
 	}
 	if _, err := policy.CompileRatePolicies(decls, policy.RateCompileOptions{PathPrefix: prefix}); err != nil {
-		return nil, nil, err
+		return nil, nil, locate(err, prefix, ids)
 	}
 	return decls, ids, nil
 }
@@ -89,4 +91,27 @@ func revision(d policy.RatePolicyDecl) string {
 	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%s|%t|%d", d.Algorithm, d.Parameters.Limit, d.Parameters.Window,
 		d.Parameters.Capacity, d.Parameters.RefillTokens, d.Parameters.RefillPeriod, d.FailureMode, d.Shadow, d.MaxCost)
 	return "r" + hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// locate names the rule behind each problem of a generated policy: its
+// file, line and descriptor path rather than a digest id.
+func locate(err error, prefix string, ids map[*Rule]string) error {
+	var verr *policy.ValidationError
+	if !errors.As(err, &verr) {
+		return err
+	}
+	where := make(map[string]string, len(ids))
+	for r, id := range ids {
+		where[prefix+"."+id] = r.Where
+	}
+	for i, p := range verr.Problems {
+		for pre, w := range where {
+			if rest, ok := strings.CutPrefix(p.Path, pre); ok {
+				verr.Problems[i].Path = prefix + rest
+				verr.Problems[i].Message = w + ": " + p.Message
+				break
+			}
+		}
+	}
+	return verr
 }

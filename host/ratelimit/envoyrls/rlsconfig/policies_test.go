@@ -64,5 +64,6 @@ func TestPoliciesBeyondBounds(t *testing.T) {
 	_, _, err = Policies(c, PolicyOptions{})
 	var verr *policy.ValidationError
 	require.ErrorAs(t, err, &verr)
-	assert.Contains(t, err.Error(), "limit")
+	assert.Contains(t, err.Error(), "big.yaml:3: descriptors[0]: must be within 1..1000000000")
+	assert.Contains(t, err.Error(), "envoy-rate-limit.limit")
 }
