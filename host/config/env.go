@@ -69,6 +69,7 @@ var envTemplates = [...]string{
 	"capabilities.{capability}.redis-role",
 	"server.listen",
 	"server.admin-token",
+	"server.envoy-rate-limit.listen",
 	"guests.compile-cache-dir",
 	"guests.watch",
 	"guests.modules.{module}.path",

@@ -70,6 +70,14 @@ func TestEnvoyRateLimitBlock(t *testing.T) {
 	require.NotNil(t, r)
 	assert.Equal(t, uint32(100), r.RequestsPerUnit)
 
+	// The listener is overridable from the environment, like server.listen.
+	fsys := fstest.MapFS{"etc/c.yaml": {Data: []byte(envoyBase + "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [m.yaml]}\n")},
+		"etc/m.yaml": {Data: upstream}}
+	cfg, err = Load(context.Background(), "etc/c.yaml", WithFS(fsys),
+		WithEnv(testEnv(map[string]string{"CAPHOST_SERVER__ENVOY_RATE_LIMIT__LISTEN": "127.0.0.1:9091"})))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9091", cfg.Server.EnvoyRateLimit.Listen)
+
 	cfg, err = loadEnvoy(t, "server: {listen: 127.0.0.1:8080}\n", nil)
 	require.NoError(t, err)
 	assert.Nil(t, cfg.Server.EnvoyRateLimit, "absent: not served")
