@@ -182,7 +182,7 @@ func (r *Runtime) buildDeployment(dc policy.Deployment, cat *commands.Catalog, p
 	cluster := d.topology == policy.TopologyCluster
 	dial := &pubsubDial{}
 	rlog := &refreshLog{log: r.log}
-	sen, err := newSentinelRoute(dc, r.log) // nil unless Sentinel
+	sen, err := newSentinelRoute(dc, r.log, obs) // nil unless Sentinel
 	if err != nil {
 		return nil, fmt.Errorf("%w: deployment %s: %w", ErrConfig, dc.ID, err)
 	}

@@ -105,6 +105,7 @@ type sentinelRoute struct {
 	deployment string
 	master     string
 	log        *slog.Logger
+	obs        SentinelObserver // nil: nobody counts
 	rules      sentinelquorum.Rules
 	sentinels  []*redis.Client
 	timeout    time.Duration
@@ -140,7 +141,7 @@ type sentinelRoute struct {
 // newSentinelRoute builds the route of a Sentinel deployment, or returns
 // nil for any other topology. It dials nothing: the worker and the
 // subscriptions start on the first trigger.
-func newSentinelRoute(d policy.Deployment, lg *slog.Logger) (*sentinelRoute, error) {
+func newSentinelRoute(d policy.Deployment, lg *slog.Logger, obs Observer) (*sentinelRoute, error) {
 	t, ok := d.Topology.(*policy.Sentinel)
 	if !ok || t == nil {
 		return nil, nil
@@ -169,6 +170,7 @@ func newSentinelRoute(d policy.Deployment, lg *slog.Logger) (*sentinelRoute, err
 		deployment: d.ID,
 		master:     t.MasterName,
 		log:        lg,
+		obs:        sentinelObserver(obs),
 		rules:      sentinelquorum.Rules{Quorum: sentinelquorum.Quorum(len(t.Endpoints)), AllowLoopback: loopback},
 		timeout:    d.Timeouts.Connect + d.Timeouts.Command,
 		wake:       make(chan struct{}, 1),
@@ -530,14 +532,17 @@ func (r *sentinelRoute) discover(ctx context.Context) bool {
 	}
 	r.last.Store(&v)
 	if v.Outcome != sentinelquorum.Agreed {
+		r.observe(SentinelNoQuorum)
 		r.warn("redis sentinel: no quorum on the primary", v, nil)
 		return false
 	}
 	cur := r.cur.Load()
 	if cur != nil && cur.addr == v.Primary {
+		r.observe(SentinelUnchanged)
 		return false
 	}
 	if err := r.confirm(ctx, v.Primary); err != nil {
+		r.observe(SentinelUnconfirmed)
 		r.warn("redis sentinel: agreed primary not confirmed", v, err)
 		return false
 	}
@@ -557,11 +562,40 @@ func (r *sentinelRoute) discover(ctx context.Context) bool {
 	attrs := []any{"deployment", r.deployment, "generation", next.gen, "agreeing", v.Agreeing,
 		"responded", v.Responded, "asked", v.Asked, "quorum", v.Quorum}
 	if cur == nil {
+		r.observe(SentinelDiscovered)
 		r.log.Info("redis sentinel: primary discovered", attrs...)
 	} else {
+		r.observe(SentinelSwitched)
 		r.log.Warn("redis sentinel: primary switched; connections to the old one are drained", attrs...)
 	}
 	return true
+}
+
+// Sentinel discovery results, the bounded label of SentinelObserver.
+const (
+	SentinelDiscovered  = "discovered"  // the first primary was installed
+	SentinelSwitched    = "switched"    // a new primary replaced the old one
+	SentinelUnchanged   = "unchanged"   // the quorum named the current primary
+	SentinelNoQuorum    = "no-quorum"   // no address reached the quorum in time
+	SentinelUnconfirmed = "unconfirmed" // the agreed address did not answer ROLE master
+)
+
+// SentinelObserver is an optional extension of Observer: one that also
+// implements it is told the result of every Sentinel discovery of a
+// deployment (one of the Sentinel* results).
+type SentinelObserver interface {
+	SentinelDiscovery(deployment, result string)
+}
+
+func sentinelObserver(obs Observer) SentinelObserver {
+	so, _ := obs.(SentinelObserver)
+	return so
+}
+
+func (r *sentinelRoute) observe(result string) {
+	if r.obs != nil {
+		r.obs.SentinelDiscovery(r.deployment, result)
+	}
 }
 
 // ask sends SENTINEL GET-MASTER-ADDR-BY-NAME to Sentinel i.

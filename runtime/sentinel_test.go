@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,8 @@ func awaitRuns(t *testing.T, route *sentinelRoute, n int64) {
 // again; they still agree on the primary, so nothing moves.
 func TestSentinelForgedSwitchMasterDoesNotSwitch(t *testing.T) {
 	sen := redistest.StartSentinel(t)
-	r := newRuntime(t, testConfig(sentinelTestDeployment(sen)))
+	obs := &discoveryRecorder{}
+	r := newRuntime(t, testConfig(sentinelTestDeployment(sen)), WithObserver(obs))
 	dep, err := r.Role(policy.RoleCoordination)
 	require.NoError(t, err)
 	require.NoError(t, dep.Ping(ctxT(t, 5*time.Second)))
@@ -58,6 +60,11 @@ func TestSentinelForgedSwitchMasterDoesNotSwitch(t *testing.T) {
 	assert.Equal(t, "agreed", v.Outcome.String())
 	assert.Equal(t, before.addr, v.Primary)
 	assert.Same(t, before, route.cur.Load(), "the primary did not move")
+	got := obs.results()
+	require.NotEmpty(t, got)
+	assert.Equal(t, SentinelDiscovered, got[0], "the observer saw the first primary installed")
+	assert.Equal(t, SentinelUnchanged, got[len(got)-1], "and the forged message's discovery changes nothing")
+	assert.NotContains(t, got, SentinelSwitched)
 	assert.NotZero(t, route.lastSwitch.Load(), "the message was seen")
 	require.NoError(t, dep.Ping(ctxT(t, 5*time.Second)))
 }
@@ -243,4 +250,28 @@ func TestSentinelConnOfAReplacedPrimaryFailsTheReuseCheck(t *testing.T) {
 	r.cur.Store(&sentinelTarget{addr: "10.0.0.2:6379", gen: 2})
 	_, err = c.SyscallConn()
 	assert.ErrorIs(t, err, errStaleConn)
+}
+
+// discoveryRecorder records the Sentinel discovery results a runtime
+// reports to its Observer.
+type discoveryRecorder struct {
+	nopObserver
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *discoveryRecorder) SentinelDiscovery(deployment, result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, deployment+":"+result)
+}
+
+func (o *discoveryRecorder) results() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, len(o.got))
+	for i, g := range o.got {
+		out[i] = strings.TrimPrefix(g, "sen:")
+	}
+	return out
 }

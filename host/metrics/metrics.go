@@ -36,6 +36,7 @@ type Redis struct {
 	inFlight   *prometheus.GaugeVec     // deployment, lane
 	slotMap    *prometheus.CounterVec   // deployment, lane
 	redirects  *prometheus.CounterVec   // deployment, lane, kind, result
+	sentinel   *prometheus.CounterVec   // deployment, result
 
 	deployments map[string]bool
 	commandSet  map[string]bool
@@ -77,10 +78,14 @@ func NewRedis(reg prometheus.Registerer, deployments, commands []string) (*Redis
 			Namespace: "caphost", Subsystem: "redis", Name: "cluster_redirects_total",
 			Help: "Cluster MOVED/ASK replies, by whether the runtime followed them once (result followed) or could not (result not_followed: nothing was resent).",
 		}, []string{"deployment", "lane", "kind", "result"}),
+		sentinel: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "caphost", Subsystem: "redis", Name: "sentinel_discoveries_total",
+			Help: "Sentinel discoveries of a deployment's primary, by result (discovered, switched, unchanged, no-quorum, unconfirmed).",
+		}, []string{"deployment", "result"}),
 		deployments: set(deployments),
 		commandSet:  set(append(slices.Clone(commands), pipelineLabel)),
 	}
-	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight, m.slotMap, m.redirects} {
+	for _, c := range []prometheus.Collector{m.commands, m.duration, m.rejections, m.replyBytes, m.inFlight, m.slotMap, m.redirects, m.sentinel} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -98,6 +103,11 @@ func set(vs []string) map[string]bool {
 }
 
 func (m *Redis) precreate(deployments, commands []string) {
+	for _, d := range deployments {
+		for _, r := range sentinelResults() {
+			m.sentinel.WithLabelValues(d, r)
+		}
+	}
 	for _, l := range policy.Lanes() {
 		m.replyBytes.WithLabelValues(string(l))
 		for _, d := range deployments {
@@ -185,6 +195,20 @@ func (m *Redis) ClusterRedirect(dep string, l policy.Lane, kind string, followed
 		r = redirectFollowed
 	}
 	m.redirects.WithLabelValues(m.deployment(dep), lane(l), kind, r).Inc()
+}
+
+// sentinelResults are the runtime's Sentinel discovery results
+// (runtime.SentinelDiscovered and the rest), the closed label set.
+func sentinelResults() []string {
+	return []string{"discovered", "switched", "unchanged", "no-quorum", "unconfirmed"}
+}
+
+// SentinelDiscovery implements runtime.SentinelObserver.
+func (m *Redis) SentinelDiscovery(dep, result string) {
+	if !slices.Contains(sentinelResults(), result) {
+		result = unknownLabel
+	}
+	m.sentinel.WithLabelValues(m.deployment(dep), result).Inc()
 }
 
 func reasonLabel(r guard.Reason) string {

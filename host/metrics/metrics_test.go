@@ -15,7 +15,23 @@ import (
 // The Prometheus instruments are what the runtime reports redirects to: a
 // compile-time check that the optional interface is met, and a closed label
 // set however the runtime's strings change.
-var _ runtime.RedirectObserver = (*Redis)(nil)
+var (
+	_ runtime.RedirectObserver = (*Redis)(nil)
+	_ runtime.SentinelObserver = (*Redis)(nil)
+)
+
+func TestSentinelDiscoveriesWithClosedLabels(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewRedis(reg, []string{"coord"}, nil)
+	require.NoError(t, err)
+	for _, r := range []string{runtime.SentinelDiscovered, runtime.SentinelSwitched, runtime.SentinelUnchanged,
+		runtime.SentinelNoQuorum, runtime.SentinelUnconfirmed} {
+		m.SentinelDiscovery("coord", r)
+		assert.Equal(t, 1.0, value(t, m.sentinel.WithLabelValues("coord", r)), r)
+	}
+	m.SentinelDiscovery("coord", "10.0.0.1:6379")
+	assert.Equal(t, 1.0, value(t, m.sentinel.WithLabelValues("coord", unknownLabel)), "an unexpected result never becomes a series")
+}
 
 func TestClusterRedirectCountsWithClosedLabels(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
