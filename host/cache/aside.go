@@ -200,12 +200,13 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 	if err != nil {
 		return Result{}, err
 	}
-	if lk, ok := c.fromL1(r, loc); ok {
-		r.m.lookupOutcome(lk, nil)
-		return cached(lk), nil
+	var hit Lookup
+	if c.fromL1(r, loc, &hit) {
+		r.m.lookupOutcome(&hit, nil)
+		return cached(hit), nil
 	}
 	lk, err := c.lookupL2(ctx, r, loc)
-	r.m.lookupOutcome(lk, err)
+	r.m.lookupOutcome(&lk, err)
 	if err != nil {
 		return Result{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +120,7 @@ func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
 	}
 	b.Run("goroutines=1", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			if err := check(r.Lookup(ctx, key)); err != nil {
 				b.Fatal(err)
@@ -127,6 +129,7 @@ func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
 	})
 	b.Run("goroutines=32", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -137,6 +140,21 @@ func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
 			}
 		})
 	})
+}
+
+// reportCPU starts counting this process's CPU time (user + system, every
+// thread) and returns the func that reports it per op as cpu-ns/op: on a
+// shared machine it moves far less with other processes' load than ns/op,
+// which is wall time.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() { b.ReportMetric(float64(cpuTime()-start)/float64(max(b.N, 1)), "cpu-ns/op") }
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkLookupL2 is an L2 hit through the envelope, with the built-in

@@ -66,14 +66,14 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 	}
 	loc, err := r.c.locate(ctx, rg, key)
 	if err != nil {
-		rg.m.lookup(Lookup{}, err)
+		rg.m.lookup(&Lookup{}, err)
 		return Lookup{}, NotClaimed, "", err
 	}
-	lk, ok := r.c.fromL1(rg, loc)
-	if !ok {
+	var lk Lookup
+	if !r.c.fromL1(rg, loc, &lk) {
 		lk, err = r.c.lookupL2(ctx, rg, loc)
 	}
-	rg.m.lookup(lk, err)
+	rg.m.lookup(&lk, err)
 	if err != nil || !needsRefresh(lk) {
 		return lk, NotClaimed, "", err
 	}

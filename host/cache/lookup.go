@@ -80,25 +80,29 @@ func (o observation) condition() programs.CacheObservation {
 // (ErrCorrupt, *CodecError: an entry the guest crashed on is quarantined)
 // and ctx's; an
 // outage is the Unavailable outcome, never an error and never a miss.
-func (r *Region) Lookup(ctx context.Context, key Key) (Lookup, error) {
+func (r *Region) Lookup(ctx context.Context, key Key) (lk Lookup, err error) {
 	rg, err := r.current()
 	if err != nil {
 		return Lookup{}, err
 	}
-	lk, err := r.c.lookup(ctx, rg, key)
-	rg.m.lookup(lk, err)
+	// The outcome is filled in place: a Lookup is some 360 bytes, and an
+	// L1 hit is cheap enough for copies of it to show.
+	err = r.c.lookup(ctx, rg, key, &lk)
+	rg.m.lookup(&lk, err)
 	return lk, err
 }
 
-func (c *Cache) lookup(ctx context.Context, r *region, key Key) (Lookup, error) {
+// lookup fills lk with key's outcome.
+func (c *Cache) lookup(ctx context.Context, r *region, key Key, lk *Lookup) error {
 	loc, err := c.locate(ctx, r, key)
 	if err != nil {
-		return Lookup{}, err
+		return err
 	}
-	if lk, ok := c.fromL1(r, loc); ok {
-		return lk, nil
+	if c.fromL1(r, loc, lk) {
+		return nil
 	}
-	return c.lookupL2(ctx, r, loc)
+	*lk, err = c.lookupL2(ctx, r, loc)
+	return err
 }
 
 // locate canonicalises key (for a guest region) and digests its parts. A
@@ -161,27 +165,30 @@ func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
 // A stale copy is not served from L1 (L1 keeps an entry only until its
 // soft expiry): the L2 read gives the stale path the observation its
 // refresh needs.
-func (c *Cache) fromL1(r *region, loc keys.Location) (Lookup, bool) {
+//
+// On a hit it fills lk (which must be the zero Lookup) and reports true;
+// otherwise it leaves lk alone.
+func (c *Cache) fromL1(r *region, loc keys.Location, lk *Lookup) bool {
 	if r.l1 == nil || !c.hintsUp() {
-		return Lookup{}, false
+		return false
 	}
 	k, ok := l1Key(loc, r.gens.get(loc.Shard()))
 	if !ok {
-		return Lookup{}, false
+		return false
 	}
 	e, ok := r.l1.Get(k)
 	if !ok {
-		return Lookup{}, false
+		return false
 	}
-	lk := Lookup{Kind: Hit, Freshness: Fresh, SourceRevision: e.rev, WrittenAt: e.written, SoftExpiresAt: e.soft,
-		HardExpiresAt: e.hard, FromL1: true}
+	lk.Kind, lk.Freshness, lk.FromL1 = Hit, Fresh, true
+	lk.SourceRevision, lk.WrittenAt, lk.SoftExpiresAt, lk.HardExpiresAt = e.rev, e.written, e.soft, e.hard
 	if e.negative {
 		lk.Kind = NegativeHit
 		lk.Freshness = 0
 	} else {
 		lk.Value = slices.Clone(e.value)
 	}
-	return lk, true
+	return true
 }
 
 // The L1 key holds a generation as this package creates it.

@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sourceSeconds: h("source_load_seconds", "Source load duration.", prometheus.ExponentialBuckets(0.0005, 4, 9), "region"),
 		stale:         c("stale_served_total", "Stale values served, by reason (revalidate, error, overload).", "region", "reason"),
 		staleAge:      h("stale_age_seconds", "How far past its soft expiry a served stale value was.", prometheus.ExponentialBuckets(0.1, 4, 9), "region"),
-		payload:       h("payload_bytes", "Payload sizes read and written.", prometheus.ExponentialBuckets(64, 4, 9), "region", "op"),
+		payload:       h("payload_bytes", "Payload sizes read from Redis (L1 hits read none) and written.", prometheus.ExponentialBuckets(64, 4, 9), "region", "op"),
 		leases:        c("refresh_leases_total", "Refresh soft lease events by region.", "region", "result"),
 		guestFailures: c("guest_failures_total", "Codec, canonicaliser and admission guest failures.", "region", "op"),
 		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
@@ -165,22 +165,24 @@ func (r *regionMetrics) guestErr(err error) {
 	}
 }
 
-func (r *regionMetrics) lookup(lk Lookup, err error) {
+func (r *regionMetrics) lookup(lk *Lookup, err error) {
 	r.guestErr(err)
 	r.lookupOutcome(lk, err)
 }
 
 // lookupOutcome counts a lookup inside GetOrLoad, whose result counts the
-// guest failure once.
-func (r *regionMetrics) lookupOutcome(lk Lookup, err error) {
+// guest failure once. A payload read is a hit's value decoded from Redis:
+// an L1 hit read none (l1_events_total counts it), and observing it
+// would cost a good part of the hit.
+func (r *regionMetrics) lookupOutcome(lk *Lookup, err error) {
 	r.lookups[lookupOutcome(lk, err)].Inc()
-	if err == nil && lk.Kind == Hit {
+	if err == nil && lk.Kind == Hit && !lk.FromL1 {
 		r.payloadRead.Observe(float64(len(lk.Value)))
 	}
 }
 
 // lookupOutcome is the index in lookupOutcomeNames of a lookup's outcome.
-func lookupOutcome(lk Lookup, err error) int {
+func lookupOutcome(lk *Lookup, err error) int {
 	if err != nil {
 		return outError
 	}

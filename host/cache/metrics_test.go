@@ -88,3 +88,44 @@ func TestRegionLabelsAreCapped(t *testing.T) {
 	assert.Len(t, labels, maxRegionLabels+1)
 	assert.True(t, labels["other"])
 }
+
+// TestL1HitReadsNoPayload: payload_bytes{op="read"} observes values decoded
+// from Redis; an L1 hit is counted as a lookup and an L1 event, not as a
+// payload read.
+func TestL1HitReadsNoPayload(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	in.c.state.Load().regions["items"].l1.Flush() // the Record's own fill
+	_, err := r.Record(ctx, Parts("k"), []byte("value"), RecordMeta{})
+	require.NoError(t, err)
+	in.c.state.Load().regions["items"].l1.Flush()
+	fromL1 := 0
+	for range 3 {
+		lk, err := r.Lookup(ctx, Parts("k"))
+		require.NoError(t, err)
+		require.Equal(t, Hit, lk.Kind)
+		if lk.FromL1 {
+			fromL1++
+		}
+	}
+	require.Equal(t, 2, fromL1, "one L2 read fills L1, two L1 hits follow")
+	mfs, err := in.reg.Gather()
+	require.NoError(t, err)
+	reads := uint64(0)
+	for _, mf := range mfs {
+		if mf.GetName() != "caphost_cache_payload_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "op" && lp.GetValue() == "read" {
+					reads += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	assert.Equal(t, uint64(1), reads, "only the L2 read observed a payload")
+}
