@@ -155,6 +155,15 @@ func (c *Cache) Regions() []policy.CacheRegionPolicy {
 type Region struct {
 	c  *Cache
 	id string
+	// view is the region's runtime under the last policy set a call saw,
+	// so that a call under the same set skips the map lookup.
+	view atomic.Pointer[regionView]
+}
+
+// regionView is a region's runtime under one policy set.
+type regionView struct {
+	st *state
+	rg *region
 }
 
 // ID returns the region id.
@@ -165,10 +174,15 @@ func (r *Region) current() (*region, error) {
 	if r.c.closed.Load() {
 		return nil, ErrClosed
 	}
-	rg, ok := r.c.state.Load().regions[r.id]
+	st := r.c.state.Load()
+	if v := r.view.Load(); v != nil && v.st == st {
+		return v.rg, nil
+	}
+	rg, ok := st.regions[r.id]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRegion, boundedID(r.id))
 	}
+	r.view.Store(&regionView{st: st, rg: rg})
 	return rg, nil
 }
 

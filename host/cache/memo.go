@@ -36,38 +36,62 @@ func newKeyMemo() *keyMemo {
 // time (their hashing would cost what it saves).
 const memoMaxInput = 512
 
+// memoSmallInput is the stack buffer of a typical key's encoding: zeroing
+// the whole memoMaxInput buffer on every call showed on an L1 hit.
+const memoSmallInput = 128
+
 // hash returns the memo hashes of key and whether it may be remembered.
 // The encoding (kind, count, then every part or attribute name and value
 // length-prefixed: injective) lives only in a stack buffer, cleared after.
 func (m *keyMemo) hash(k Key) (h1, h2 uint64, ok bool) {
-	var buf [memoMaxInput]byte
-	b := buf[:0]
-	add := func(s string) bool {
-		if len(b)+4+len(s) > len(buf) {
-			return false
+	n := 2
+	if k.attr {
+		for _, a := range k.attrs {
+			n += 8 + len(a.Name) + len(a.Value)
 		}
+	} else {
+		for _, p := range k.parts {
+			n += 4 + len(p)
+		}
+	}
+	switch {
+	case n > memoMaxInput || len(k.attrs) > 255 || len(k.parts) > 255:
+		return 0, 0, false
+	case n <= memoSmallInput:
+		var buf [memoSmallInput]byte
+		h1, h2 = m.sum(k.encode(buf[:0]))
+		clear(buf[:n])
+	default:
+		var buf [memoMaxInput]byte
+		h1, h2 = m.sum(k.encode(buf[:0]))
+		clear(buf[:n])
+	}
+	return h1, h2, true
+}
+
+func (m *keyMemo) sum(b []byte) (h1, h2 uint64) {
+	return maphash.Bytes(m.seed1, b), maphash.Bytes(m.seed2, b)
+}
+
+// encode appends k's memo encoding to b.
+func (k Key) encode(b []byte) []byte {
+	add := func(s string) {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 		b = append(b, s...)
-		return true
 	}
 	if k.attr {
 		b = append(b, 'a', byte(len(k.attrs)))
 		for _, a := range k.attrs {
-			if !add(a.Name) || !add(a.Value) {
-				return 0, 0, false
-			}
+			add(a.Name)
+			add(a.Value)
 		}
-	} else {
-		b = append(b, 'p', byte(len(k.parts)))
-		for _, p := range k.parts {
-			if !add(p) {
-				return 0, 0, false
-			}
-		}
+		return b
 	}
-	h1, h2 = maphash.Bytes(m.seed1, b), maphash.Bytes(m.seed2, b)
-	clear(b)
-	return h1, h2, true
+	b = append(b, 'p', byte(len(k.parts)))
+	for _, p := range k.parts {
+		add(p)
+	}
+	return b
 }
 
 // maxMemoGen bounds the generations whose entry keys are remembered: every
