@@ -179,7 +179,7 @@ func Rules() []Rule {
 	rs := []Rule{
 		RuleSyntax, RuleUnknownKey, RuleType,
 		RuleTopologyExactlyOne, RuleTopologyEndpoint, RuleTopologyEndpointsEmpty, RuleTopologyEndpointsUnique,
-		RuleTopologyEndpointsMax, RuleTopologySentinelMaster, RuleTopologyClusterDatabase,
+		RuleTopologyEndpointsMax, RuleTopologySentinelMaster, RuleTopologySentinelQuorum, RuleTopologyClusterDatabase,
 		RuleDeploymentID, RuleDeploymentDatabase, RuleDeploymentClientName,
 		RuleTLSClientPair, RuleTLSFile, RuleTLSServerName,
 		RuleTimeoutsPositive, RuleTimeoutsBound, RuleTimeoutsOrder,

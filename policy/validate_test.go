@@ -243,5 +243,5 @@ func TestRulesListed(t *testing.T) {
 		seen[r] = true
 		assert.Regexp(t, `^[a-z]+\.[a-z0-9-]+$`, string(r))
 	}
-	assert.Len(t, rs, 50+len(GuestRules()))
+	assert.Len(t, rs, 51+len(GuestRules()))
 }
