@@ -48,6 +48,7 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 			"  GET|PUT|DELETE /v1/cache/{region}/{key}, DELETE /v1/cache/{region}   the cache capability\n" +
 			"  POST /v1/lease/{acquire,inspect,renew,release}   efficiency leases (JSON)\n" +
 			"  POST /v1/idempotency/{claim,inspect,start,renew,complete,fail,release}   idempotent execution (JSON)\n" +
+			"  POST /v1/fenced-lease/{acquire,inspect,renew,release}   fenced leases, tokens (resource-epoch, counter) (JSON)\n" +
 			"  GET  /admin/guests            guest slots (needs server.admin-token)\n" +
 			"  PUT  /admin/guests/{name}     hot-swap a guest module (needs server.admin-token)\n" +
 			"  POST /admin/guests/{name}/rollback, GET /admin/capabilities   (need server.admin-token)\n" +

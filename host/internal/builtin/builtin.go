@@ -14,6 +14,7 @@ import (
 	"github.com/caphost/caphost/host/idempotency"
 	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/lease"
+	"github.com/caphost/caphost/host/lease/fenced"
 	"github.com/caphost/caphost/host/ratelimit"
 )
 
@@ -24,6 +25,7 @@ func Capabilities() []module.Info {
 		cache.CapabilityInfo(),
 		lease.CapabilityInfo(),
 		idempotency.CapabilityInfo(),
+		fenced.CapabilityInfo(),
 	}
 }
 
