@@ -178,8 +178,8 @@ func (m *Redis) SlotMapRefresh(dep string, l policy.Lane) {
 // Redirect kinds as the runtime reports them (runtime.RedirectMoved and
 // runtime.RedirectAsk), and the result label of a redirect.
 const (
-	redirectMoved       = "moved"
-	redirectAsk         = "ask"
+	redirectMoved = "moved"
+	redirectAsk   = "ask"
 
 	redirectFollowed    = "followed"
 	redirectNotFollowed = "not_followed"
