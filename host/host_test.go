@@ -21,6 +21,7 @@ import (
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/policy/commands"
+	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/guard"
 )
@@ -164,6 +165,14 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 		"command":    {"unknown": true},
 		"outcome":    {},
 		"reason":     {"unknown": true},
+		"role":       {},
+		"status":     {string(health.Up): true, string(health.Degraded): true, string(health.Down): true},
+		"kind":       {runtime.RedirectMoved: true, runtime.RedirectAsk: true},
+		"result": {"followed": true, "not_followed": true, runtime.SentinelDiscovered: true, runtime.SentinelSwitched: true,
+			runtime.SentinelUnchanged: true, runtime.SentinelNoQuorum: true, runtime.SentinelUnconfirmed: true},
+	}
+	for _, r := range policy.Roles() {
+		allowed["role"][string(r)] = true
 	}
 	for _, l := range policy.Lanes() {
 		allowed["lane"][string(l)] = true
