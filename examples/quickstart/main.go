@@ -106,8 +106,9 @@ const (
 		// which call TYPE, GET, SET, DEL, PTTL, STRLEN and GETRANGE only; the
 		// coordination scene's fenced-lease (TYPE, GET, SET, PTTL, PEXPIRE,
 		// DEL) and idempotency programs (TYPE, HMGET, HGET, HSET, PTTL,
-		// PEXPIRE) need nothing more
-		" +time +type +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
+		// PEXPIRE) need nothing more; the v2 sliding-log and concurrency
+		// programs check a key's presence with EXISTS
+		" +time +type +exists +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
 		// pubsub lane: the runtime's Pub/Sub facade (the cache's L1
 		// invalidation hints) uses sharded Pub/Sub on channels under the
