@@ -242,8 +242,12 @@ func TestClusterFollowsAskDuringMigration(t *testing.T) {
 // not sent again — after the target resumes it has run it exactly once.
 func TestClusterRedirectTimeoutStaysIndeterminate(t *testing.T) {
 	s := newRedirectSetup(t, "moved-timeout", func(d *policy.Deployment) {
-		d.Timeouts.Command = 300 * time.Millisecond
-		d.Timeouts.Acquire = 100 * time.Millisecond
+		// Long enough that a loaded machine still reaches the follow's
+		// write before the deadline (a shorter one failed under load
+		// before sending: UNAVAILABLE_BEFORE_SEND); only the paused
+		// target's silence may end the call.
+		d.Timeouts.Command = 2 * time.Second
+		d.Timeouts.Acquire = time.Second
 	})
 	ctx := ctxT(t, 20*time.Second)
 	// An idle pooled connection to the target, so the follow writes at once
