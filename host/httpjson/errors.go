@@ -120,3 +120,17 @@ func Sanitize(s string, max int) string {
 	}
 	return string(b)
 }
+
+// Handler adapts a sidecar operation to net/http: a nil *Error writes v as
+// 200 JSON (every outcome, CONTENDED and INDETERMINATE included, is a 200),
+// a non-nil one writes the typed error.
+func Handler[T any](serve func(http.ResponseWriter, *http.Request) (T, *Error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, e := serve(w, r)
+		if e != nil {
+			WriteError(w, e)
+			return
+		}
+		WriteJSON(w, http.StatusOK, v)
+	})
+}

@@ -261,13 +261,8 @@ func (s *Sidecar) Routes() map[string]http.Handler {
 }
 
 func (s *Sidecar) handler(step Step) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp, e := s.serve(w, r, step)
-		if e != nil {
-			httpjson.WriteError(w, e)
-			return
-		}
-		httpjson.WriteJSON(w, http.StatusOK, resp)
+	return httpjson.Handler(func(w http.ResponseWriter, r *http.Request) (SidecarResponse, *httpjson.Error) {
+		return s.serve(w, r, step)
 	})
 }
 

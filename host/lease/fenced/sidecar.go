@@ -262,13 +262,8 @@ func (s *Sidecar) Routes() map[string]http.Handler {
 }
 
 func (s *Sidecar) handler(op Op) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp, e := s.serve(w, r, op)
-		if e != nil {
-			httpjson.WriteError(w, e)
-			return
-		}
-		httpjson.WriteJSON(w, http.StatusOK, resp)
+	return httpjson.Handler(func(w http.ResponseWriter, r *http.Request) (SidecarResponse, *httpjson.Error) {
+		return s.serve(w, r, op)
 	})
 }
 
