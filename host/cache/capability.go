@@ -70,29 +70,14 @@ type capabilityModule struct {
 // Decode implements module.Module.
 func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 	cfg, err := Decode(b.Provider, b.Role, b.Raw, len(b.GuestModules) > 0)
-	var verr *policy.ValidationError
-	switch {
-	case errors.As(err, &verr):
-		*ps = append(*ps, verr.Problems...)
-	case err != nil:
-		ps.Add(b.Path, policy.RuleType, "%v", err)
-	}
+	b.AddDecodeError(ps, err)
 	m.cfg = cfg
-	if m.cfg.Role == "" {
-		m.cfg.Role = b.Role
-		if m.cfg.Role == "" {
-			m.cfg.Role = policy.RoleCache
-		}
-	}
+	m.cfg.Role = b.RoleOr(cfg.Role, policy.RoleCache)
 	m.roleRequired = b.RoleRequired
 }
 
 // Descriptor implements module.Module.
 func (m *capabilityModule) Descriptor() capability.Descriptor {
-	impact := capability.ImpactOptional
-	if m.roleRequired {
-		impact = capability.ImpactRequired
-	}
 	return capability.Descriptor{
 		Capability: CapabilityID,
 		Provider:   ProviderRedis,
@@ -108,7 +93,7 @@ func (m *capabilityModule) Descriptor() capability.Descriptor {
 		FailureMode:    capability.FailOpenToSource,
 		MultiInstance:  true,
 		Role:           m.cfg.Role,
-		Impact:         impact,
+		Impact:         module.Impact(m.roleRequired),
 		GuestKinds:     []string{string(abi.KindCodec), string(abi.KindCacheRegion)},
 		Implementation: Implementation,
 	}

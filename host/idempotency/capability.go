@@ -62,29 +62,14 @@ type capabilityModule struct {
 // Decode implements module.Module.
 func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 	cfg, err := Decode(b.Provider, b.Role, b.Raw)
-	var verr *policy.ValidationError
-	switch {
-	case errors.As(err, &verr):
-		*ps = append(*ps, verr.Problems...)
-	case err != nil:
-		ps.Add(b.Path, policy.RuleType, "%v", err)
-	}
+	b.AddDecodeError(ps, err)
 	m.cfg = cfg
-	if m.cfg.Role == "" {
-		m.cfg.Role = b.Role
-		if m.cfg.Role == "" {
-			m.cfg.Role = policy.RoleCoordination
-		}
-	}
+	m.cfg.Role = b.RoleOr(cfg.Role, policy.RoleCoordination)
 	m.roleRequired = b.RoleRequired
 }
 
 // Descriptor implements module.Module.
 func (m *capabilityModule) Descriptor() capability.Descriptor {
-	impact := capability.ImpactOptional
-	if m.roleRequired {
-		impact = capability.ImpactRequired
-	}
 	return capability.Descriptor{
 		Capability: CapabilityID,
 		Provider:   ProviderRedis,
@@ -100,7 +85,7 @@ func (m *capabilityModule) Descriptor() capability.Descriptor {
 		FailureMode:    capability.FailClosed,
 		MultiInstance:  true,
 		Role:           m.cfg.Role,
-		Impact:         impact,
+		Impact:         module.Impact(m.roleRequired),
 		Implementation: Implementation,
 	}
 }

@@ -103,13 +103,7 @@ func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 		raw["policies"] = map[string]any{}
 	}
 	cfg, err := Decode(b.Provider, b.Role, raw)
-	var verr *policy.ValidationError
-	switch {
-	case errors.As(err, &verr):
-		*ps = append(*ps, verr.Problems...)
-	case err != nil:
-		ps.Add(b.Path, policy.RuleType, "%v", err)
-	}
+	b.AddDecodeError(ps, err)
 	m.cfg = cfg
 	m.cfg.RedisRole = b.Role
 	if m.cfg.RedisRole == "" {
@@ -120,10 +114,6 @@ func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 
 // Descriptor implements module.Module.
 func (m *capabilityModule) Descriptor() capability.Descriptor {
-	impact := capability.ImpactOptional
-	if m.roleRequired {
-		impact = capability.ImpactRequired
-	}
 	return capability.Descriptor{
 		Capability: CapabilityID,
 		Provider:   ProviderRedis,
@@ -142,7 +132,7 @@ func (m *capabilityModule) Descriptor() capability.Descriptor {
 		FailureOverrides: []capability.FailureMode{capability.FailLocalEmergency, capability.FailOpen},
 		MultiInstance:    true,
 		Role:             m.cfg.RedisRole,
-		Impact:           impact,
+		Impact:           module.Impact(m.roleRequired),
 		GuestKinds:       []string{string(abi.KindRatePolicy)},
 		Implementation:   Implementation,
 	}

@@ -18,6 +18,7 @@ package module
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 
@@ -133,4 +134,38 @@ type GuestHook struct {
 	Check func(ctx context.Context, module string, d *abi.Description) error
 	// Swapped runs after a successful swap of such a module.
 	Swapped func(module string)
+}
+
+// AddDecodeError appends what a block decoder returned to ps: the problems
+// of a *policy.ValidationError as they are, any other error as one
+// config.type problem at the block's path.
+func (b Block) AddDecodeError(ps *policy.Problems, err error) {
+	var verr *policy.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		*ps = append(*ps, verr.Problems...)
+	case err != nil:
+		ps.Add(b.Path, policy.RuleType, "%v", err)
+	}
+}
+
+// RoleOr returns decoded when the decoder set it, else the block's
+// redis-role, else def.
+func (b Block) RoleOr(decoded, def policy.Role) policy.Role {
+	switch {
+	case decoded != "":
+		return decoded
+	case b.Role != "":
+		return b.Role
+	}
+	return def
+}
+
+// Impact is a capability's impact on readiness: required exactly when
+// its Redis role is.
+func Impact(roleRequired bool) capability.Impact {
+	if roleRequired {
+		return capability.ImpactRequired
+	}
+	return capability.ImpactOptional
 }

@@ -162,20 +162,9 @@ type capabilityModule struct {
 // Decode implements module.Module.
 func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 	cfg, err := Decode(b.Provider, b.Role, b.Raw)
-	var verr *policy.ValidationError
-	switch {
-	case errors.As(err, &verr):
-		*ps = append(*ps, verr.Problems...)
-	case err != nil:
-		ps.Add(b.Path, policy.RuleType, "%v", err)
-	}
+	b.AddDecodeError(ps, err)
 	m.cfg = cfg
-	if m.cfg.Role == "" {
-		m.cfg.Role = b.Role
-		if m.cfg.Role == "" {
-			m.cfg.Role = policy.RoleCoordination
-		}
-	}
+	m.cfg.Role = b.RoleOr(cfg.Role, policy.RoleCoordination)
 	m.roleRequired = b.RoleRequired
 }
 
@@ -183,10 +172,6 @@ func (m *capabilityModule) Decode(b module.Block, ps *policy.Problems) {
 // guarantees: it holds only where the protected resource checks the
 // token, which the host cannot see (reference §23.2).
 func (m *capabilityModule) Descriptor() capability.Descriptor {
-	impact := capability.ImpactOptional
-	if m.roleRequired {
-		impact = capability.ImpactRequired
-	}
 	return capability.Descriptor{
 		Capability: CapabilityID,
 		Provider:   ProviderRedis,
@@ -202,7 +187,7 @@ func (m *capabilityModule) Descriptor() capability.Descriptor {
 		FailureMode:    capability.FailAbort,
 		MultiInstance:  true,
 		Role:           m.cfg.Role,
-		Impact:         impact,
+		Impact:         module.Impact(m.roleRequired),
 		Implementation: Implementation,
 	}
 }
