@@ -180,6 +180,7 @@ func TestKindAllowlists(t *testing.T) {
 		CapSession: {"session", "tombstone"},
 		CapProbe:   {"probe"},
 		CapGen:     {"generation"},
+		CapNotify:  {"stream", "intent", "quarantine"},
 	}
 	require.Len(t, Capabilities(), len(want))
 	b := newTestBuilder(t)

@@ -15,11 +15,12 @@ const (
 	CapSession Capability = "session" // sessions and their tombstones
 	CapProbe   Capability = "probe"   // startup read/write probe keys (ephemeral namespace)
 	CapGen     Capability = "gen"     // standalone generation keys (mass invalidation)
+	CapNotify  Capability = "notify"  // notification intent streams, intent records, quarantine streams
 )
 
 // Capabilities lists every capability in a fixed order.
 func Capabilities() []Capability {
-	return []Capability{CapCache, CapRate, CapLease, CapFence, CapIdem, CapSession, CapProbe, CapGen}
+	return []Capability{CapCache, CapRate, CapLease, CapFence, CapIdem, CapSession, CapProbe, CapGen, CapNotify}
 }
 
 // kindGroup is a set of kinds that may share one digest and slot tag: the
@@ -59,6 +60,11 @@ func (c Capability) groups() []kindGroup {
 		return []kindGroup{{"probe", []string{"probe"}}}
 	case CapGen:
 		return []kindGroup{{"generation", []string{"generation"}}}
+	case CapNotify:
+		// A shard's stream is the anchor of a keys.Sharded layout; intent
+		// records and the shard's quarantine stream are members in its slot,
+		// so one program can append, finalize and acknowledge atomically.
+		return []kindGroup{{"stream", []string{"stream"}}, {"intent", []string{"intent"}}, {"quarantine", []string{"quarantine"}}}
 	}
 	return nil
 }
@@ -66,7 +72,7 @@ func (c Capability) groups() []kindGroup {
 // Valid reports whether c is in the closed set.
 func (c Capability) Valid() bool {
 	switch c {
-	case CapCache, CapRate, CapLease, CapFence, CapIdem, CapSession, CapProbe, CapGen:
+	case CapCache, CapRate, CapLease, CapFence, CapIdem, CapSession, CapProbe, CapGen, CapNotify:
 		return true
 	}
 	return false
@@ -124,6 +130,11 @@ func (c Capability) groupOf(kind string) string {
 	case CapGen:
 		if kind == "generation" {
 			return "generation"
+		}
+	case CapNotify:
+		switch kind {
+		case "stream", "intent", "quarantine":
+			return kind
 		}
 	}
 	return ""
