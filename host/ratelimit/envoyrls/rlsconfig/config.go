@@ -102,6 +102,9 @@ type Rule struct {
 	Shadow bool
 	// DetailedMetric is recorded only (see the package doc).
 	DetailedMetric bool
+	// Caphost is the rule's caphost block (nil when absent): what
+	// envoyproxy/ratelimit's format cannot say.
+	Caphost *Extension
 	// Where locates the rule in its file ("file:line: path"), for
 	// problems found after parsing.
 	Where string

@@ -26,6 +26,15 @@
 // key "a" with value "b_c"), and a key may not contain `*` (upstream would
 // treat such a key as a pattern over joined strings).
 //
+// # caphost's extension
+//
+// A counted descriptor may carry a `caphost` block beside its rate_limit
+// (ExtensionField, Extension): the rule's own algorithm, failure mode
+// (including local-emergency with a per-pod share) and evaluation-id
+// dedup, decoded as strictly as the rest. Every upstream file is valid
+// unchanged; a file with the block is caphost's only (upstream refuses the
+// unknown key).
+//
 // detailed_metric is accepted and recorded but changes no metric: caphost
 // never puts descriptor values into metric labels (bounded cardinality).
 package rlsconfig

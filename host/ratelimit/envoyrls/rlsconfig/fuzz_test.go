@@ -3,15 +3,20 @@ package rlsconfig
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/policy"
 )
 
 // FuzzParse: the loader never panics; what it accepts is within its bounds
-// (valid UTF-8, bounded keys and values and depth, known units) and a
+// (valid UTF-8, bounded keys and values and depth, known units, a caphost
+// block only on a counted rule with known algorithm and mode) and a
 // parse is deterministic; what it refuses carries at least one problem.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*/*.yaml")
@@ -41,6 +46,20 @@ func FuzzParse(f *testing.F) {
 				require.False(t, strings.Contains(e.Key, "*"))
 				require.LessOrEqual(t, len(e.Key), MaxKeyBytes)
 				require.LessOrEqual(t, len(e.Value), MaxValueBytes)
+			}
+			if x := r.Caphost; x != nil {
+				require.False(t, r.Unlimited, "an unlimited rule takes no caphost block")
+				require.True(t, x.Algorithm == "" || slices.Contains(Algorithms(), x.Algorithm))
+				require.True(t, x.FailureMode == "" || slices.Contains(policy.RateFailureModes(), x.FailureMode))
+				if x.PerPodShare != 0 {
+					require.Equal(t, policy.FailLocal, x.FailureMode)
+					require.True(t, x.PerPodShare > 0 && x.PerPodShare <= 1)
+				}
+				if x.Dedup != nil {
+					require.True(t, x.Dedup.Enabled)
+					require.GreaterOrEqual(t, x.Dedup.TTL, time.Duration(0))
+					require.GreaterOrEqual(t, x.Dedup.MaxEntries, 0)
+				}
 			}
 			if r.Unlimited {
 				require.Zero(t, r.Unit)

@@ -173,7 +173,7 @@ func (p *parser) descriptors(path string, list *yaml.Node, d *Domain, n *node, p
 }
 
 func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, parent []Entry, depth int) {
-	f, ok := p.fields(path, item, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+	f, ok := p.fields(path, item, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", ExtensionField,
 		"replaces", "quota_mode", "share_threshold", "value_to_metric", "metadata")
 	if !ok {
 		return
@@ -236,13 +236,24 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 	chain := append(append([]Entry(nil), parent...), e)
 	shadow := p.boolField(path, f, "shadow_mode")
 	detailed := p.boolField(path, f, "detailed_metric")
+	var ext *Extension
+	xn, hasExt := f[ExtensionField]
+	if hasExt {
+		ext = p.extension(join(path, ExtensionField), xn)
+	}
 	if rl, ok := f["rate_limit"]; ok {
 		if r, ok := p.rateLimit(join(path, "rate_limit"), rl); ok {
 			r.Domain, r.Path, r.Shadow, r.DetailedMetric = d.name, chain, shadow, detailed
 			r.Where = fmt.Sprintf("%s:%d: %s", p.file, item.Line, path)
+			if hasExt && r.Unlimited {
+				p.add(join(path, ExtensionField), xn, "an unlimited rule is never counted: caphost options would have no effect")
+			}
+			r.Caphost = ext
 			next.rule = r
 			d.rules = append(d.rules, r)
 		}
+	} else if hasExt {
+		p.add(join(path, ExtensionField), xn, "needs a rate_limit on the same descriptor")
 	}
 	if ds, ok := f["descriptors"]; ok {
 		p.descriptors(join(path, "descriptors"), ds, d, next, chain, depth+1)

@@ -12,13 +12,17 @@ import (
 
 // PolicyOptions say how rules become caphost rate policies.
 type PolicyOptions struct {
-	// Algorithm is the rate algorithm of every rule: fixed-window (the
-	// default: envoyproxy/ratelimit's only one), sliding-counter, gcra or
-	// token-bucket (capacity requests_per_unit, refilled by
-	// requests_per_unit per unit).
+	// Algorithm is the rate algorithm of every rule without its own
+	// (Extension): fixed-window (the default: envoyproxy/ratelimit's only
+	// one), sliding-counter, gcra or token-bucket (capacity
+	// requests_per_unit, refilled by requests_per_unit per unit).
 	Algorithm policy.RateAlgorithm
-	// FailureMode is every rule's failure mode (default fail-closed).
+	// FailureMode is the failure mode of every rule without its own
+	// (default fail-closed).
 	FailureMode policy.RateFailureMode
+	// LocalEmergency is the service's local emergency limiter (nil: none,
+	// and a local-emergency rule is a problem).
+	LocalEmergency *policy.RateLocalEmergency
 	// PathPrefix prefixes the paths of problems.
 	PathPrefix string
 }
@@ -62,8 +66,21 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 			FailureMode: o.FailureMode,
 			Shadow:      r.Shadow,
 		}
+		if x := r.Caphost; x != nil {
+			// The rule's own caphost block wins over the service's defaults.
+			if x.Algorithm != "" {
+				d.Algorithm = x.Algorithm
+			}
+			if x.FailureMode != "" {
+				d.FailureMode = x.FailureMode
+			}
+			d.PerPodShare = x.PerPodShare
+			if x.Dedup != nil {
+				d.Dedup = *x.Dedup
+			}
+		}
 		limit, window := int64(r.RequestsPerUnit), r.Unit.Duration()
-		if o.Algorithm == policy.RateTokenBucket {
+		if d.Algorithm == policy.RateTokenBucket {
 			d.Parameters = policy.RateParameters{Capacity: limit, RefillTokens: limit, RefillPeriod: window}
 		} else {
 			d.Parameters = policy.RateParameters{Limit: limit, Window: window}
@@ -79,7 +96,7 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 	if prefix == "" {
 		prefix = "envoy-rate-limit"
 	}
-	if _, err := policy.CompileRatePolicies(decls, policy.RateCompileOptions{PathPrefix: prefix}); err != nil {
+	if _, err := policy.CompileRatePolicies(decls, policy.RateCompileOptions{PathPrefix: prefix, LocalEmergency: o.LocalEmergency}); err != nil {
 		return nil, nil, locate(err, prefix, ids)
 	}
 	return decls, ids, nil
@@ -90,6 +107,11 @@ func revision(d policy.RatePolicyDecl) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%s|%t|%d", d.Algorithm, d.Parameters.Limit, d.Parameters.Window,
 		d.Parameters.Capacity, d.Parameters.RefillTokens, d.Parameters.RefillPeriod, d.FailureMode, d.Shadow, d.MaxCost)
+	// Written only when set, so that rules without a caphost block keep
+	// the revisions (and so the state) they had before the extension.
+	if d.PerPodShare != 0 || d.Dedup.Enabled {
+		fmt.Fprintf(h, "|%g|%t|%d|%d", d.PerPodShare, d.Dedup.Enabled, d.Dedup.TTL, d.Dedup.MaxEntries)
+	}
 	return "r" + hex.EncodeToString(h.Sum(nil))[:20]
 }
 
