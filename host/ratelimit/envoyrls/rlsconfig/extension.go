@@ -15,13 +15,14 @@ import (
 // envoyproxy/ratelimit's format. It sits beside rate_limit on a counted
 // descriptor and says, for that rule alone, what the upstream format cannot:
 //
-//   - key: remote_address
-//     rate_limit: {unit: second, requests_per_unit: 10}
-//     caphost:
-//     algorithm: gcra                  # fixed-window, sliding-counter, gcra, token-bucket
-//     failure_mode: local-emergency    # fail-closed, fail-open, local-emergency
-//     per_pod_share: 0.25              # local-emergency only
-//     dedup: {ttl: 30s, max_entries: 64}   # or dedup: true
+//	descriptors:
+//	  - key: remote_address
+//	    rate_limit: {unit: second, requests_per_unit: 10}
+//	    caphost:
+//	      algorithm: gcra                  # fixed-window, sliding-counter, gcra, token-bucket
+//	      failure_mode: local-emergency    # fail-closed, fail-open, local-emergency
+//	      per_pod_share: 0.25              # local-emergency only
+//	      dedup: {ttl: 30s, max_entries: 64}   # or dedup: true
 //
 // A file without it is an upstream file, unchanged; a file with it is
 // caphost's (upstream refuses the unknown key, so it cannot be served by
