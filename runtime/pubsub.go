@@ -44,12 +44,21 @@ import (
 //     slot moves away (migration, or a failover with the old primary alive)
 //     Redis sends SUNSUBSCRIBE; go-redis hands it over as a Subscription and
 //     keeps the connection, so the loop treats it as down.
-//   - Sentinel: the failover client closes its pooled connections to the
-//     old primary on +switch-master but not PubSub connections, and after
-//     SENTINEL FAILOVER the old primary keeps its subscribers for ~10 s
-//     while it still believes it is primary: subscribed, pinging fine,
-//     receiving nothing. The health check therefore compares the
-//     subscription's node with the node the lane's pool dials now.
+//   - Sentinel: the lane dials the primary the route installed
+//     (sentinel.go), and a pooled data connection to a replaced primary
+//     fails go-redis's reuse check, but a PubSub connection is never
+//     pooled or checked; after SENTINEL FAILOVER the old primary keeps its
+//     subscribers for ~10 s while it still believes it is primary
+//     (subscribed, pinging fine, receiving nothing), and a paused one that
+//     resumes delivers what was published on it after the switch. So a
+//     subscription follows the route's generation, the signal the data
+//     lanes follow: each connection records the generation it was dialled
+//     to; installing a new primary ends an attempt on an older one at once
+//     (the subscribe in flight, or the watchdog closes the connection) and
+//     ends the wait before the next attempt, and a message read from an
+//     older generation is never delivered. Without this the loop retried
+//     on its backoff, grown while the dead primary refused: resubscribed
+//     0.16–0.91 s after +switch-master (TestPubSubSentinelKillFollowsTheSwitch).
 
 const (
 	// MessageBytesLimit bounds one Pub/Sub message: Publish refuses larger
@@ -281,7 +290,8 @@ func (s *Subscription) run() {
 	defer s.d.ps.subs.remove(s)
 	for fails := 0; ; {
 		tried := s.slotPrimary()
-		wasUp, err := s.attempt()
+		gen, switched := s.generation()
+		wasUp, err := s.attempt(switched)
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -290,7 +300,7 @@ func (s *Subscription) run() {
 		} else {
 			s.log.Debug("redis pubsub: subscription attempt failed", "reason", reason(err), "failures", fails+1)
 		}
-		if !s.pause(s.backoff(fails), tried) {
+		if !s.pause(s.backoff(fails), tried, gen) {
 			return
 		}
 		fails++
@@ -319,8 +329,25 @@ const clusterRecheck = 250 * time.Millisecond
 
 // pause waits d before the next attempt, or less on Cluster when the
 // channel's slot has a new primary (tried is the one the last attempt
-// used). It reports false when the subscription ended meanwhile.
-func (s *Subscription) pause(d time.Duration, tried string) bool {
+// used) and on Sentinel when the route installs a primary newer than gen
+// (the one current when the last attempt started). It reports false when
+// the subscription ended meanwhile.
+func (s *Subscription) pause(d time.Duration, tried string, gen uint64) bool {
+	if now, switched := s.generation(); switched != nil {
+		if now != gen {
+			return true // switched during the attempt: the new primary at once
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-switched:
+			return true
+		case <-s.ctx.Done():
+			return false
+		}
+	}
 	cc, ok := s.ln.client.(*redis.ClusterClient)
 	if !ok {
 		return sleepCtx(s.ctx, d)
@@ -361,6 +388,21 @@ func (s *Subscription) slotPrimary() string {
 		return ""
 	}
 	return n.Options().Addr
+}
+
+// generation is the Sentinel route's installed generation and a channel
+// closed at the next install; (0, nil) on other topologies.
+func (s *Subscription) generation() (uint64, <-chan struct{}) {
+	if s.d.ps.route == nil {
+		return 0, nil
+	}
+	return s.d.ps.route.generation()
+}
+
+// stale reports whether the session's connection went to a primary the
+// Sentinel route has replaced since; always false on other topologies.
+func (s *Subscription) stale(ss *session) bool {
+	return s.d.ps.route != nil && s.d.ps.route.replaced(ss.node.generation())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -405,10 +447,12 @@ func (ss *session) kill(err error) {
 }
 
 // attempt runs one subscription attempt: guard check, subscribe, then
-// deliver until the connection is lost, fails its health check or the
-// subscription ends. It reports whether it was up, and the down transition
-// itself, at once: before waiting for its watchdog.
-func (s *Subscription) attempt() (up bool, err error) {
+// deliver until the connection is lost, fails its health check, belongs to
+// a replaced Sentinel primary or the subscription ends. switched (Sentinel
+// only, else nil) closes when the route installs a new primary. It reports
+// whether it was up, and the down transition itself, at once: before
+// waiting for its watchdog.
+func (s *Subscription) attempt(switched <-chan struct{}) (up bool, err error) {
 	// The guard is immutable, so this cannot fail after Subscribe's check;
 	// it stays because nothing may write SSUBSCRIBE without it.
 	if err := s.ln.guard.Check(s.subscribeArgs()); err != nil {
@@ -418,6 +462,17 @@ func (s *Subscription) attempt() (up bool, err error) {
 	// The only dial an attempt allows: the subscribe below. A bounded
 	// context, because the write and the connection handshake run under it.
 	sctx, cancel := context.WithTimeout(context.WithValue(s.ctx, dialRecordKey{}, &ss.node), s.d.ps.attemptTimeout)
+	if switched != nil {
+		// A subscribe stuck on a paused old primary gives way at the
+		// switch; the goroutine ends with sctx, cancelled below.
+		go func() {
+			select {
+			case <-switched:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
 	ss.ps = s.ln.client.SSubscribe(sctx) // no channel yet: builds, dials nothing
 	err = ss.ps.SSubscribe(sctx, s.ch)
 	cancel()
@@ -444,6 +499,10 @@ func (s *Subscription) attempt() (up bool, err error) {
 			return up, rerr
 		}
 		ss.reads.Add(1)
+		if s.stale(ss) {
+			// Read after the switch from the replaced primary: not delivered.
+			return up, errNodeMoved
+		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch {
@@ -475,19 +534,28 @@ func (s *Subscription) attempt() (up bool, err error) {
 // silent an interval later (no deadline on the reads themselves: a read
 // timeout in the middle of a frame would leave the reader out of step).
 // Each tick it also checks that the subscription's node still serves the
-// channel.
+// channel, and on Sentinel it closes a connection to a replaced primary as
+// soon as the route installs the new one.
 func (s *Subscription) watch(rctx context.Context, ss *session) {
 	defer close(ss.wdone)
 	t := time.NewTicker(s.o.HealthInterval)
 	defer t.Stop()
 	seen, pinged := ss.reads.Load(), false
+	_, switched := s.generation() // nil (never ready) unless Sentinel
 	for {
+		if s.stale(ss) {
+			ss.kill(errNodeMoved) // the route installed a new primary
+			return
+		}
 		select {
 		case <-ss.stop:
 			return
 		case <-rctx.Done():
 			ss.kill(errEnding)
 			return
+		case <-switched:
+			_, switched = s.generation()
+			continue
 		case <-t.C:
 		}
 		switch n := ss.reads.Load(); {
@@ -516,26 +584,14 @@ func (s *Subscription) watch(rctx context.Context, ss *session) {
 // moved reports whether the subscription's node no longer serves the
 // channel, as far as the lane's client knows without asking the node.
 func (s *Subscription) moved(ss *session) bool {
-	addr, remote := ss.node.load()
-	switch c := s.ln.client.(type) {
-	case *redis.ClusterClient:
+	addr := ss.node.address()
+	if _, ok := s.ln.client.(*redis.ClusterClient); ok {
 		// The slot map's primary for the channel (reloaded after MOVED
 		// replies and every 60 s).
 		now := s.slotPrimary()
 		return now != "" && addr != "" && now != addr
-	default:
-		if s.d.topology != policy.TopologySentinel {
-			return false
-		}
-		// After +switch-master the failover client drops its pooled
-		// connections to the old primary, so this PING dials the new one,
-		// and every dial of the lane goes to the primary Sentinel names.
-		pctx, cancel := context.WithTimeout(s.ctx, s.o.HealthInterval)
-		_ = c.Ping(pctx).Err()
-		cancel()
-		last := s.d.ps.dial.lastRemote()
-		return last != "" && remote != "" && last != remote
 	}
+	return s.stale(ss)
 }
 
 // subscriptions is the runtime's set of live subscriptions. Close ends
@@ -604,14 +660,24 @@ type pubsubHost struct {
 	gate *gate
 	log  *slog.Logger
 	subs *subscriptions
-	dial *pubsubDial
+	// route is the deployment's Sentinel route (nil on other topologies):
+	// subscriptions follow its generation.
+	route *sentinelRoute
 	// attemptTimeout bounds one subscribe: dial, handshake and write.
 	attemptTimeout time.Duration
 }
 
-func newPubsubHost(r *Runtime, dc policy.Deployment, dial *pubsubDial) *pubsubHost {
-	return &pubsubHost{gate: r.gate, log: r.log, subs: r.subs, dial: dial,
+// newPubsubHost builds dc's facade state. The lanes' pubsubDial hook is
+// installed by the runtime; the facade only reads what it records.
+func newPubsubHost(r *Runtime, dc policy.Deployment, _ *pubsubDial) *pubsubHost {
+	h := &pubsubHost{gate: r.gate, log: r.log, subs: r.subs,
 		attemptTimeout: dc.Timeouts.Connect + laneTimeouts(dc, dc.Lanes[policy.LanePubSub])}
+	for _, sen := range r.sentinels {
+		if sen.deployment == dc.ID {
+			h.route = sen
+		}
+	}
+	return h
 }
 
 type (
@@ -624,18 +690,8 @@ type (
 // context, which is how a subscription talks to it: a context marked
 // noRedialKey is refused (go-redis's own reconnect inside Receive or Ping,
 // which would resubscribe behind the loop's back), and one carrying a
-// *dialRecord learns where the connection went. It also keeps the remote
-// address of the lane's latest dial: on Sentinel, the current primary.
-type pubsubDial struct {
-	last atomic.Pointer[string]
-}
-
-func (h *pubsubDial) lastRemote() string {
-	if p := h.last.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
+// *dialRecord learns where the connection went.
+type pubsubDial struct{}
 
 // DialHook refuses marked redials and records where dials went.
 func (h *pubsubDial) DialHook(next redis.DialHook) redis.DialHook {
@@ -647,10 +703,12 @@ func (h *pubsubDial) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		remote := c.RemoteAddr().String()
-		h.last.Store(&remote)
 		if rec, ok := ctx.Value(dialRecordKey{}).(*dialRecord); ok {
-			rec.store(addr, remote)
+			var gen uint64
+			if sc, ok := c.(*sentinelConn); ok {
+				gen = sc.gen
+			}
+			rec.store(addr, gen)
 		}
 		return c, nil
 	}
@@ -665,21 +723,28 @@ func (h *pubsubDial) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // dialRecord is where one connection went: addr as go-redis named it (a
-// Cluster node's address as in the slot map) and the socket's remote
-// address (on Sentinel, the primary it resolved).
+// Cluster node's address as in the slot map) and, on Sentinel, the
+// generation of the primary the route dialled (0 elsewhere).
 type dialRecord struct {
-	mu           sync.Mutex
-	addr, remote string
+	mu   sync.Mutex
+	addr string
+	gen  uint64
 }
 
-func (r *dialRecord) store(addr, remote string) {
+func (r *dialRecord) store(addr string, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.addr, r.remote = addr, remote
+	r.addr, r.gen = addr, gen
 }
 
-func (r *dialRecord) load() (addr, remote string) {
+func (r *dialRecord) address() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.addr, r.remote
+	return r.addr
+}
+
+func (r *dialRecord) generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
 }

@@ -334,6 +334,27 @@ func (r *sentinelRoute) awaitChange(ctx context.Context, gen uint64) *sentinelTa
 	}
 }
 
+// generation returns the installed primary's generation (0 before the
+// first) and a channel closed when the next primary is installed or the
+// route closes: what the Pub/Sub lane follows, since its connections never
+// pass go-redis's reuse check (pubsub.go).
+func (r *sentinelRoute) generation() (uint64, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var gen uint64
+	if t := r.cur.Load(); t != nil {
+		gen = t.gen
+	}
+	return gen, r.changed
+}
+
+// replaced reports whether gen, a connection's generation, belongs to a
+// primary the route has since replaced (false for 0: not a route dial).
+func (r *sentinelRoute) replaced(gen uint64) bool {
+	t := r.cur.Load()
+	return gen != 0 && t != nil && t.gen != gen
+}
+
 // primary returns the installed target, or waits for one discovery to end.
 func (r *sentinelRoute) primary(ctx context.Context) (*sentinelTarget, error) {
 	if t := r.cur.Load(); t != nil {
