@@ -22,12 +22,19 @@ func TestMain(m *testing.M) { os.Exit(m.Run()) }
 // a command timeout short enough for the fault tests.
 func newRuntime(t testing.TB, addr string) *runtime.Runtime {
 	t.Helper()
+	return newRuntimeOn(t, &policy.Standalone{Endpoint: addr})
+}
+
+// newRuntimeOn is newRuntime on any topology (the failover tests' Sentinel
+// and Cluster deployments).
+func newRuntimeOn(t testing.TB, topo policy.Topology) *runtime.Runtime {
+	t.Helper()
 	lanes := make(map[policy.Lane]policy.LaneConfig)
 	for _, l := range policy.Lanes() {
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
 	}
 	dep := policy.Deployment{
-		ID: "coord", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-lease-test",
+		ID: "coord", Topology: topo, ClientName: "caphost-lease-test",
 		Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 3 * time.Second},
 		Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
 		AdminShared: true,
