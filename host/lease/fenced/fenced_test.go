@@ -22,12 +22,18 @@ import (
 
 func newRuntime(t testing.TB, addr string) *runtime.Runtime {
 	t.Helper()
+	return newRuntimeOn(t, &policy.Standalone{Endpoint: addr})
+}
+
+// newRuntimeOn is newRuntime on any topology (the failover tests').
+func newRuntimeOn(t testing.TB, topo policy.Topology) *runtime.Runtime {
+	t.Helper()
 	lanes := make(map[policy.Lane]policy.LaneConfig)
 	for _, l := range policy.Lanes() {
 		lanes[l] = policy.LaneConfig{PoolSize: 8, MaxInFlight: 64}
 	}
 	dep := policy.Deployment{
-		ID: "coord", Topology: &policy.Standalone{Endpoint: addr}, ClientName: "caphost-fenced-test",
+		ID: "coord", Topology: topo, ClientName: "caphost-fenced-test",
 		Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 3 * time.Second},
 		Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20},
 		AdminShared: true,
@@ -57,7 +63,13 @@ type world struct {
 
 func newWorld(t testing.TB, addr string, srv *redistest.Server, cfg Config) *world {
 	t.Helper()
-	c, err := New(newRuntime(t, addr), cfg)
+	return newWorldOn(t, newRuntime(t, addr), srv, cfg)
+}
+
+// newWorldOn is newWorld on a runtime of any topology (srv may be nil).
+func newWorldOn(t testing.TB, rt *runtime.Runtime, srv *redistest.Server, cfg Config) *world {
+	t.Helper()
+	c, err := New(rt, cfg)
 	require.NoError(t, err)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "store.db")+"?_pragma=busy_timeout(30000)&_txlock=immediate")
 	require.NoError(t, err)
