@@ -158,10 +158,15 @@ func TestFrames(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	require.NoError(t, CheckVersion(1, 7))
-	err := CheckVersion(2, 0)
+		err := CheckVersion(2, 0)
 	require.ErrorIs(t, err, ErrUnsupportedMajor)
-	assert.Contains(t, err.Error(), "guest speaks ABI 2.0, host speaks 1.0")
+	assert.NotErrorIs(t, err, ErrNewerMinor)
+	assert.Contains(t, err.Error(), "guest speaks ABI 2.0, host speaks 1.1")
+	require.NoError(t, CheckVersion(1, 0), "an older minor is served")
+	err = CheckVersion(1, Minor+1)
+	require.ErrorIs(t, err, ErrNewerMinor)
+	assert.NotErrorIs(t, err, ErrUnsupportedMajor)
+	assert.Contains(t, err.Error(), "guest speaks ABI 1.2, host speaks 1.1: upgrade caphost")
 	maj, min := UnpackVersion(PackVersion(1, 3))
 	assert.Equal(t, [2]uint16{1, 3}, [2]uint16{maj, min})
 }

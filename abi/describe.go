@@ -89,10 +89,10 @@ type TemplateDecl struct {
 	Params   []string `json:"params,omitempty"`
 	// ParamSpecs, when present, types and bounds every parameter: one
 	// spec per name of Params, in the same order. The host checks values
-	// against them before it calls the guest. Added in ABI 1.0 after the
-	// first release: a host that predates the member refuses a describe
-	// carrying it (unknown member), so a guest fails to load rather than
-	// receive unchecked values.
+	// against them before it calls the guest. ABI 1.1: a describe that
+	// declares 1.0 may not carry it, and a 1.0 host refuses a 1.1 guest by
+	// version, so a guest fails to load rather than receive unchecked
+	// values.
 	ParamSpecs []ParamSpec `json:"param_specs,omitempty"`
 }
 
@@ -287,6 +287,9 @@ func (d *Description) Validate() error {
 					bad("template %q: empty or oversized name", t.ID)
 				}
 			}
+		}
+		if len(t.ParamSpecs) > 0 && d.ABI.Minor < 1 {
+			bad("template %q: param_specs needs ABI 1.1, the guest declares %d.%d", t.ID, d.ABI.Major, d.ABI.Minor)
 		}
 		if len(t.ParamSpecs) > 0 && len(t.ParamSpecs) != len(t.Params) {
 			bad("template %q: param_specs must have one spec per param", t.ID)

@@ -15,7 +15,7 @@ import (
 // (abi.ParseDescription, the standard-library parse guests may use on their
 // own output, is more lenient and is never applied to guest output here.)
 // Errors match abi.ErrInvalidDescription, or abi.ErrUnsupportedMajor for a
-// major the host does not speak.
+// major the host does not speak (abi.ErrNewerMinor for a newer minor).
 func ParseDescription(b []byte) (*abi.Description, error) {
 	if len(b) > abi.MaxDescribeBytes {
 		return nil, fmt.Errorf("%w: %d bytes exceed %d", abi.ErrInvalidDescription, len(b), abi.MaxDescribeBytes)

@@ -180,7 +180,7 @@ func (m *Module) start(ctx context.Context) error {
 	}
 	desc, err := ParseDescription(raw)
 	if err != nil {
-		if errors.Is(err, abi.ErrUnsupportedMajor) {
+		if errors.Is(err, abi.ErrUnsupportedMajor) || errors.Is(err, abi.ErrNewerMinor) {
 			return fail(ClassABIMismatch, "describe", err)
 		}
 		return fail(ClassInvalidDescription, "", err)

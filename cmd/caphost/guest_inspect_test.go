@@ -90,7 +90,7 @@ func TestGuestInspect(t *testing.T) {
 	dir, cache := guestFiles(t)
 	code, out, errOut := cli(t, "guest", "inspect", "--cache-dir", cache, filepath.Join(dir, "rate-policy.wasm"))
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"module: rate-policy", "flavour: native", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 0",
+	for _, want := range []string{"module: rate-policy", "flavour: native", "abi: 1.1", "kinds: rate-policy", "self-test vectors: 0",
 		"rate-policy pro.read revision 1 token-bucket limit 600 window 60000ms burst 150 max-cost 5",
 		"caphost_rate_select(i32,i32)->i64", "wasi_snapshot_preview1.random_get(i32,i32)->i32"} {
 		assert.Contains(t, out, want)
@@ -99,7 +99,7 @@ func TestGuestInspect(t *testing.T) {
 
 	code, out, errOut = cli(t, "guest", "inspect", "--cache-dir", cache, filepath.Join(dir, "rate-policy-extism-vectors.wasm"))
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"module: rate-policy", "flavour: extism", "abi: 1.0", "kinds: rate-policy", "self-test vectors: 8",
+	for _, want := range []string{"module: rate-policy", "flavour: extism", "abi: 1.1", "kinds: rate-policy", "self-test vectors: 8",
 		"rate-policy pro.read revision 1 token-bucket limit 600 window 60000ms burst 150 max-cost 5",
 		"caphost_rate_select()->i32", "extism:host/env.input_length()->i64"} {
 		assert.Contains(t, out, want)

@@ -468,7 +468,7 @@ func (m *Module) start(ctx context.Context) error {
 	}
 	desc, err := plugins.ParseDescription(raw)
 	if err != nil {
-		if errors.Is(err, abi.ErrUnsupportedMajor) {
+		if errors.Is(err, abi.ErrUnsupportedMajor) || errors.Is(err, abi.ErrNewerMinor) {
 			return fail(plugins.ClassABIMismatch, "describe", err)
 		}
 		return fail(plugins.ClassInvalidDescription, "", err)

@@ -36,8 +36,8 @@ declare function hostLog(level: u64, block: u64): void;
 @external("extism:host/user", "caphost_count")
 declare function hostCount(block: u64): void;
 
-// ABI v1.0, packed major << 16 | minor.
-const ABI_VERSION: i32 = (1 << 16) | 0;
+// ABI v1.1, packed major << 16 | minor (the host serves any minor up to its own).
+const ABI_VERSION: i32 = (1 << 16) | 1;
 
 // LOG_DEBUG is abi.LogDebug.
 const LOG_DEBUG: u64 = 0;

@@ -31,7 +31,7 @@ const SEARCH_COST: u64 = 5;
 // encoding/json writes abi.Description (field order, omitted zero fields):
 // the host decodes it into the same declarations.
 export function appendDescription(w: Buf): void {
-  w.ascii('{"abi":{"major":1,"minor":0},"module":"rate-policy","kinds":["rate-policy"],"rate_policies":[');
+  w.ascii('{"abi":{"major":1,"minor":1},"module":"rate-policy","kinds":["rate-policy"],"rate_policies":[');
   for (let p = 0; p < PLANS.length; p++) {
     for (let c = 0; c < 2; c++) {
       const limit = (c == 0 ? READ_LIMITS[p] : WRITE_LIMITS[p]) * REVISION;
