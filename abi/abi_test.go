@@ -158,7 +158,7 @@ func TestFrames(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-		err := CheckVersion(2, 0)
+	err := CheckVersion(2, 0)
 	require.ErrorIs(t, err, ErrUnsupportedMajor)
 	assert.NotErrorIs(t, err, ErrNewerMinor)
 	assert.Contains(t, err.Error(), "guest speaks ABI 2.0, host speaks 1.1")
