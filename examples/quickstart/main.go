@@ -107,9 +107,12 @@ const (
 		// coordination scene's fenced-lease (TYPE, GET, SET, PTTL, PEXPIRE,
 		// DEL) and idempotency programs (TYPE, HMGET, HGET, HSET, PTTL,
 		// PEXPIRE) need nothing more; the v2 sliding-log and concurrency
-		// programs check a key's presence with EXISTS
+		// programs check a key's presence with EXISTS; the notify programs
+		// append, acknowledge and quarantine stream entries (XADD, XACK,
+		// XPENDING, XRANGE)
 		" +time +type +exists +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
+		" +xadd +xack +xpending +xrange" +
 		// pubsub lane: the runtime's Pub/Sub facade (the cache's L1
 		// invalidation hints) uses sharded Pub/Sub on channels under the
 		// namespace (&...)

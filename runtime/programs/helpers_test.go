@@ -72,6 +72,8 @@ func programKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key 
 		// One record key; a second key only proves that it is refused.
 		k := idemKey(t, b, tag)
 		return []keys.Key{k, k}
+	case strings.HasPrefix(program, "notify-"):
+		return notifyProgramKeys(t, b, program, tag)
 	case strings.HasPrefix(program, "lease-"):
 		// One lease owner key; it stands again as a second key (the same
 		// slot on Cluster) only to prove that a second key is refused.
@@ -294,6 +296,11 @@ type stateItem struct {
 	} `json:"pttl"`
 	NoTTL   bool   `json:"noTtl"`
 	HashLen *int64 `json:"hashLen"`
+	// Stream, StreamLen and Pending are the notify programs' stream
+	// fixtures (notify_vectors_test.go).
+	Stream    *streamSetup `json:"stream"`
+	StreamLen *int64       `json:"streamLen"`
+	Pending   *int64       `json:"pending"`
 }
 
 func loadVectorFile(t testing.TB, path string) vectorFile {

@@ -438,7 +438,7 @@ func facadeStatuses(id string) []statusDef {
 		"rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-gcra-v2", "rate-sliding-log-v1", "rate-sliding-log-v2":
 		return rateStatuses()
 	}
-	return nil
+	return notifyStatuses(id)
 }
 
 // RateStatus is the status enum shared by rate-fixed-window-v1 and -v2,

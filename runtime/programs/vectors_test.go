@@ -147,6 +147,9 @@ func facades() map[string]facadeCall {
 	for id, f := range idemFacades() {
 		m[id] = f
 	}
+	for id, f := range notifyFacades() {
+		m[id] = f
+	}
 	return m
 }
 
@@ -295,6 +298,8 @@ func applySetup(ctx context.Context, t *testing.T, admin redis.UniversalClient, 
 		default:
 			require.NoError(t, admin.PExpire(ctx, k.Redis(), time.Minute).Err())
 		}
+	case it.Stream != nil:
+		applyStreamSetup(ctx, t, admin, k, it.Stream)
 	case it.ZSet != nil:
 		for m, sc := range it.ZSet {
 			score, err := strconv.ParseFloat(sc, 64)
@@ -338,6 +343,7 @@ func assertState(ctx context.Context, t *testing.T, admin redis.UniversalClient,
 		}
 		assert.Equal(t, it.ZSet, got, "stored sorted set")
 	}
+	assertStreamState(ctx, t, admin, k, it)
 	if it.HashLen != nil {
 		n, err := admin.HLen(ctx, k.Redis()).Result()
 		require.NoError(t, err)

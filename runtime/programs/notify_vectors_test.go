@@ -1,0 +1,175 @@
+package programs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/keys"
+)
+
+// notifyShardKeys builds one notify shard's stream, quarantine stream and
+// the intent record of tag exactly as host/notify/intent lays them out:
+// two keys.Sharded layouts over the same anchors (the streams), one with
+// the intent member, one with the quarantine member located at a digest
+// that selects the shard. The region is a digest of tag so vectors never
+// share a stream and spread over the Cluster's slots.
+func notifyShardKeys(t testing.TB, b *keys.Builder, tag string) (stream, quarantine, record keys.Key) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(tag))
+	region := "n-" + hex.EncodeToString(sum[:8])
+	intents, err := b.PrepareSharded(keys.ShardSpec{Capability: keys.CapNotify, Region: region, KeyVersion: 1,
+		Shards: 4, AnchorKind: "stream", MemberKinds: []string{"intent"}})
+	require.NoError(t, err)
+	quar, err := b.PrepareSharded(keys.ShardSpec{Capability: keys.CapNotify, Region: region, KeyVersion: 1,
+		Shards: 4, AnchorKind: "stream", MemberKinds: []string{"quarantine"}})
+	require.NoError(t, err)
+	loc, err := intents.Locate([][]byte{[]byte(tag)})
+	require.NoError(t, err)
+	ks, err := intents.AppendMembers(nil, loc, []byte("intent"))
+	require.NoError(t, err)
+	var d [sha256.Size]byte
+	binary.BigEndian.PutUint64(d[:8], uint64(loc.Shard()))
+	qs, err := quar.AppendMembers(nil, quar.LocationOf(d), []byte("quarantine"))
+	require.NoError(t, err)
+	require.Equal(t, intents.AnchorOf(loc), quar.Anchor(loc.Shard()))
+	return intents.AnchorOf(loc), qs[0], ks[0]
+}
+
+// notifyProgramKeys returns the keys of a notify program's vectors.
+func notifyProgramKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key {
+	s, q, r := notifyShardKeys(t, b, tag)
+	switch program {
+	case "notify-quarantine-v1":
+		return []keys.Key{s, q, r}
+	case "notify-inspect-v1":
+		return []keys.Key{r, r}
+	}
+	return []keys.Key{s, r, r}
+}
+
+// streamSetup is a vector's stream fixture: entries with explicit ids,
+// then (when Group is set) XGROUP CREATE at 0, XREADGROUP of Read entries
+// by consumer "c", and XDEL of Delete.
+type streamSetup struct {
+	Entries []struct {
+		ID     string   `json:"id"`
+		Fields []string `json:"fields"`
+	} `json:"entries"`
+	Group  string   `json:"group"`
+	Read   int64    `json:"read"`
+	Delete []string `json:"delete"`
+}
+
+func applyStreamSetup(ctx context.Context, t *testing.T, admin redis.UniversalClient, k keys.Key, s *streamSetup) {
+	t.Helper()
+	for _, e := range s.Entries {
+		vals := make([]any, len(e.Fields))
+		for i, f := range e.Fields {
+			vals[i] = f
+		}
+		require.NoError(t, admin.XAdd(ctx, &redis.XAddArgs{Stream: k.Redis(), ID: e.ID, Values: vals}).Err())
+	}
+	if s.Group != "" {
+		require.NoError(t, admin.XGroupCreate(ctx, k.Redis(), s.Group, "0").Err())
+		if s.Read > 0 {
+			require.NoError(t, admin.XReadGroup(ctx, &redis.XReadGroupArgs{Group: s.Group, Consumer: "c",
+				Streams: []string{k.Redis(), ">"}, Count: s.Read, Block: -1}).Err())
+		}
+	}
+	if len(s.Delete) > 0 {
+		require.NoError(t, admin.XDel(ctx, k.Redis(), s.Delete...).Err())
+	}
+}
+
+// assertStreamState checks a stream's length and its group "g"'s pending
+// count.
+func assertStreamState(ctx context.Context, t *testing.T, admin redis.UniversalClient, k keys.Key, it stateItem) {
+	t.Helper()
+	if it.StreamLen != nil {
+		n, err := admin.XLen(ctx, k.Redis()).Result()
+		require.NoError(t, err)
+		require.Equal(t, *it.StreamLen, n, "stream length")
+	}
+	if it.Pending != nil {
+		p, err := admin.XPending(ctx, k.Redis(), "g").Result()
+		require.NoError(t, err)
+		require.Equal(t, *it.Pending, p.Count, "pending entries")
+	}
+}
+
+// entryIDValue hides a server-generated entry id behind "<id>" so vectors
+// stay deterministic; the integration tests compare ids exactly.
+func entryIDValue(id string) string {
+	if id == "" {
+		return ""
+	}
+	return "<id>"
+}
+
+func notifyFacades() map[string]facadeCall {
+	str := func(v any) (string, error) { b, err := fixtureBytes(v); return string(b), err }
+	num := func(v any) (int, error) { n, err := fixtureInt(v); return int(n), err }
+	return map[string]facadeCall{
+		"notify-submit-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			id, err1 := str(a[0])
+			plan, err2 := fixtureBytes(a[1])
+			pd, err3 := str(a[2])
+			ret, err4 := fixtureInt(a[3])
+			ml, err5 := fixtureInt(a[4])
+			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.NotifySubmit(ctx, ks[0], ks[1], NotifySubmitRequest{IntentID: id, Plan: plan, PlanDigest: pd,
+				Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml})
+			return r.Status.String(), r.Outcome(), []any{entryIDValue(r.EntryID), int64(r.State), int64(r.Attempts), ms(r.RecordTTL)}, err
+		},
+		"notify-claim-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			g, err1 := str(a[0])
+			eid, err2 := str(a[1])
+			mx, err3 := num(a[2])
+			if err := firstErr(err1, err2, err3); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.NotifyClaim(ctx, ks[0], ks[1], g, eid, mx)
+			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
+		},
+		"notify-finalize-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			g, err1 := str(a[0])
+			eid, err2 := str(a[1])
+			att, err3 := num(a[2])
+			o, err4 := num(a[3])
+			fin, err5 := num(a[4])
+			rc, err6 := fixtureBytes(a[5])
+			if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.NotifyFinalize(ctx, ks[0], ks[1], NotifyFinalizeRequest{Group: g, EntryID: eid, Attempt: att,
+				Outcome: NotifyReceiptOutcome(o), Final: fin == 1, Receipt: rc})
+			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
+		},
+		"notify-quarantine-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			g, err1 := str(a[0])
+			eid, err2 := str(a[1])
+			id, err3 := str(a[2])
+			why, err4 := str(a[3])
+			ml, err5 := fixtureInt(a[4])
+			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.NotifyQuarantine(ctx, ks[0], ks[1], ks[2], NotifyQuarantineRequest{Group: g, EntryID: eid, IntentID: id, Reason: why, MaxLen: ml})
+			return r.Status.String(), r.Outcome(), []any{b2i(r.Copied), int64(r.State)}, err
+		},
+		"notify-inspect-v1": func(ctx context.Context, e *Executor, ks []keys.Key, _ []any) (string, certainty.Outcome, []any, error) {
+			r, err := e.NotifyInspect(ctx, ks[0])
+			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), ms(r.RecordTTL), r.EntryID, r.PlanDigest, string(r.Receipts)}, err
+		},
+	}
+}
