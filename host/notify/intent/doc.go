@@ -1,0 +1,37 @@
+// Package intent owns the durable notification intent: the frozen plan
+// (recipient, ordered transports, the canonical render.Result bytes,
+// created-at), its append to a Redis Stream of the coordination role, the
+// per-intent record that deduplicates submits and carries the delivery
+// state and receipts, and the consumer-group operations the dispatcher
+// (host/notify/dispatch) runs on it.
+//
+// Guarantees: at-least-once delivery plus an idempotent consumer — never
+// "exactly once". A submit with an idempotency key already used returns
+// the first intent (notify-submit-v1 creates the record and appends the
+// entry in one step). Every call reports its certainty: a submit whose
+// reply was lost is INDETERMINATE, and repeating it with the same key
+// resolves it (Duplicate, with the same id).
+//
+// Layout. Intents spread over Config.Shards shards; a shard is one stream
+// (the anchor of a keys.Sharded layout of keys.CapNotify) plus its
+// quarantine stream, and every intent record lives in its shard's slot,
+// so each program touches one Cluster slot. The intent id is the hex of
+// the record location's keyed digest (HMAC of the idempotency key): the
+// raw key never reaches Redis, and the id finds the record without a
+// lookup. Rotating the HMAC write version or changing Shards moves the
+// records: drain the streams first.
+//
+// Trim and PEL. Each stream is bounded by XADD MAXLEN ~ Config.MaxLen,
+// which trims the oldest entries whether or not a consumer group still
+// has them pending: MAXLEN never consults the PEL (Redis 7.0). A trimmed
+// entry that was never delivered is lost to dispatch; one that was
+// pending stays in the PEL as an id without fields until XAUTOCLAIM
+// reports it deleted and drops it. Either way its record stays PENDING or
+// DELIVERING until its retention ends, visible through Get. Size MaxLen
+// far above the backlog (pending + lag, reported by Stats) — the
+// dispatcher's observer exports both so an alert fires long before.
+//
+// Recipients and rendered content are never logged, put in errors,
+// metrics or keys: Plan prints only sizes and names, and the recipient
+// is a transport.Recipient (redacted by type).
+package intent
