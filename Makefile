@@ -7,7 +7,7 @@ BIN       := $(BUILD)/caphost
 GUESTS    := $(notdir $(wildcard guests/*))
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build demo demo-env test test-short guests bench lint fmt ensure-redis clean
+.PHONY: all build demo demo-env test test-short guests bench bench-failover lint fmt ensure-redis clean
 
 all: build
 
@@ -107,6 +107,12 @@ test-short:
 BENCH_FLAGS ?= -control
 bench: ensure-redis guests
 	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
+
+## bench-failover: kill -9 the Redis primary under caphost serve (Sentinel and Cluster, real
+## processes) and print the timeline: Redis recovery, decisions again, /readyz, over-admission
+FAILOVER_FLAGS ?= -runs 3
+bench-failover: ensure-redis build
+	cd bench && $(GO) run ./cmd/failover -bin $(CURDIR)/$(BIN) $(FAILOVER_FLAGS)
 
 ## lint: formatting and vet
 lint:
