@@ -124,8 +124,12 @@ func (d *Deployment) StreamReadGroup(ctx context.Context, stream keys.Key, group
 	if block < 0 || (block > 0 && block < time.Millisecond) || block > maxBlock(ln.client) {
 		return nil, certainty.Wrap("xreadgroup", rejectedError("block must be 0 or 1ms up to half the blocking lane's read timeout"), false)
 	}
-	v, err := ln.client.Do(ctx, "xreadgroup", "group", group, consumer, "count", count,
-		"block", block.Milliseconds(), "streams", stream.Redis(), ">").Result()
+	// BLOCK 0 would wait forever: a read that must not wait sends no BLOCK.
+	args := []any{"xreadgroup", "group", group, consumer, "count", count, "streams", stream.Redis(), ">"}
+	if block > 0 {
+		args = []any{"xreadgroup", "group", group, consumer, "count", count, "block", block.Milliseconds(), "streams", stream.Redis(), ">"}
+	}
+	v, err := ln.client.Do(ctx, args...).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

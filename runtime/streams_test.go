@@ -57,7 +57,11 @@ func runStreamFacade(t *testing.T, r *Runtime, admin redis.UniversalClient) {
 	assert.Equal(t, []StreamField{{[]byte("i"), []byte("b")}, {[]byte("i"), []byte("dup")}}, got[1].Fields,
 		"duplicate field names reach the caller's strict decoder")
 
-	// Nothing new: a bounded block returns nothing.
+	// Nothing new: no block returns at once (BLOCK 0 would wait forever,
+	// so it is not sent), a bounded block returns nothing.
+	got, err = d.StreamReadGroup(ctx, s, "g", "c1", 8, 0)
+	require.NoError(t, err)
+	assert.Empty(t, got)
 	got, err = d.StreamReadGroup(ctx, s, "g", "c1", 8, 5*time.Millisecond)
 	require.NoError(t, err)
 	assert.Empty(t, got)
