@@ -21,9 +21,13 @@ const CapabilityID = "cache"
 
 // Readiness is the level this implementation claims: R2 on standalone,
 // Sentinel and Cluster as card.md's item 11 tests them. Not R3: no test
-// fails over a Cluster primary under the cache (the data path waits for
-// the client's slot-map refresh), and no rolling-upgrade or capacity
-// runbook has been rehearsed. Plugged codec or cache-region guests cap the
+// fails over a Cluster primary under the cache itself (the runtime serves
+// the failed-over slots within a second of the promotion, measured by
+// bench/cmd/failover, and the invalidation-hint subscription follows the
+// Sentinel switch within milliseconds, TestPubSubSentinelKillFollowsTheSwitch),
+// and no rolling-upgrade or capacity runbook has been rehearsed. What a
+// lossy failover does to entries and invalidations is in
+// docs/replication.md. Plugged codec or cache-region guests cap the
 // effective readiness at their kind cards' level.
 const Readiness = capability.R2
 
