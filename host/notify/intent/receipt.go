@@ -145,3 +145,11 @@ func decodeReceiptLog(b []byte) ([]Receipt, error) {
 	}
 	return out, nil
 }
+
+// ValidReceiptCode reports whether s can be stored as a receipt code
+// ([a-z0-9.-], at most 64 bytes).
+func ValidReceiptCode(s string) bool { return validCode(s, maxCodeBytes) }
+
+// ValidProviderRef reports whether s can be stored as a provider
+// reference (printable ASCII without spaces, at most 256 bytes).
+func ValidProviderRef(s string) bool { return validRef(s) }

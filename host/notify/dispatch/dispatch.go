@@ -1,0 +1,513 @@
+// Package dispatch owns the notification worker loop: it consumes the
+// durable intents of host/notify/intent through their consumer group and
+// delivers each one through transports, claim → (skip if already final:
+// consumer dedup) → transport call → terminal-once finalize.
+//
+// Guarantee: at-least-once delivery plus an idempotent consumer, never
+// exactly once. A consumer that dies after a transport accepted and
+// before the finalize leaves the entry pending; another consumer reclaims
+// it after MinIdle and, unless a receipt already made the intent final,
+// calls the transport again with the same IntentID — the receiver
+// deduplicates on it.
+//
+// Retries happen only on RejectedDefinite, with the reference backoff
+// (base × 2^(n−1) plus full jitter in [0, base] from an injected random
+// source, capped; a provider's RetryAfter is honoured within the cap), up
+// to AttemptsPerTransport per transport, then the next (fallback)
+// transport without delay. Indeterminate is final: never retried, never
+// sent to a fallback. An entry delivered MaxDeliveries times, or one that
+// does not decode, is quarantined.
+//
+// Recipients and rendered content never reach a log line, an error or a
+// metric label: logs carry the intent id, shard, attempt, transport name
+// and the receipt's bounded code only.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/caphost/caphost/host/notify/intent"
+	"github.com/caphost/caphost/plugins/transport"
+)
+
+// Observer receives the dispatcher's events; labels are bounded (state,
+// transport names from config, outcome, closed reasons, shard index).
+// Implementations must be safe for concurrent use and fast.
+type Observer interface {
+	// Final: an intent reached a final state through this dispatcher.
+	Final(state intent.State)
+	// Dispatched: one transport call's outcome.
+	Dispatched(transportName string, outcome transport.Outcome)
+	// Retried: another attempt follows on transportName (a retry or a
+	// fallback).
+	Retried(transportName string)
+	// Quarantined: an entry was moved to quarantine (intent.Reason*).
+	Quarantined(reason string)
+	// Backlog: a shard's pending count and lag (-1: unknown).
+	Backlog(shard int, pending, lag int64)
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) Final(intent.State)                   {}
+func (NopObserver) Dispatched(string, transport.Outcome) {}
+func (NopObserver) Retried(string)                       {}
+func (NopObserver) Quarantined(string)                   {}
+func (NopObserver) Backlog(int, int64, int64)            {}
+
+// Random is the jitter source (math/rand/v2's *rand.Rand satisfies it).
+type Random interface{ Int64N(n int64) int64 }
+
+// Defaults.
+const (
+	DefaultConcurrency          = 4
+	DefaultReadCount            = 1
+	DefaultBlock                = 500 * time.Millisecond
+	DefaultMinIdle              = 10 * time.Minute
+	DefaultReclaimEvery         = 30 * time.Second
+	DefaultMaxDeliveries        = 5
+	DefaultAttemptsPerTransport = 3
+	DefaultBase                 = 30 * time.Second
+	DefaultCap                  = 5 * time.Minute
+	DefaultCallTimeout          = 30 * time.Second
+	// finalizeTries bounds the repeats of a finalize whose reply was lost
+	// (repeating it is how it reconciles: ALREADY_FINAL if it applied).
+	finalizeTries = 3
+)
+
+// ErrInvalidConfig is matched by New's errors.
+var ErrInvalidConfig = errors.New("dispatch: invalid config")
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Consumer names this dispatcher in the group ([A-Za-z0-9._-], unique
+	// per process).
+	Consumer string
+	// Transports by name (the names plans list).
+	Transports map[string]transport.Transport
+	// Concurrency bounds deliveries in flight (default 4).
+	Concurrency int
+	// ReadCount bounds entries per read (default 1: plans may be large,
+	// and the lane's reply budget bounds a read).
+	ReadCount int
+	// Block is how long a read waits for new entries (default 500ms; at
+	// most half the blocking lane's read timeout).
+	Block time.Duration
+	// MinIdle is how long an entry stays pending before another consumer
+	// reclaims it (default 10m). It must exceed Cap + CallTimeout, or a
+	// live consumer's entry would be reclaimed during its backoff.
+	MinIdle time.Duration
+	// ReclaimEvery spaces reclaim scans (default 30s, at most MinIdle/2).
+	ReclaimEvery time.Duration
+	// MaxDeliveries quarantines an entry delivered that often (default 5).
+	MaxDeliveries int64
+	// AttemptsPerTransport, Base, Cap: the retry policy (defaults 3, 30s,
+	// 5m).
+	AttemptsPerTransport int
+	Base, Cap            time.Duration
+	// CallTimeout bounds one transport call (default 30s).
+	CallTimeout time.Duration
+	// Random is the jitter source (default: a ChaCha8 seeded from the
+	// runtime's random source).
+	Random Random
+	// Sleep waits d or until ctx ends (default: a timer). Tests inject one.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock for reclaim spacing (default time.Now).
+	Now      func() time.Time
+	Observer Observer
+	Logger   *slog.Logger
+}
+
+func (c *Config) fill() error {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Concurrency, DefaultConcurrency)
+	def(&c.ReadCount, DefaultReadCount)
+	def(&c.AttemptsPerTransport, DefaultAttemptsPerTransport)
+	defD(&c.Block, DefaultBlock)
+	defD(&c.MinIdle, DefaultMinIdle)
+	defD(&c.ReclaimEvery, min(DefaultReclaimEvery, c.MinIdle/2))
+	defD(&c.Base, DefaultBase)
+	defD(&c.Cap, DefaultCap)
+	defD(&c.CallTimeout, DefaultCallTimeout)
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.Random == nil {
+		var seed [32]byte
+		for i := range seed {
+			seed[i] = byte(rand.Uint32())
+		}
+		c.Random = rand.New(rand.NewChaCha8(seed))
+	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var errs []error
+	bad := func(f string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+f, append([]any{ErrInvalidConfig}, a...)...))
+	}
+	if c.Consumer == "" || len(c.Consumer) > 64 {
+		bad("consumer name must be 1..64 bytes")
+	}
+	if len(c.Transports) == 0 {
+		bad("no transports")
+	}
+	for n, t := range c.Transports {
+		if !intent.ValidTransportName(n) || t == nil {
+			bad("transport %q: name must be [a-z0-9-]{1,64} with a transport", n)
+		}
+	}
+	if c.Concurrency < 1 || c.Concurrency > 1024 || c.ReadCount < 1 || c.ReadCount > 64 {
+		bad("concurrency 1..1024 and read count 1..64")
+	}
+	if c.AttemptsPerTransport < 1 || c.AttemptsPerTransport*intent.MaxTransports > 1000 {
+		bad("attempts per transport 1..250")
+	}
+	if c.Base < time.Millisecond || c.Cap < c.Base || c.CallTimeout < time.Millisecond || c.Block < time.Millisecond {
+		bad("base, cap, call timeout and block must be at least 1ms, cap >= base")
+	}
+	if c.MinIdle <= c.Cap+c.CallTimeout {
+		bad("min idle %s must exceed cap + call timeout (%s)", c.MinIdle, c.Cap+c.CallTimeout)
+	}
+	if c.MaxDeliveries < 2 {
+		bad("max deliveries must be at least 2")
+	}
+	return errors.Join(errs...)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Dispatcher consumes and delivers intents. Start it once; Close drains.
+type Dispatcher struct {
+	store *intent.Store
+	cfg   Config
+	log   *slog.Logger
+	sem   chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	stop    context.CancelFunc // stops the read loops
+	abort   context.CancelFunc // cancels in-flight deliveries (Close's deadline)
+	work    context.Context
+	loops   sync.WaitGroup
+	flight  sync.WaitGroup
+}
+
+// New validates cfg and binds a Dispatcher to store.
+func New(store *intent.Store, cfg Config) (*Dispatcher, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: no store", ErrInvalidConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &Dispatcher{store: store, cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency)}, nil
+}
+
+// Start runs one read loop per shard until Close.
+func (d *Dispatcher) Start() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatch: already started")
+	}
+	d.started = true
+	readCtx, stop := context.WithCancel(context.Background())
+	work, abort := context.WithCancel(context.Background())
+	d.stop, d.abort, d.work = stop, abort, work
+	for shard := range d.store.Shards() {
+		d.loops.Add(1)
+		go d.loop(readCtx, shard)
+	}
+	return nil
+}
+
+// Close stops reading and waits for the deliveries in flight. When ctx
+// ends first they are cancelled: their entries stay pending and another
+// consumer reclaims them.
+func (d *Dispatcher) Close(ctx context.Context) error {
+	d.mu.Lock()
+	stop, abort := d.stop, d.abort
+	d.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	d.loops.Wait()
+	done := make(chan struct{})
+	go func() { d.flight.Wait(); close(done) }()
+	select {
+	case <-done:
+		abort()
+		return nil
+	case <-ctx.Done():
+		abort()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func (d *Dispatcher) loop(ctx context.Context, shard int) {
+	defer d.loops.Done()
+	ready := false
+	var lastReclaim time.Time
+	for ctx.Err() == nil {
+		if !ready {
+			ok, err := d.store.EnsureGroup(ctx, shard)
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("notify dispatch: group not ready", "shard", shard, "err", err)
+			}
+			if !ok {
+				_ = d.cfg.Sleep(ctx, d.cfg.Block)
+				continue
+			}
+			ready = true
+		}
+		if now := d.cfg.Now(); now.Sub(lastReclaim) >= d.cfg.ReclaimEvery {
+			lastReclaim = now
+			d.reclaim(ctx, shard, true)
+		}
+		ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, d.cfg.ReadCount, d.cfg.Block)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("notify dispatch: read failed", "shard", shard, "err", err)
+				_ = d.cfg.Sleep(ctx, d.cfg.Block)
+			}
+			continue
+		}
+		for i := range ds {
+			if !d.spawn(ctx, ds[i]) {
+				return
+			}
+		}
+	}
+}
+
+// spawn runs one delivery under the concurrency bound.
+func (d *Dispatcher) spawn(ctx context.Context, del intent.Delivery) bool {
+	select {
+	case d.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false // the entry stays pending: reclaimed later
+	}
+	d.flight.Add(1)
+	go func() {
+		defer func() { <-d.sem; d.flight.Done() }()
+		d.Handle(d.work, &del)
+	}()
+	return true
+}
+
+func (d *Dispatcher) reclaim(ctx context.Context, shard int, async bool) int {
+	if pending, lag, known, err := d.store.Backlog(ctx, shard); err == nil {
+		if !known {
+			lag = -1
+		}
+		d.cfg.Observer.Backlog(shard, pending, lag)
+	}
+	ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, d.cfg.ReadCount)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
+		}
+		return 0
+	}
+	if trimmed > 0 {
+		d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", trimmed)
+	}
+	for i := range ds {
+		if async {
+			if !d.spawn(ctx, ds[i]) {
+				break
+			}
+		} else {
+			d.Handle(ctx, &ds[i])
+		}
+	}
+	return len(ds)
+}
+
+// Poll runs one reclaim scan and one non-blocking read of shard and
+// handles what they return before it returns: the synchronous form of
+// the loop, for tests and batch drains. n counts the deliveries handled.
+func (d *Dispatcher) Poll(ctx context.Context, shard int) (n int, err error) {
+	ok, err := d.store.EnsureGroup(ctx, shard)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n = d.reclaim(ctx, shard, false)
+	ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, d.cfg.ReadCount, 0)
+	if err != nil {
+		return n, err
+	}
+	for i := range ds {
+		d.Handle(ctx, &ds[i])
+	}
+	return n + len(ds), nil
+}
+
+// Handle delivers one entry: quarantine if it does not decode or was
+// delivered too often; else claim → transport → finalize, with retries on
+// definite rejections. Any Redis failure leaves the entry pending for a
+// reclaim to decide again.
+func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
+	log := d.log.With("shard", del.Shard, "entry", del.EntryID)
+	if del.Err != nil {
+		d.quarantine(ctx, del, intent.ReasonUndecodable, log)
+		return
+	}
+	log = log.With("intent", string(del.ID))
+	if del.Deliveries >= d.cfg.MaxDeliveries {
+		d.quarantine(ctx, del, intent.ReasonDeliveries, log)
+		return
+	}
+	plan := &del.Plan
+	per := d.cfg.AttemptsPerTransport
+	maxAttempts := per * len(plan.Transports)
+	for {
+		c, err := d.store.Claim(ctx, del, maxAttempts)
+		if err != nil {
+			log.Warn("notify dispatch: claim failed; the entry stays pending", "err", err)
+			return
+		}
+		switch c.Status {
+		case intent.AlreadyFinal, intent.Gone:
+			log.Debug("notify dispatch: consumer dedup", "claim", c.Status.String())
+			return
+		case intent.Exhausted:
+			d.cfg.Observer.Final(c.State)
+			log.Info("notify dispatch: attempts exhausted", "state", c.State.String())
+			return
+		}
+		name := plan.Transports[(c.Attempt-1)/per]
+		rc := d.call(ctx, name, del, c.Attempt)
+		d.cfg.Observer.Dispatched(name, rc.Outcome)
+		final := rc.Outcome != transport.RejectedDefinite || c.Attempt >= maxAttempts
+		r := intent.Receipt{Attempt: c.Attempt, Transport: name, Outcome: rc.Outcome, Code: rc.Code, ProviderRef: rc.ProviderRef, At: d.cfg.Now().UTC().Truncate(time.Millisecond)}
+		f, err := d.finalize(ctx, del, r, final)
+		if err != nil {
+			log.Warn("notify dispatch: finalize failed; the entry stays pending", "attempt", c.Attempt, "err", err)
+			return
+		}
+		log.Info("notify dispatch: attempt", "attempt", c.Attempt, "transport", name, "outcome", rc.Outcome.String(), "code", rc.Code, "state", f.State.String())
+		if f.State.Final() {
+			if !f.AlreadyFinal {
+				d.cfg.Observer.Final(f.State)
+			}
+			return
+		}
+		if f.Stale || f.AlreadyFinal {
+			return
+		}
+		next := c.Attempt + 1
+		nextName := plan.Transports[(next-1)/per]
+		d.cfg.Observer.Retried(nextName)
+		if retry := (next - 1) % per; retry > 0 {
+			if err := d.cfg.Sleep(ctx, d.Backoff(retry, rc.RetryAfter)); err != nil {
+				return // the entry stays pending
+			}
+		}
+	}
+}
+
+// call runs one transport call and sanitises its receipt: an unknown
+// transport is a definite rejection (nothing was sent), an out-of-set
+// outcome is indeterminate, codes and references outside their bounds are
+// replaced (they come from a plugin process).
+func (d *Dispatcher) call(ctx context.Context, name string, del *intent.Delivery, attempt int) transport.Receipt {
+	t := d.cfg.Transports[name]
+	if t == nil {
+		return transport.Receipt{Outcome: transport.RejectedDefinite, Code: "transport-unavailable"}
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	rc := t.Deliver(cctx, transport.Message{IntentID: string(del.ID), Attempt: uint32(attempt), Channel: string(del.Plan.Channel()),
+		Recipient: del.Plan.Recipient, Parts: del.Plan.Parts()})
+	if !rc.Outcome.Valid() {
+		rc = transport.Receipt{Outcome: transport.Indeterminate, Code: "invalid-outcome"}
+	}
+	if !intent.ValidReceiptCode(rc.Code) {
+		rc.Code = "invalid-code"
+	}
+	if !intent.ValidProviderRef(rc.ProviderRef) {
+		rc.ProviderRef = ""
+	}
+	if rc.RetryAfter < 0 {
+		rc.RetryAfter = 0
+	}
+	return rc
+}
+
+func (d *Dispatcher) finalize(ctx context.Context, del *intent.Delivery, r intent.Receipt, final bool) (intent.Finalization, error) {
+	var err error
+	for range finalizeTries {
+		var f intent.Finalization
+		if f, err = d.store.Finalize(ctx, del, r, final); err == nil || ctx.Err() != nil {
+			return f, err
+		}
+	}
+	return intent.Finalization{}, err
+}
+
+func (d *Dispatcher) quarantine(ctx context.Context, del *intent.Delivery, reason string, log *slog.Logger) {
+	if _, err := d.store.Quarantine(ctx, del, reason); err != nil {
+		log.Warn("notify dispatch: quarantine failed; the entry stays pending", "reason", reason, "err", err)
+		return
+	}
+	d.cfg.Observer.Quarantined(reason)
+	log.Warn("notify dispatch: quarantined", "reason", reason, "deliveries", del.Deliveries)
+}
+
+// Backoff is the delay before retry n (1-based) on the same transport:
+// base × 2^(n−1) plus a full jitter uniform in [0, base], capped; a
+// provider's retryAfter longer than that is honoured up to the cap.
+func (d *Dispatcher) Backoff(n int, retryAfter time.Duration) time.Duration {
+	exp := min(n-1, 30)
+	delay := d.cfg.Cap
+	if step := d.cfg.Base << exp; step > 0 && step/(1<<exp) == d.cfg.Base && step < d.cfg.Cap {
+		delay = step
+	}
+	delay += time.Duration(d.cfg.Random.Int64N(int64(d.cfg.Base) + 1))
+	delay = min(delay, d.cfg.Cap)
+	if retryAfter > delay {
+		delay = min(retryAfter, d.cfg.Cap)
+	}
+	return delay
+}
