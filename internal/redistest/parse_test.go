@@ -58,6 +58,36 @@ func FuzzParseCommandCalls(f *testing.F) {
 	})
 }
 
+// TestParseCommandStats: the three counters of a captured reply agree with
+// parseCommandCalls (calls + rejected_calls) for every golden command.
+func TestParseCommandStats(t *testing.T) {
+	var g golden
+	require.NoError(t, json.Unmarshal([]byte(readTestdata(t, "golden.json")), &g))
+	info := readTestdata(t, "info_commandstats.txt")
+	for cmd, want := range g.CommandStats {
+		st, err := parseCommandStats(info, cmd)
+		require.NoError(t, err, cmd)
+		assert.Equal(t, want, st.Calls+st.Rejected, cmd)
+	}
+	st, err := parseCommandStats("cmdstat_evalsha:calls=2,usec=147,usec_per_call=73.50,rejected_calls=1,failed_calls=1\r\n", "evalsha")
+	require.NoError(t, err)
+	assert.Equal(t, CommandStats{Calls: 2, Rejected: 1, Failed: 1}, st)
+	_, err = parseCommandStats("cmdstat_get:calls=1,failed_calls=-1\r\n", "get")
+	assert.Error(t, err)
+}
+
+func FuzzParseCommandStats(f *testing.F) {
+	f.Add(readTestdata(f, "info_commandstats.txt"), "get")
+	f.Add("cmdstat_evalsha:calls=2,rejected_calls=1,failed_calls=1\r\n", "evalsha")
+	f.Add("cmdstat_set:failed_calls=x\r\n", "set")
+	f.Fuzz(func(t *testing.T, info, cmd string) {
+		st, err := parseCommandStats(info, cmd)
+		if err == nil && (st.Calls < 0 || st.Rejected < 0 || st.Failed < 0) {
+			t.Fatalf("negative count %+v", st)
+		}
+	})
+}
+
 func FuzzCountClients(f *testing.F) {
 	f.Add(readTestdata(f, "client_list.txt"))
 	f.Add("id=1 name= flags=S\nid=2 name=sentinel-x flags=N\n\n")

@@ -406,6 +406,69 @@ func parseCommandCalls(info, command string) (int64, error) {
 	return total, nil
 }
 
+// CommandStats are one command's counters from INFO commandstats.
+type CommandStats struct {
+	// Calls counts the calls that reached the command's implementation,
+	// failed ones included (an EVALSHA answered NOSCRIPT is a call).
+	Calls int64
+	// Rejected counts calls refused before execution: ACL, a cluster
+	// redirection or TRYAGAIN, MIN-REPLICAS, OOM, a wrong arity.
+	Rejected int64
+	// Failed counts calls that ran and replied with an error.
+	Failed int64
+}
+
+// CommandStats returns command's counters (all 0 for a command never
+// received): unlike CommandCalls it tells a call refused before execution
+// (Rejected) from one that executed (Calls).
+func (s *Server) CommandStats(t testing.TB, command string) CommandStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	info, err := s.admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatalf("redistest: %s: INFO commandstats: %v", s.Addr(), err)
+	}
+	st, err := parseCommandStats(info, command)
+	if err != nil {
+		t.Fatalf("redistest: %s: %v", s.Addr(), err)
+	}
+	return st
+}
+
+// parseCommandStats extracts calls, rejected_calls and failed_calls for
+// one command; other fields are ignored, a malformed or negative count of
+// these three fails.
+func parseCommandStats(info, command string) (CommandStats, error) {
+	var st CommandStats
+	fields, err := commandStat(info, command)
+	if err != nil || fields == "" {
+		return st, err
+	}
+	for _, field := range strings.Split(fields, ",") {
+		k, v, ok := strings.Cut(field, "=")
+		var dst *int64
+		switch {
+		case !ok:
+			continue
+		case k == "calls":
+			dst = &st.Calls
+		case k == "rejected_calls":
+			dst = &st.Rejected
+		case k == "failed_calls":
+			dst = &st.Failed
+		default:
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return CommandStats{}, fmt.Errorf("bad commandstats field %q", field)
+		}
+		*dst = n
+	}
+	return st, nil
+}
+
 // MicrosPerCall returns the server's own time per executed call of command
 // (usec_per_call in INFO commandstats; 0 for a command never called), for
 // benchmarks that report server time beside client time. Reset the
