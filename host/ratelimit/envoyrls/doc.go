@@ -28,11 +28,32 @@
 // upstream's INCRBY counts denied hits too; limit_remaining is 0 in both
 // once the limit is reached.
 //
-// Failure modes follow caphost's per-policy failure mode (one for all
-// rules, configured): when Redis cannot decide, a fail-closed rule answers
-// OVER_LIMIT and a fail-open rule OK. Failures are answered in-band rather
+// Failure modes follow caphost's per-policy failure mode: when Redis cannot
+// decide, a fail-closed rule answers OVER_LIMIT, a fail-open rule OK, and a
+// local-emergency rule is answered by the process-local emergency limiter
+// (Options.LocalEmergency) at its per-pod share of the limit. Failures are answered in-band rather
 // than as gRPC errors because Envoy treats a failed rate-limit call
 // according to its own failure_mode_deny, which defaults to allowing.
+//
+// # Per-rule options
+//
+// The service's options (algorithm, failure mode) apply to every rule
+// without a caphost block; a rule's block (rlsconfig.Extension) overrides
+// them for that rule and can enable evaluation-id dedup. With dedup, the
+// evaluation id is the request's x-request-id metadata (RequestIDHeader,
+// which Envoy forwards) and the descriptor's index, so a retried call is
+// charged once; without a usable id the limiter mints one, which still
+// makes its own retry after an unseen outcome safe.
+//
+// # Reload
+//
+// Reload and ReloadFiles replace the whole mapping atomically (`caphost
+// serve` calls ReloadFiles on SIGHUP). A request is answered by the
+// mapping it started with; an unchanged rule keeps its counter, a changed
+// one starts fresh under a new policy revision. A configuration that fails
+// to load or compile is refused with every problem, logged, counted in
+// caphost_envoy_rls_reloads_total{result="failed"}, and the previous one
+// keeps serving.
 //
 // Requests are bounded (Validate): at most MaxDescriptors descriptors of
 // 1..MaxEntries entries, non-empty keys, key and value byte limits, valid
@@ -48,8 +69,14 @@
 //	  envoy-rate-limit:
 //	    listen: 127.0.0.1:8081
 //	    config-files: [ratelimit/config.yaml]   # envoyproxy/ratelimit files, relative to this file
-//	    failure-mode: fail-closed               # or fail-open
+//	    failure-mode: fail-closed               # or fail-open, local-emergency
 //	    algorithm: fixed-window                 # or sliding-counter, gcra, token-bucket
+//	    local-emergency:                        # for local-emergency rules
+//	      maximum-entries: 100000
+//	      entry-ttl: 1m
+//	      maximum-in-flight: 1024
+//	      assumed-maximum-pods: 4
+//	      per-pod-share: 0.25
 //	    response-headers: true                  # RateLimit-Limit/-Remaining/-Reset
 //
 // and point Envoy's rate-limit filter at it exactly as at envoyproxy/ratelimit
@@ -76,8 +103,9 @@
 //	    cluster_name: caphost_rls
 //	    endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]
 //
-// The service's own metrics are caphost_envoy_rls_requests_total{code} and
-// caphost_envoy_rls_descriptors_total{result}; its limiter's are the
+// The service's own metrics are caphost_envoy_rls_requests_total{code},
+// caphost_envoy_rls_descriptors_total{result} and
+// caphost_envoy_rls_reloads_total{result}; its limiter's are the
 // rate-limit capability's series prefixed with MetricPrefix. No metric
 // carries a descriptor key or value.
 package envoyrls

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,9 +25,14 @@ import (
 
 // Options configure New.
 type Options struct {
-	// Policies say how rules become caphost policies (algorithm, failure
-	// mode).
+	// Policies say how rules without a caphost block become caphost
+	// policies (algorithm, failure mode). Its LocalEmergency is set from
+	// LocalEmergency below.
 	Policies rlsconfig.PolicyOptions
+	// LocalEmergency is the process-local emergency limiter that
+	// local-emergency rules fall back to when Redis cannot decide (nil:
+	// none, and such a rule is a configuration error).
+	LocalEmergency *ratelimit.LocalEmergencyConfig
 	// RedisRole holds the counters (default coordination; never cache).
 	RedisRole policy.Role
 	// AttemptTimeout bounds one program call (0: the request's deadline).
@@ -58,13 +65,25 @@ const (
 // caphost's rate limiter. It is safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg     *rlsconfig.Config
-	lim     *ratelimit.Limiter // nil when no rule needs counting
-	ids     map[*rlsconfig.Rule]string
-	headers bool
-	log     *slog.Logger
-	now     func() time.Time
-	m       *metrics
+	// cur is the mapping requests are answered from; Reload replaces it.
+	cur      atomic.Pointer[mapping]
+	lim      *ratelimit.Limiter
+	popts    rlsconfig.PolicyOptions
+	reloadMu sync.Mutex // serialises Reload (build, swap, store)
+	headers  bool
+	log      *slog.Logger
+	now      func() time.Time
+	m        *metrics
+}
+
+// mapping is one loaded configuration: its rules and the policy id of each
+// counted rule. A request reads it once, so it is answered by one mapping
+// even when a reload lands meanwhile.
+type mapping struct {
+	cfg   *rlsconfig.Config
+	ids   map[*rlsconfig.Rule]string
+	decls []policy.RatePolicyDecl // cfg's own
+	set   *policy.RatePolicySet   // decls and what is carried from the previous mapping
 }
 
 // New builds the service: every counted rule of cfg becomes a caphost rate
@@ -81,33 +100,121 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	decls, ids, err := rlsconfig.Policies(cfg, o.Policies)
+	rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, RedisRole: o.RedisRole,
+		DegradedProvider: ratelimit.DegradedDisabled, AttemptTimeout: o.AttemptTimeout}
+	o.Policies.LocalEmergency = nil
+	if le := o.LocalEmergency; le != nil {
+		rc.DegradedProvider, rc.LocalEmergency = ratelimit.DegradedLocalEmergency, le
+		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
+	}
+	s := &Service{popts: o.Policies, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
+	mp, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, ids: ids, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
 	if s.m, err = newMetrics(o.Registerer); err != nil {
 		return nil, err
 	}
-	if len(decls) > 0 {
-		rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, RedisRole: o.RedisRole,
-			DegradedProvider: ratelimit.DegradedDisabled, AttemptTimeout: o.AttemptTimeout, Policies: decls}
-		set, err := rc.CompilePolicies()
-		if err != nil {
-			return nil, err
-		}
-		// The limiter's metrics carry the rate-limit capability's names, so
-		// they are registered under a prefix of their own.
-		opts := []ratelimit.Option{ratelimit.WithLogger(o.Log)}
-		if o.Registerer != nil {
-			opts = append(opts, ratelimit.WithRegisterer(prometheus.WrapRegistererWithPrefix(MetricPrefix, o.Registerer)))
-		}
-		if s.lim, err = ratelimit.New(rt, rc, set, opts...); err != nil {
-			return nil, err
-		}
+	// The limiter's metrics carry the rate-limit capability's names, so
+	// they are registered under a prefix of their own. It exists even with
+	// no counted rule, so that a reload can add some.
+	opts := []ratelimit.Option{ratelimit.WithLogger(o.Log)}
+	if o.Registerer != nil {
+		opts = append(opts, ratelimit.WithRegisterer(prometheus.WrapRegistererWithPrefix(MetricPrefix, o.Registerer)))
 	}
+	if s.lim, err = ratelimit.New(rt, rc, mp.set, opts...); err != nil {
+		return nil, err
+	}
+	s.cur.Store(mp)
 	return s, nil
 }
+
+// build turns a configuration into a mapping. Its policy set also keeps
+// the policies of prev (the mapping being replaced) that cfg drops, so
+// that a request still answered from prev finds its policy; they are
+// dropped at the next reload. A policy cfg changes in place (same rule,
+// new limit) is cfg's: such a request is answered with the new limit.
+func (s *Service) build(cfg *rlsconfig.Config, prev *mapping) (*mapping, error) {
+	decls, ids, err := rlsconfig.Policies(cfg, s.popts)
+	if err != nil {
+		return nil, err
+	}
+	all := decls
+	if prev != nil {
+		all = slices.Clip(decls)
+		have := make(map[string]bool, len(decls))
+		for _, d := range decls {
+			have[d.ID] = true
+		}
+		for _, d := range prev.decls {
+			if !have[d.ID] && len(all) < policy.RateMaxPolicies {
+				all = append(all, d)
+			}
+		}
+	}
+	set, err := policy.CompileRatePolicies(all, policy.RateCompileOptions{PathPrefix: "envoy-rate-limit", LocalEmergency: s.popts.LocalEmergency})
+	if err != nil {
+		return nil, err
+	}
+	return &mapping{cfg: cfg, ids: ids, decls: decls, set: set}, nil
+}
+
+// Reload replaces the descriptor configuration atomically: requests that
+// started on the old one finish on it, later ones use cfg. Rules whose
+// place and behaviour are unchanged keep their counters (their policy id
+// and revision are the same); a changed limit or mode starts fresh under a
+// new revision. A configuration that cannot be served is refused with
+// every problem and the old one keeps serving. Every outcome is counted in
+// caphost_envoy_rls_reloads_total{result}.
+func (s *Service) Reload(cfg *rlsconfig.Config) error {
+	if cfg == nil {
+		return s.reloaded(fmt.Errorf("%w: Reload needs a descriptor configuration", ratelimit.ErrConfig))
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	mp, err := s.build(cfg, s.cur.Load())
+	if err == nil {
+		// The limiter gets the new policies before any request can ask
+		// for them.
+		err = s.lim.Swap(mp.set)
+	}
+	if err != nil {
+		return s.reloaded(err)
+	}
+	s.cur.Store(mp)
+	return s.reloaded(nil)
+}
+
+// ReloadFiles reads and checks the descriptor files (see
+// rlsconfig.LoadFiles) and Reloads them. A file that cannot be read or
+// parsed is refused like any bad configuration.
+func (s *Service) ReloadFiles(files []string) error {
+	cfg, err := rlsconfig.LoadFiles(files)
+	if err != nil {
+		return s.reloaded(err)
+	}
+	return s.Reload(cfg)
+}
+
+func (s *Service) reloaded(err error) error {
+	if err != nil {
+		s.m.reloads.WithLabelValues(reloadFailed).Inc()
+		// Problems name files, lines and descriptor paths of the
+		// operator's configuration: no request data.
+		s.log.Error("envoy rate-limit configuration refused; the previous one keeps serving", "error", err.Error())
+		return err
+	}
+	s.m.reloads.WithLabelValues(reloadOK).Inc()
+	mp := s.cur.Load()
+	s.log.Info("envoy rate-limit configuration reloaded", "rules", len(mp.cfg.Rules()), "policies", len(mp.ids))
+	return nil
+}
+
+// Reload results (metric label values).
+const (
+	reloadOK     = "ok"
+	reloadFailed = "failed"
+)
 
 // ShouldRateLimit decides every descriptor of the request. Each matched,
 // counted descriptor is one evaluation of its rule's policy at cost
@@ -124,15 +231,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
 	}
+	mp := s.cur.Load()
+	rid := requestID(ctx)
 	if len(req.Descriptors) == 1 {
-		resp.Statuses[0] = s.decide(ctx, req.Domain, req.Descriptors[0].Entries, costs[0])
+		resp.Statuses[0] = s.decide(ctx, mp, rid, 0, req.Domain, req.Descriptors[0].Entries, costs[0])
 	} else {
 		// Descriptors are independent decisions (upstream pipelines them
 		// too, never atomically): deciding them at once lets the limiter
 		// share one pipeline among them.
 		var wg sync.WaitGroup
 		for i, d := range req.Descriptors {
-			wg.Go(func() { resp.Statuses[i] = s.decide(ctx, req.Domain, d.Entries, costs[i]) })
+			wg.Go(func() { resp.Statuses[i] = s.decide(ctx, mp, rid, i, req.Domain, d.Entries, costs[i]) })
 		}
 		wg.Wait()
 	}
@@ -162,15 +271,19 @@ const (
 	resultShadow      = "shadow"
 	resultUnavailable = "unavailable"
 	resultFailOpen    = "fail_open"
+	resultLocal       = "local_emergency"
 )
 
 // decide answers one descriptor.
-func (s *Service) decide(ctx context.Context, domain string, entries []*ratelimitEntry, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
+// The descriptor's evaluation id, for rules with dedup, is the request's
+// x-request-id and the descriptor's index (so that two descriptors of one
+// request are two evaluations); without one the limiter mints its own.
+func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, domain string, entries []*ratelimitEntry, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
 	es := make([]rlsconfig.Entry, len(entries))
 	for i, e := range entries {
 		es[i] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
-	rule := s.cfg.Match(domain, es)
+	rule := mp.cfg.Match(domain, es)
 	switch {
 	case rule == nil:
 		s.m.descriptors.WithLabelValues(resultNoRule).Inc()
@@ -184,8 +297,13 @@ func (s *Service) decide(ctx context.Context, domain string, entries []*ratelimi
 		// Nothing can ever be admitted: no state to consult.
 		return s.over(rule, limit, 0, s.alignedReset(rule.Unit))
 	}
+	var evalID string
+	if rid != "" {
+		evalID = rid + "/" + strconv.Itoa(i)
+	}
 	o := s.lim.Evaluate(ctx, ratelimit.Request{
-		Policy: s.ids[rule], Subject: ratelimit.Subject{rlsconfig.Dimension: subjectOf(domain, es)}, Cost: cost,
+		Policy: mp.ids[rule], Subject: ratelimit.Subject{rlsconfig.Dimension: subjectOf(domain, es)}, Cost: cost,
+		EvaluationID: evalID,
 	})
 	d, ok := o.Decision()
 	if !ok {
@@ -212,6 +330,8 @@ func (s *Service) decide(ctx context.Context, domain string, entries []*ratelimi
 		s.m.descriptors.WithLabelValues(resultShadow).Inc()
 	case d.Source == ratelimit.SourceFailOpen:
 		s.m.descriptors.WithLabelValues(resultFailOpen).Inc()
+	case d.Source == ratelimit.SourceLocalEmergency:
+		s.m.descriptors.WithLabelValues(resultLocal).Inc()
 	default:
 		s.m.descriptors.WithLabelValues(resultOK).Inc()
 	}
@@ -285,6 +405,7 @@ func codeLabel(c rlsv3.RateLimitResponse_Code) string {
 type metrics struct {
 	requests    *prometheus.CounterVec
 	descriptors *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -297,15 +418,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "caphost_envoy_rls_descriptors_total",
 			Help: "Descriptors answered by the Envoy rate-limit service, by result.",
 		}, []string{"result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_reloads_total",
+			Help: "Reloads of the Envoy rate-limit service's descriptor configuration, by result (ok, failed: the previous configuration keeps serving).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{reloadOK, reloadFailed} {
+		m.reloads.WithLabelValues(r)
 	}
 	for _, c := range []string{resultOK, resultOverLimit, "invalid"} {
 		m.requests.WithLabelValues(c)
 	}
-	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen} {
+	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen, resultLocal} {
 		m.descriptors.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.descriptors} {
+		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(ratelimit.ErrConfig, err)
 			}

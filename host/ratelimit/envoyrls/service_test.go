@@ -74,6 +74,7 @@ func loadFiles(t testing.TB, names ...string) *rlsconfig.Config {
 }
 
 type fixture struct {
+	svc    *envoyrls.Service
 	srv    *redistest.Server
 	client rlsv3.RateLimitServiceClient
 	reg    *prometheus.Registry
@@ -89,10 +90,16 @@ func start(t testing.TB, o envoyrls.Options, files ...string) *fixture {
 		files = []string{"example2.yaml", "example3.yaml", "example5.yaml", "example6.yaml", "example9.yaml"}
 	}
 	srv := redistest.StartStandalone(t)
+	return serve(t, srv, o, loadFiles(t, files...))
+}
+
+// serve is start with a loaded configuration on a running server.
+func serve(t testing.TB, srv *redistest.Server, o envoyrls.Options, cfg *rlsconfig.Config) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	frozen := time.Now()
 	o.Registerer, o.Now = reg, func() time.Time { return frozen }
-	svc, err := envoyrls.New(newRuntime(t, srv.Addr()), loadFiles(t, files...), o)
+	svc, err := envoyrls.New(newRuntime(t, srv.Addr()), cfg, o)
 	require.NoError(t, err)
 	ln := bufconn.Listen(1 << 20)
 	gs := envoyrls.NewServer(svc)
@@ -109,7 +116,7 @@ func start(t testing.TB, o envoyrls.Options, files ...string) *fixture {
 		assert.NoError(t, gs.Shutdown(ctx))
 		assert.NoError(t, <-served)
 	})
-	return &fixture{srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg}
+	return &fixture{svc: svc, srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg}
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -8,6 +9,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
@@ -101,4 +103,31 @@ func Validate(req *rlsv3.RateLimitRequest) ([]int64, error) {
 		}
 	}
 	return costs, nil
+}
+
+// RequestIDHeader is the gRPC metadata key whose value, when present and
+// well-formed, identifies a request for the dedup of rules that enable it:
+// Envoy forwards x-request-id on its rate-limit call, and a retried call
+// carries the same id, so a retry is not charged twice.
+const RequestIDHeader = "x-request-id"
+
+// maxRequestIDBytes keeps "<id>/<descriptor index>" within the limiter's
+// evaluation id bound.
+const maxRequestIDBytes = 120
+
+// requestID is the request's x-request-id, or "" when it is absent,
+// repeated, longer than maxRequestIDBytes or not printable ASCII: an id
+// that cannot be trusted to be the same on a retry is no id (the limiter
+// then mints one).
+func requestID(ctx context.Context) string {
+	vs := metadata.ValueFromIncomingContext(ctx, RequestIDHeader)
+	if len(vs) != 1 || len(vs[0]) == 0 || len(vs[0]) > maxRequestIDBytes {
+		return ""
+	}
+	for i := 0; i < len(vs[0]); i++ {
+		if c := vs[0][i]; c < 0x21 || c > 0x7e {
+			return ""
+		}
+	}
+	return vs[0]
 }
