@@ -52,6 +52,17 @@ import (
 //     command, since ASKING covers only the next command); a MULTI/EXEC
 //     transaction is never followed (a redirect inside it is returned).
 //
+// A multi-key call whose keys a migration has split (some already on the
+// target, some still on the source) is answered -TRYAGAIN by the source
+// (or by the target after ASK) before it runs. That is not followed either:
+// the keys stay split until the operator moves the rest, so a resend in
+// the same window would meet the same refusal. The call ends NOT_APPLIED
+// with certainty.Error.Code "TRYAGAIN" — provably not executed, safe for
+// the caller to repeat once the migration of the slot has finished — and
+// the lane's slot map is refreshed (topology.go).
+// TestClusterSplitProgramDuringMigrationIsNotApplied pins this with INFO
+// commandstats on both primaries.
+//
 // The admission hook sees one top-level call and reports the certainty of
 // the final outcome: the first node's NOT_APPLIED is superseded by what the
 // right node answered. go-redis still reloads the slot map on MOVED/ASK, so

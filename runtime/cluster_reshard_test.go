@@ -162,3 +162,65 @@ func loads(a []atomic.Int64) []int64 {
 	}
 	return out
 }
+
+// TestClusterSplitProgramDuringMigrationIsNotApplied: a program whose keys
+// the migration has split — one already on the target, one still on the
+// source — is refused with TRYAGAIN before it runs. The runtime reports it
+// NOT_APPLIED (code TRYAGAIN) and does not resend it; INFO commandstats on
+// both primaries proves that neither executed it. Once the slot is
+// finished the same call runs on the target through MOVED, once.
+func TestClusterSplitProgramDuringMigrationIsNotApplied(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	d := testDeployment("cl", &policy.Cluster{Seeds: cl.Seeds()})
+	r := newRuntime(t, testConfig(d))
+	dep, err := r.Role(policy.RoleCoordination)
+	require.NoError(t, err)
+	ctx := ctxT(t, 60*time.Second)
+
+	ks, err := r.Keys().Group(keys.Spec{Capability: keys.CapRate, Region: "split", KeyVersion: 1,
+		Kind: "window", Parts: [][]byte{[]byte("subject")}}, "window", "dedup")
+	require.NoError(t, err)
+	state, dedup := ks[0], ks[1]
+	slot := int(state.Slot())
+	from := cl.SlotOwner(t, slot)
+	var to *redistest.Server
+	for _, p := range cl.Primaries() {
+		if p != from {
+			to = p
+			break
+		}
+	}
+	req := func(id string) programs.FixedWindowRequest {
+		return programs.FixedWindowRequest{Limit: 100, Cost: 1, Window: time.Hour, RateOptions: programs.RateOptions{
+			PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second,
+			DedupTTL: time.Minute, DedupMaxEntries: 16, EvaluationID: []byte(id)}}
+	}
+	res, err := dep.Programs().RateFixedWindow(ctx, state, dedup, req("first"))
+	require.NoError(t, err)
+	require.Equal(t, programs.RateAllowed, res.Status)
+	require.Equal(t, int64(2), from.Admin().Exists(ctx, state.Redis(), dedup.Redis()).Val(), "both keys written")
+
+	m := cl.BeginSlotMigration(t, slot, to)
+	require.Equal(t, 1, m.MigrateKeys(t, 1), "one of the two keys moved: the program's keys are split")
+	fromBefore, toBefore := from.CommandStats(t, "evalsha"), to.CommandStats(t, "evalsha")
+
+	_, err = dep.Programs().RateFixedWindow(ctx, state, dedup, req("split"))
+	require.Error(t, err)
+	var ce *certainty.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, certainty.NotApplied, ce.Outcome)
+	assert.Equal(t, "TRYAGAIN", ce.Code)
+	fromAfter := from.CommandStats(t, "evalsha")
+	assert.Equal(t, fromBefore.Rejected+1, fromAfter.Rejected, "the source refused it once")
+	assert.Equal(t, fromBefore.Calls, fromAfter.Calls, "and did not execute it")
+	assert.Equal(t, toBefore, to.CommandStats(t, "evalsha"), "it never reached the target: not resent")
+
+	m.Finish(t)
+	res, err = dep.Programs().RateFixedWindow(ctx, state, dedup, req("after"))
+	require.NoError(t, err)
+	assert.Equal(t, programs.RateAllowed, res.Status)
+	assert.Equal(t, int64(98), res.Remaining, "two increments applied: the refused one never counted")
+	toAfter := to.CommandStats(t, "evalsha")
+	assert.Equal(t, int64(1), (toAfter.Calls-toAfter.Failed)-(toBefore.Calls-toBefore.Failed),
+		"executed once on the new owner (a NOSCRIPT there is a failed call, then the program is loaded)")
+}
