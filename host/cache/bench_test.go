@@ -216,7 +216,7 @@ func BenchmarkLookupParts(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if lk, _, err := in.c.interpret(ctx, raw, rrd, rref, rmoved); err != nil || lk.Kind != Hit {
+			if lk, _, err := in.c.interpret(ctx, raw, rrd, rref, rmoved, false); err != nil || lk.Kind != Hit {
 				b.Fatal(err, lk.Kind)
 			}
 		}
@@ -224,7 +224,7 @@ func BenchmarkLookupParts(b *testing.B) {
 	b.Run("interpret-product-guest", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if lk, _, err := in.c.interpret(ctx, rg, rd, ref, moved); err != nil || lk.Kind != Hit {
+			if lk, _, err := in.c.interpret(ctx, rg, rd, ref, moved, false); err != nil || lk.Kind != Hit {
 				b.Fatal(err, lk.Kind)
 			}
 		}

@@ -240,8 +240,8 @@ func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (Loo
 	if err != nil {
 		return c.readFailed(ctx, r, ref, err)
 	}
-	lk, entry, err := c.interpret(ctx, r, rd, ref, moved)
-	if err == nil && useL1 && entry != nil {
+	lk, entry, err := c.interpret(ctx, r, rd, ref, moved, useL1)
+	if err == nil && entry != nil {
 		r.setL1(ticket, ref, *entry)
 	}
 	return lk, err
@@ -339,9 +339,13 @@ func unavailable(err error) Lookup {
 	return Lookup{Kind: Unavailable, Unavailable: cat, Certainty: o}
 }
 
-// interpret turns a read into an outcome. entry is what L1 may keep (a
-// fresh hit or a negative hit), else nil.
-func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved bool) (Lookup, *l1Entry, error) {
+// interpret turns a read into an outcome. With keepL1, entry is what L1
+// may keep (a fresh hit or a negative hit), else nil; without it entry is
+// always nil, so a region without L1 pays for no copy of the value.
+//
+// rd is interpret's: a hit's Value may alias rd.Value (the caller's copy
+// of the reply, which nothing else holds).
+func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved, keepL1 bool) (Lookup, *l1Entry, error) {
 	obs := observation{ref: ref, mode: obsAbsent}
 	if !rd.Found {
 		lk := Lookup{Kind: Miss, MissReason: Absent, obs: obs}
@@ -391,6 +395,9 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		HardExpiresAt: env.HardExpiresAt, obs: obs}
 	if env.Negative {
 		lk.Kind = NegativeHit
+		if !keepL1 {
+			return lk, nil, nil
+		}
 		return lk, &l1Entry{negative: true, rev: lk.SourceRevision, written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt}, nil
 	}
 	switch {
@@ -418,7 +425,12 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		return lk, nil, nil
 	}
 	if env.PayloadVersion < r.pol.CodecWrite || env.EnvelopeVersion < envelope.Version {
-		c.rewrite(r, obs, env, value)
+		// The rewrite runs after Lookup returns, while the caller owns
+		// lk.Value: it gets a copy of its own.
+		c.rewrite(r, obs, env, slices.Clone(value))
+	}
+	if !keepL1 {
+		return lk, nil, nil
 	}
 	return lk, &l1Entry{value: slices.Clone(value), rev: lk.SourceRevision, written: env.WrittenAt, soft: env.SoftExpiresAt, hard: env.HardExpiresAt}, nil
 }
