@@ -109,6 +109,13 @@ func (e *Executor) NotifySubmit(ctx context.Context, stream, record keys.Key, re
 	if err != nil {
 		return NotifySubmitResult{}, err
 	}
+	return notifySubmitResult(&r)
+}
+
+// notifySubmitResult checks a decoded notify-submit-v1 reply beyond its
+// manifest shape.
+func notifySubmitResult(r *reply) (NotifySubmitResult, error) {
+	const id = "notify-submit-v1"
 	res := NotifySubmitResult{Status: NotifySubmitStatus(r.status), EntryID: string(r.bytes(0)),
 		State: NotifyState(r.int(1)), Attempts: int(r.int(2)), RecordTTL: time.Duration(r.int(3)) * time.Millisecond}
 	switch res.Status {
@@ -145,6 +152,12 @@ func (e *Executor) NotifyClaim(ctx context.Context, stream, record keys.Key, gro
 	if err != nil {
 		return NotifyClaimResult{}, err
 	}
+	return notifyClaimResult(&r)
+}
+
+// notifyClaimResult checks a decoded notify-claim-v1 reply.
+func notifyClaimResult(r *reply) (NotifyClaimResult, error) {
+	const id = "notify-claim-v1"
 	res := NotifyClaimResult{Status: NotifyClaimStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)), Acked: r.int(2) == 1}
 	if !validAttempts(r.int(1)) || r.int(2) < 0 || r.int(2) > 1 {
 		return NotifyClaimResult{}, notifyIncompatible(id, "attempts or acked out of range")
@@ -207,6 +220,12 @@ func (e *Executor) NotifyFinalize(ctx context.Context, stream, record keys.Key, 
 	if err != nil {
 		return NotifyFinalizeResult{}, err
 	}
+	return notifyFinalizeResult(&r)
+}
+
+// notifyFinalizeResult checks a decoded notify-finalize-v1 reply.
+func notifyFinalizeResult(r *reply) (NotifyFinalizeResult, error) {
+	const id = "notify-finalize-v1"
 	res := NotifyFinalizeResult{Status: NotifyFinalizeStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)), Acked: r.int(2) == 1}
 	if !validAttempts(r.int(1)) || r.int(2) < 0 || r.int(2) > 1 {
 		return NotifyFinalizeResult{}, notifyIncompatible(id, "attempts or acked out of range")
@@ -264,6 +283,12 @@ func (e *Executor) NotifyQuarantine(ctx context.Context, stream, quarantine, rec
 	if err != nil {
 		return NotifyQuarantineResult{}, err
 	}
+	return notifyQuarantineResult(&r)
+}
+
+// notifyQuarantineResult checks a decoded notify-quarantine-v1 reply.
+func notifyQuarantineResult(r *reply) (NotifyQuarantineResult, error) {
+	const id = "notify-quarantine-v1"
 	if r.int(0) < 0 || r.int(0) > 1 || (r.int(1) != 0 && !validNotifyState(r.int(1))) {
 		return NotifyQuarantineResult{}, notifyIncompatible(id, "copied or state out of range")
 	}
@@ -293,6 +318,12 @@ func (e *Executor) NotifyInspect(ctx context.Context, record keys.Key) (NotifyIn
 	if err != nil {
 		return NotifyInspectResult{}, err
 	}
+	return notifyInspectResult(&r)
+}
+
+// notifyInspectResult checks a decoded notify-inspect-v1 reply.
+func notifyInspectResult(r *reply) (NotifyInspectResult, error) {
+	const id = "notify-inspect-v1"
 	res := NotifyInspectResult{Status: NotifyInspectStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)),
 		RecordTTL: time.Duration(r.int(2)) * time.Millisecond, EntryID: string(r.bytes(3)), PlanDigest: string(r.bytes(4)), Receipts: r.bytes(5)}
 	if res.Status == NotifyFound && (!validNotifyState(r.int(0)) || !validAttempts(r.int(1)) || r.int(2) < 0 ||
