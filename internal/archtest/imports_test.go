@@ -175,7 +175,10 @@ func checkImports(modPath string, pkgs map[string]listedPackage) []importViolati
 			// The Envoy rate-limit service is the one gRPC server of the
 			// module: only its package speaks gRPC and Envoy's protos (its
 			// tests, and serve's tests that drive it, use the client too).
-			if envoyGRPC.has(to) && fromRel != "host/ratelimit/envoyrls" && !(test && under(fromRel, "cmd/caphost")) {
+			// go-plugin's transports speak gRPC as well (go-plugin's wire):
+			// plugins/transport may import gRPC, never go-control-plane.
+			goPluginGRPC := under(fromRel, "plugins/transport") && (to == "google.golang.org/grpc" || strings.HasPrefix(to, "google.golang.org/grpc/"))
+			if envoyGRPC.has(to) && fromRel != "host/ratelimit/envoyrls" && !goPluginGRPC && !(test && under(fromRel, "cmd/caphost")) {
 				add("only host/ratelimit/envoyrls may import gRPC and go-control-plane")
 			}
 			if test {
@@ -369,7 +372,7 @@ func TestExtismGuestRule(t *testing.T) {
 
 // TestEnvoyGRPCRule: gRPC and go-control-plane are confined to
 // host/ratelimit/envoyrls (not even its subpackages); serve's tests may use
-// the client.
+// the client, and plugins/transport gRPC alone (go-plugin's wire).
 func TestEnvoyGRPCRule(t *testing.T) {
 	const mod = "github.com/caphost/caphost"
 	rls := "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -378,6 +381,7 @@ func TestEnvoyGRPCRule(t *testing.T) {
 		mod + "/host/ratelimit/envoyrls/rlsconfig": {ImportPath: mod + "/host/ratelimit/envoyrls/rlsconfig", Imports: []string{rls}},
 		mod + "/host/ratelimit":                    {ImportPath: mod + "/host/ratelimit", Imports: []string{"google.golang.org/grpc/codes"}},
 		mod + "/cmd/caphost":                       {ImportPath: mod + "/cmd/caphost", Imports: []string{"google.golang.org/grpc"}, TestImports: []string{"google.golang.org/grpc", rls}},
+		mod + "/plugins/transport":                 {ImportPath: mod + "/plugins/transport", Imports: []string{"google.golang.org/grpc", rls}},
 		"google.golang.org/grpc":                   {ImportPath: "google.golang.org/grpc"},
 		"google.golang.org/grpc/codes":             {ImportPath: "google.golang.org/grpc/codes"},
 		rls:                                        {ImportPath: rls},
@@ -393,5 +397,6 @@ func TestEnvoyGRPCRule(t *testing.T) {
 		"cmd/caphost -> google.golang.org/grpc",
 		"host/ratelimit -> google.golang.org/grpc/codes",
 		"host/ratelimit/envoyrls/rlsconfig -> " + rls,
+		"plugins/transport -> " + rls,
 	}, got)
 }

@@ -1,0 +1,50 @@
+package transport_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// binDir holds the transport plugin binaries TestMain builds, so `go test
+// ./plugins/transport/...` works from a clean clone.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "caphost-transports-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "transport tests:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	for _, name := range []string{"file"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/caphost-transport-"+name)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "transport tests: building the %s plugin (needs the go toolchain on PATH): %v\n", name, err)
+			return 1
+		}
+	}
+	binDir = dir
+	return m.Run()
+}
+
+// pluginBin returns the path and sha256 of a built plugin.
+func pluginBin(t testing.TB, name string) (string, string) {
+	t.Helper()
+	path := filepath.Join(binDir, name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("plugin %s not built: %v", name, err)
+	}
+	sum := sha256.Sum256(b)
+	return path, hex.EncodeToString(sum[:])
+}

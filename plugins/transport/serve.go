@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// Factory builds a transport from its settings inside the plugin process.
+// It is called once per plugin process, by the host's Configure call,
+// before any Deliver.
+type Factory func(settings map[string]string) (Transport, error)
+
+// SettingError is a factory's refusal of one setting; Code is a bounded
+// machine code ([a-z0-9.-]) such as "missing" or "not-absolute". The host
+// reports Key and Code, never the value.
+type SettingError struct{ Key, Code string }
+
+func (e *SettingError) Error() string { return "transport: setting " + e.Key + ": " + e.Code }
+
+// Serve runs a transport plugin: the whole main of a transport binary. It
+// returns only when the host ends the plugin process; run by hand (without
+// the host's handshake) it prints a notice and exits with status 1.
+func Serve(f Factory) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: handshake(),
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f}}},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestBytes+1<<10))...)
+		},
+		// JSON lines on stderr: the host parses them, bounds them and logs
+		// them through its own slog.Logger.
+		Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info}),
+	})
+}
+
+// server is the plugin side of the wire.
+type server struct {
+	factory Factory
+	mu      sync.Mutex
+	impl    Transport
+}
+
+// replyMargin is how much of the host's deadline the plugin keeps for
+// itself: its own verdict (say, "connection refused" → definite) must
+// reach the host before the host's deadline turns the call Indeterminate.
+func replyMargin(remaining time.Duration) time.Duration {
+	return min(250*time.Millisecond, remaining/10)
+}
+
+func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
+	reply := func(w wireConfigured) ([]byte, error) { return jsonMarshal(w) }
+	settings, err := decodeConfigure(req)
+	if err != nil {
+		return reply(wireConfigured{Key: "settings", Code: "invalid"})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.impl != nil {
+		return reply(wireConfigured{Key: "settings", Code: "already-configured"})
+	}
+	impl, err := s.factory(settings)
+	if err != nil {
+		var se *SettingError
+		if errors.As(err, &se) && validToken(se.Key, MaxSettingKeyBytes, true) && ValidCode(se.Code) {
+			return reply(wireConfigured{Key: se.Key, Code: se.Code})
+		}
+		return reply(wireConfigured{Key: "settings", Code: "refused"})
+	}
+	s.impl = impl
+	return reply(wireConfigured{OK: true})
+}
+
+func (s *server) deliver(ctx context.Context, req []byte) ([]byte, error) {
+	s.mu.Lock()
+	impl := s.impl
+	s.mu.Unlock()
+	if impl == nil {
+		return encodeReceipt(Receipt{Outcome: RejectedDefinite, Code: "plugin-not-configured"})
+	}
+	m, err := decodeMessage(req)
+	if err != nil {
+		return encodeReceipt(Receipt{Outcome: RejectedDefinite, Code: "request-invalid"})
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-replyMargin(time.Until(dl))))
+		defer cancel()
+	}
+	r := impl.Deliver(ctx, m)
+	if ValidateReceipt(r) != nil {
+		// A transport bug: the send may still have happened.
+		r = Receipt{Outcome: Indeterminate, Code: "plugin-receipt-invalid"}
+	}
+	return encodeReceipt(r)
+}
