@@ -53,7 +53,7 @@ func checkVerifyAfterDeploy(t *testing.T, c *Catalog, admin redis.UniversalClien
 	for _, n := range rep.Nodes {
 		assert.True(t, n.LibraryPresent && n.LibraryCodeMatches && n.InfoMatches, n.Addr)
 		assert.Equal(t, "ca-redis-programs-v1", n.InfoSet)
-		assert.Equal(t, int64(7), n.InfoVersion)
+		assert.Equal(t, int64(8), n.InfoVersion)
 		assert.Equal(t, digest, n.InfoDigest)
 	}
 	require.NoError(t, LoadScripts(ctx, c, admin))
@@ -97,7 +97,7 @@ func TestDeployVerifyStandalone(t *testing.T) {
 	// second library could not register them alongside).
 	files := embeddedCopy(t)
 	manifest := files["program-set.json"]
-	manifest.Data = bytes.Replace(manifest.Data, []byte(`"setVersion": 7,`), []byte(`"setVersion": 6,`), 1)
+	manifest.Data = bytes.Replace(manifest.Data, []byte(`"setVersion": 8,`), []byte(`"setVersion": 7,`), 1)
 	previous, err := loadFS(files)
 	require.NoError(t, err)
 	require.NoError(t, Deploy(ctx, previous, admin))
@@ -105,7 +105,7 @@ func TestDeployVerifyStandalone(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotDeployed)
 	assert.False(t, rep.Nodes[0].LibraryCodeMatches)
 	assert.False(t, rep.Nodes[0].InfoMatches)
-	assert.Equal(t, int64(6), rep.Nodes[0].InfoVersion)
+	assert.Equal(t, int64(7), rep.Nodes[0].InfoVersion)
 	require.NoError(t, Deploy(ctx, c, admin))
 	_, err = Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin, admin)
 	require.NoError(t, err)

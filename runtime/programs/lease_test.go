@@ -85,6 +85,31 @@ func leaseFacades() map[string]facadeCall {
 			r, err := e.LeaseRelease(ctx, ks[0], at)
 			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
 		},
+		// The v2 programs answer v1's vectors exactly (same arguments,
+		// envelope, statuses and result).
+		"lease-acquire-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if err := argc(a, 3); err != nil {
+				return "", 0, nil, err
+			}
+			at, err1 := fixtureAttempt(a, 0, 2)
+			ttl, err2 := fixtureMillis(a[1])
+			if err := firstErr(err1, err2); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.LeaseAcquireV2(ctx, ks[0], at, ttl)
+			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
+		},
+		"lease-release-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if err := argc(a, 2); err != nil {
+				return "", 0, nil, err
+			}
+			at, err := fixtureAttempt(a, 0, 1)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.LeaseReleaseV2(ctx, ks[0], at)
+			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
+		},
 	}
 }
 
