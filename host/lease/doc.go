@@ -9,7 +9,8 @@
 // resource that checks its token (host/fence), or idempotent execution.
 //
 // The package owns the protocol around the catalog programs
-// lease-acquire/inspect/renew/release-v1:
+// lease-acquire-v2, lease-inspect-v1, lease-renew-v1 and lease-release-v2
+// (the v2 programs are v1's in fewer Redis calls, on the same keys):
 //
 //   - An Attempt (owner token + operation id) is minted before the first
 //     send, so a retry after a lost reply repeats the same attempt

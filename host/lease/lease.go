@@ -322,7 +322,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 	)
 	for {
 		start := c.now()
-		res, err := c.exec.LeaseAcquire(ctx, key, program(r.Attempt), r.TTL)
+		res, err := c.exec.LeaseAcquireV2(ctx, key, program(r.Attempt), r.TTL)
 		out.Attempts++
 		if err != nil {
 			o := certainty.Classify(err, true)
@@ -366,7 +366,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 			case programs.LeaseAcquireWrongType:
 				return Acquisition{}, ErrCorrupt
 			default:
-				return Acquisition{}, fmt.Errorf("lease: lease-acquire-v1 answered %s to a validated request", res.Status)
+				return Acquisition{}, fmt.Errorf("lease: lease-acquire-v2 answered %s to a validated request", res.Status)
 			}
 		}
 		// Contended or not sent: retry within the wait (the same attempt,
