@@ -96,12 +96,11 @@ func crashConfig(obs Observer, tr *scripted) Config {
 		Sleep: (&sleeps{}).Sleep, Random: &seq{}}
 }
 
-// TestCrashBeforeAckRedeliversWithSameIntentID: the state did not say
-// delivered, so the other consumer, after the idle time, calls the
-// transport a second time with the same IntentID (at-least-once; the
-// receiver deduplicates on the id), then finalizes once.
-func TestCrashBeforeAckRedeliversWithSameIntentID(t *testing.T) {
-	srv, s := standalone(t, 1)
+// runCrashBeforeAckRedelivers: the state did not say delivered, so the
+// other consumer, after the idle time, calls the transport a second time
+// with the same IntentID (at-least-once; the receiver deduplicates on the
+// id), then finalizes once.
+func runCrashBeforeAckRedelivers(t *testing.T, s *intent.Store) {
 	ctx := ctxT(t)
 	tr := newScripted("primary", accepted)
 	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary"))
@@ -123,7 +122,20 @@ func TestCrashBeforeAckRedeliversWithSameIntentID(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, intent.Delivered, st.State)
 	assert.Equal(t, 2, st.Attempts)
-	assert.Zero(t, srv.Admin().XPending(ctx, pendingStream(t, srv.Admin()), s.Group()).Val().Count)
+	pending, _, _, err := s.Backlog(ctx, 0)
+	require.NoError(t, err)
+	assert.Zero(t, pending, "acknowledged once finalized")
+	assert.Equal(t, 1, obs.Get("final:DELIVERED"))
+}
+
+func TestCrashBeforeAckRedeliversWithSameIntentID(t *testing.T) {
+	_, s := standalone(t, 1)
+	runCrashBeforeAckRedelivers(t, s)
+}
+
+func TestCrashBeforeAckRedeliversCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	runCrashBeforeAckRedelivers(t, newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 1))
 }
 
 // TestCrashBeforeAckConsumerDedup: the provider's receipt already made the
