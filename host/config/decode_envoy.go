@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
 	"github.com/caphost/caphost/policy"
 )
@@ -24,10 +25,13 @@ type EnvoyRateLimit struct {
 	Descriptors *rlsconfig.Config
 	// RedisRole holds the counters (default coordination; never cache).
 	RedisRole policy.Role
-	// Algorithm and FailureMode apply to every rule (defaults fixed-window
-	// and fail-closed).
+	// Algorithm and FailureMode apply to every rule without a caphost
+	// block of its own (defaults fixed-window and fail-closed).
 	Algorithm   policy.RateAlgorithm
 	FailureMode policy.RateFailureMode
+	// LocalEmergency is the local emergency limiter of local-emergency
+	// rules (nil: none, and such a rule is a problem).
+	LocalEmergency *ratelimit.LocalEmergencyConfig
 	// ResponseHeaders adds RateLimit-Limit/-Remaining/-Reset for Envoy.
 	ResponseHeaders bool
 	// AttemptTimeout bounds one program call (0: the request's deadline).
@@ -46,7 +50,7 @@ const (
 // envoyRateLimit decodes server.envoy-rate-limit and marks its role as
 // selected (so that redis.roles must bind it).
 func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]string) *EnvoyRateLimit {
-	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout")
+	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency")
 	e := &EnvoyRateLimit{RedisRole: policy.RoleCoordination, Algorithm: policy.RateFixedWindow, FailureMode: policy.FailClosed}
 	if s, ok := d.Str(envoyPath+".listen", m["listen"]); ok {
 		e.Listen = s
@@ -78,14 +82,20 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 			d.Problems.Add(envoyPath+".algorithm", policy.RuleRateAlgorithm, "want one of %v", rlsconfig.Algorithms())
 		}
 	}
+	if le, ok := d.Object(envoyPath+".local-emergency", m["local-emergency"]); ok {
+		e.LocalEmergency = ratelimit.DecodeLocalEmergency(&d.Reader, envoyPath+".local-emergency", le)
+	}
 	if s, ok := d.Str(envoyPath+".failure-mode", m["failure-mode"]); ok {
 		switch f := policy.RateFailureMode(s); f {
 		case policy.FailClosed, policy.FailOpenPolicy:
 			e.FailureMode = f
 		case policy.FailLocal:
-			d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateFailureMode, "local-emergency is not available to the Envoy service (want fail-closed or fail-open)")
+			e.FailureMode = f
+			if e.LocalEmergency == nil {
+				d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateLocal, "local-emergency needs server.envoy-rate-limit.local-emergency")
+			}
 		default:
-			d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateFailureMode, "want fail-closed or fail-open")
+			d.Problems.Add(envoyPath+".failure-mode", policy.RuleRateFailureMode, "want fail-closed, fail-open or local-emergency")
 		}
 	}
 	if v, ok := d.Bool(envoyPath+".response-headers", m["response-headers"]); ok {
@@ -141,7 +151,11 @@ func (d *decoder) envoyDescriptors(e *EnvoyRateLimit, files []string) {
 	if !d.envoyProblems(envoyPath+".config-files", err) {
 		return
 	}
-	_, _, err = rlsconfig.Policies(c, rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode, PathPrefix: envoyPath + ".rules"})
+	po := rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode, PathPrefix: envoyPath + ".rules"}
+	if le := e.LocalEmergency; le != nil {
+		po.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
+	}
+	_, _, err = rlsconfig.Policies(c, po)
 	var verr *policy.ValidationError
 	if errors.As(err, &verr) {
 		d.Problems = append(d.Problems, verr.Problems...)

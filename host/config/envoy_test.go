@@ -83,6 +83,45 @@ func TestEnvoyRateLimitBlock(t *testing.T) {
 	assert.Nil(t, cfg.Server.EnvoyRateLimit, "absent: not served")
 }
 
+// TestEnvoyRateLimitLocalEmergency: the local-emergency block has the
+// rate-limit capability's shape; it lets the service (or a rule's caphost
+// block) fail over to the local limiter; its problems, and a rule that
+// asks for it when it is absent, are located.
+func TestEnvoyRateLimitLocalEmergency(t *testing.T) {
+	rule := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n    caphost: {failure_mode: local-emergency, per_pod_share: 0.5}\n"
+	cfg, err := loadEnvoy(t, `server:
+  envoy-rate-limit:
+    listen: 127.0.0.1:8081
+    config-files: [d.yaml]
+    failure-mode: local-emergency
+    local-emergency: {maximum-entries: 1000, entry-ttl: 1m, maximum-in-flight: 64, assumed-maximum-pods: 2, per-pod-share: 0.5}
+`, map[string]string{"d.yaml": rule})
+	require.NoError(t, err)
+	e := cfg.Server.EnvoyRateLimit
+	assert.Equal(t, policy.FailLocal, e.FailureMode)
+	require.NotNil(t, e.LocalEmergency)
+	assert.Equal(t, 2, e.LocalEmergency.AssumedMaxPods)
+	assert.Equal(t, time.Minute, e.LocalEmergency.EntryTTL)
+
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [d.yaml]}\n", map[string]string{"d.yaml": rule})
+	assert.Contains(t, problemText(t, err), "d.yaml:3: descriptors[0]: local-emergency needs degraded-provider")
+
+	_, err = loadEnvoy(t, `server:
+  envoy-rate-limit:
+    listen: 127.0.0.1:8081
+    config-files: [d.yaml]
+    local-emergency: {maximum-entries: 0, entry-ttl: 1m, maximum-in-flight: 64, assumed-maximum-pods: 4, per-pod-share: 0.5, x: 1}
+`, map[string]string{"d.yaml": rule})
+	all := problemText(t, err)
+	for _, want := range []string{
+		"server.envoy-rate-limit.local-emergency.maximum-entries",
+		"server.envoy-rate-limit.local-emergency.per-pod-share: per-pod-share × assumed-maximum-pods must not exceed 1",
+		"server.envoy-rate-limit.local-emergency.x",
+	} {
+		assert.Contains(t, all, want)
+	}
+}
+
 // TestEnvoyRateLimitProblems: everything the host cannot act on is a
 // problem at its path, all reported together, descriptor-file problems
 // with their file, path and line.
@@ -102,7 +141,7 @@ func TestEnvoyRateLimitProblems(t *testing.T) {
 		"server.envoy-rate-limit.listen:",
 		"server.envoy-rate-limit.redis-role: rate-limit state needs a non-evicting role",
 		"server.envoy-rate-limit.algorithm: want one of",
-		"server.envoy-rate-limit.failure-mode: local-emergency is not available",
+		"server.envoy-rate-limit.failure-mode: local-emergency needs server.envoy-rate-limit.local-emergency",
 		"server.envoy-rate-limit.attempt-timeout: must be within",
 		"server.envoy-rate-limit.extra",
 		`server.envoy-rate-limit.config-files.0: bad.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight"`,

@@ -149,7 +149,7 @@ func Decode(provider string, role policy.Role, raw map[string]any) (Config, erro
 	case cfg.DegradedProvider != DegradedLocalEmergency && raw["local-emergency"] != nil:
 		d.Problems.Add(capPath+".local-emergency", policy.RuleRateLocal, "only allowed with degraded-provider: local-emergency")
 	case leOK:
-		cfg.LocalEmergency = d.local(le)
+		cfg.LocalEmergency = DecodeLocalEmergency(&d.Reader, capPath+".local-emergency", le)
 	}
 	if m, ok := d.Object(capPath+".policies", raw["policies"]); ok {
 		ids := make([]string, 0, len(m))
@@ -208,8 +208,10 @@ func containsID(ds []policy.RatePolicyDecl, id string) bool {
 	return false
 }
 
-func (d *decoder) local(m map[string]any) *LocalEmergencyConfig {
-	p := capPath + ".local-emergency"
+// DecodeLocalEmergency decodes a local-emergency block at path into d's
+// problems: the capability's and the Envoy rate-limit service's
+// (server.envoy-rate-limit.local-emergency) have the same shape.
+func DecodeLocalEmergency(d *strict.Reader, p string, m map[string]any) *LocalEmergencyConfig {
 	d.Known(p, m, "maximum-entries", "entry-ttl", "maximum-in-flight", "assumed-maximum-pods", "per-pod-share")
 	le := &LocalEmergencyConfig{}
 	req := func(k string) bool {
