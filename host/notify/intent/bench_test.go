@@ -11,19 +11,30 @@ import (
 
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/programs"
 )
 
 // BenchmarkSubmit compares a durable Submit (guard, EVALSHA of
 // notify-submit-v1: dedup record + XADD MAXLEN ~) with a plain go-redis
 // XADD of the same plan bytes to the same private server (redistest's
 // unguarded admin client: no record, no dedup), on connection pools of the
-// same size (4), at 1 and 32 goroutines. plain-xadd-aa repeats the
+// same size (4), at 1 and 32 goroutines, in both program modes
+// (durable-submit: EVALSHA, durable-submit-fcall: FCALL). plain-xadd-aa repeats the
 // control: its ratio to plain-xadd is the run's noise (A/A).
 func BenchmarkSubmit(b *testing.B) {
 	srv := redistest.StartStandalone(b)
 	s, err := New(newRuntime(b, runtimeConfig(&policy.Standalone{Endpoint: srv.Addr()})), Config{Shards: 1})
 	require.NoError(b, err)
 	ctx := context.Background()
+	// The same submit in functions-provisioned mode (FCALL of the deployed
+	// library), on its own region so the two modes never share records.
+	cat, err := programs.Load()
+	require.NoError(b, err)
+	require.NoError(b, programs.Deploy(ctx, cat, srv.Admin()))
+	fcfg := runtimeConfig(&policy.Standalone{Endpoint: srv.Addr()})
+	fcfg.Programs.Mode = policy.ProgramsFunctionsProvisioned
+	fs, err := New(newRuntime(b, fcfg), Config{Shards: 1, Region: "fcall"})
+	require.NoError(b, err)
 	p := testPlan(b, "bench")
 	enc, err := p.MarshalBinary()
 	require.NoError(b, err)
@@ -34,6 +45,10 @@ func BenchmarkSubmit(b *testing.B) {
 		_, err := s.Submit(ctx, []byte("k-"+strconv.FormatInt(n.Add(1), 10)), p)
 		return err
 	}
+	submitFcall := func() error {
+		_, err := fs.Submit(ctx, []byte("k-"+strconv.FormatInt(n.Add(1), 10)), p)
+		return err
+	}
 	xadd := func() error {
 		return srv.Admin().Do(ctx, "xadd", control, "maxlen", "~", DefaultMaxLen, "*", "i", id, "p", enc).Err()
 	}
@@ -41,7 +56,7 @@ func BenchmarkSubmit(b *testing.B) {
 		for _, c := range []struct {
 			name string
 			f    func() error
-		}{{"plain-xadd", xadd}, {"durable-submit", submit}, {"plain-xadd-aa", xadd}} {
+		}{{"plain-xadd", xadd}, {"durable-submit", submit}, {"durable-submit-fcall", submitFcall}, {"plain-xadd-aa", xadd}} {
 			b.Run(c.name+"/g"+strconv.Itoa(g), func(b *testing.B) {
 				require.NoError(b, c.f()) // warm: script loaded, connections open
 				b.SetBytes(int64(len(enc)))
