@@ -25,7 +25,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	for _, name := range []string{"file", "webhook"} {
+	for _, name := range []string{"file", "webhook", "smtp"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/caphost-transport-"+name)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
