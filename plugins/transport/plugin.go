@@ -15,8 +15,10 @@ import (
 
 	plugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -280,10 +282,12 @@ func (p *Plugin) deliver(ctx context.Context, m Message) Receipt {
 	// Indeterminate.
 	if err := inst.conn.Invoke(ctx, methodDeliver, wrapperspb.Bytes(req), out); err != nil {
 		p.poke()
-		switch {
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// The server side may end the stream on the propagated deadline a
+		// moment before this side's timer fires: its status says so.
+		switch code := status.Code(err); {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) || code == codes.DeadlineExceeded:
 			return Receipt{Outcome: Indeterminate, Code: "timeout-after-send"}
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || code == codes.Canceled:
 			return Receipt{Outcome: Indeterminate, Code: "canceled-after-send"}
 		}
 		return Receipt{Outcome: Indeterminate, Code: "plugin-lost-after-send"}
