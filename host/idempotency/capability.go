@@ -20,10 +20,11 @@ const CapabilityID = "idempotency"
 // proven against a real standalone redis-server (every outcome, at most
 // one run per attempt under concurrent re-entry, lost replies through a
 // stalling proxy, Redis killed, the middleware and the sidecar with
-// hostile input) and across a Sentinel failover (failover_test.go: a
-// replicated action completes once; a completion the promoted replica
-// never received is lost and the retry runs the action again). Cluster
-// and a rehearsed runbook are missing for R2 (card.md, item 2).
+// hostile input) and across a kill -9 failover on real Sentinel and
+// Cluster deployments (failover_test.go: a replicated action completes
+// once; a completion the promoted replica never received is lost and the
+// retry runs the action again). A rehearsed runbook is missing for R2
+// (card.md, item 2).
 const Readiness = capability.R1
 
 // Implementation names the implementation in the descriptor.

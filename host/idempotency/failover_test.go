@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,4 +157,89 @@ func TestSentinelFailoverDuringIdempotentActions(t *testing.T) {
 	assert.Equal(t, int32(2), lostRunningRuns.Load())
 	t.Logf("kill → client served by the promoted replica +%s; lost-running cancelled by +%s",
 		served.Sub(killed).Round(time.Millisecond), cancelled.Sub(killed).Round(time.Millisecond))
+}
+
+// TestClusterFailoverDuringIdempotentActions is the Cluster counterpart
+// (3 primaries, 3 replicas, node timeout 1 s): the primary owning both
+// records' slots is killed and its replica promoted by the cluster. The
+// replicated in-flight action completes once; the completion the replica
+// never received is lost and the retry runs the action again.
+func TestClusterFailoverDuringIdempotentActions(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.WithConfig("cluster-node-timeout", "1000"))
+	cfg := redistest.ExampleConfig("unused:0", policy.RoleCoordination)
+	dep := cfg.Deployments["main"]
+	dep.Topology = &policy.Cluster{Seeds: cl.Seeds()}
+	dep.Timeouts.Command = time.Second
+	cfg.Deployments["main"] = dep
+	e, err := New(newRuntimeFrom(t, cfg), Config{Lease: 6 * time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const victim = 0
+	primary, replica := cl.Primaries()[victim], cl.Replicas()[victim]
+	onVictim := func(prefix string) string {
+		for i := 0; i < 1000; i++ {
+			key := prefix + "-" + strconv.Itoa(i)
+			k, err := e.scopeKey(request(t, key, "{}").Scope)
+			require.NoError(t, err)
+			owner, err := cl.Admin().MasterForKey(ctx, k.Redis())
+			require.NoError(t, err)
+			if owner.Options().Addr == primary.Addr() {
+				return key
+			}
+		}
+		t.Fatal("no idempotency key on the victim shard")
+		return ""
+	}
+	keptKey, lostKey := onVictim("kept"), onVictim("lost")
+	var keptRuns, lostRuns atomic.Int32
+
+	kept := startRunning(t, ctx, e, request(t, keptKey, `{"amount":1}`), &keptRuns)
+	redistest.AwaitReplicated(t, primary, 1)
+	reattach := redistest.DetachReplicas(t, primary, replica)
+	lost := func() (Execution, error) {
+		return e.Execute(ctx, request(t, lostKey, `{"amount":2}`), func(context.Context) Result {
+			lostRuns.Add(1)
+			return Committed([]byte(`{"id":"lost"}`))
+		})
+	}
+	first, err := lost()
+	require.NoError(t, err)
+	require.Equal(t, Executed, first.Kind)
+	require.True(t, first.Recorded)
+	killed := time.Now()
+	primary.Kill()
+	reattach()
+	require.Eventually(t, func() bool {
+		role, err := replica.Admin().Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	}, 30*time.Second, 20*time.Millisecond, "replica promotion")
+	promoted := time.Now()
+	var last StepResult
+	require.Eventually(t, func() bool {
+		got, err := e.Inspect(ctx, kept.req)
+		last = got
+		return err == nil && got.Status == "EXECUTING_SAME_OPERATION"
+	}, 60*time.Second, 20*time.Millisecond, "the promoted replica answers for kept (last %q)", &last.Status)
+	served := time.Now()
+
+	close(kept.finish)
+	kept.wait(t)
+	require.NoError(t, kept.err)
+	assert.Equal(t, Executed, kept.ex.Kind)
+	assert.True(t, kept.ex.Recorded, "recorded on the promoted replica")
+	again, err := e.Execute(ctx, request(t, keptKey, `{"amount":1}`), func(context.Context) Result {
+		keptRuns.Add(1)
+		return Committed(nil)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Replayed, again.Kind)
+	assert.Equal(t, int32(1), keptRuns.Load(), "kept ran once across the failover")
+
+	second, err := lost()
+	require.NoError(t, err)
+	assert.Equal(t, Executed, second.Kind, "the lost completion is not replayed")
+	assert.Equal(t, int32(2), lostRuns.Load(), "the action ran twice for one idempotency key")
+	t.Logf("kill → replica %s promoted +%s → client served +%s", replica.Addr(),
+		promoted.Sub(killed).Round(time.Millisecond), served.Sub(killed).Round(time.Millisecond))
 }
