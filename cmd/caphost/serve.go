@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,7 +57,8 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 			"  POST /admin/guests/{name}/rollback, GET /admin/capabilities   (need server.admin-token)\n" +
 			"  GET  /livez /readyz /metrics  operations\n" +
 			"With server.envoy-rate-limit it also serves Envoy's rate-limit gRPC API\n" +
-			"(envoy.service.ratelimit.v3.RateLimitService) on its own listener.\n" +
+			"(envoy.service.ratelimit.v3.RateLimitService) on its own listener; SIGHUP re-reads\n" +
+			"its descriptor files (a bad file is logged and the previous rules keep serving).\n" +
 			"Logs are JSON on stderr. SIGINT or SIGTERM stops accepting, drains in-flight requests\n" +
 			"for at most --drain-timeout, then drains and closes Redis. Exit 0 after a clean shutdown.",
 		Args: noArgs,
@@ -113,7 +117,7 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen %s: %w", cfg.Server.Listen, err), closeHost())
 	}
-	rls, rlsLn, err := startEnvoyRLS(h, cfg, log)
+	rls, rlsSvc, rlsLn, err := startEnvoyRLS(h, cfg, log)
 	if err != nil {
 		return errors.Join(err, ln.Close(), closeHost())
 	}
@@ -131,30 +135,46 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "admin", !opts.AdminToken.IsZero(), "config", cfg.Source)
-	var rlsServed chan error // nil (never ready) without the Envoy service
+	var (
+		rlsServed chan error     // nil (never ready) without the Envoy service
+		hup       chan os.Signal // likewise
+	)
 	if rls != nil {
 		rlsServed = make(chan error, 1)
 		go func() { rlsServed <- rls.Serve(rlsLn) }()
+		// SIGHUP reloads the descriptor files. Registered before the
+		// "serving" line, so a HUP sent after it never kills the process.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		log.Info("serving envoy rate-limit service", "addr", rlsLn.Addr().String())
 	}
 
 	var errs []error
-	select {
-	case err := <-served:
-		// The listener failed on its own; nothing is draining.
-		sctx, cancel := context.WithTimeout(bg, drain)
-		defer cancel()
-		return errors.Join(fmt.Errorf("serve: %w", err), stopEnvoyRLS(sctx, rls, rlsServed), closeHost())
-	case err := <-rlsServed:
-		// Serve returns only on a listener failure before any Shutdown.
-		err = errors.Join(errors.New("envoy rate-limit service stopped"), err)
-		log.Error("envoy rate-limit service failed", "error", err.Error())
-		errs = append(errs, err)
-		rls, rlsServed = nil, nil
-	case err := <-h.StartupFailed(): // redis.startup.on-failure ends startup
-		log.Error("redis startup handshake failed", "error", err.Error())
-		errs = append(errs, err)
-	case <-ctx.Done():
+	for {
+		select {
+		case <-hup:
+			// ReloadFiles logs and counts the outcome; a refused file leaves
+			// the previous rules serving, so serve goes on either way.
+			_ = rlsSvc.ReloadFiles(cfg.Server.EnvoyRateLimit.ConfigFiles)
+			continue
+		case err := <-served:
+			// The listener failed on its own; nothing is draining.
+			sctx, cancel := context.WithTimeout(bg, drain)
+			defer cancel()
+			return errors.Join(fmt.Errorf("serve: %w", err), stopEnvoyRLS(sctx, rls, rlsServed), closeHost())
+		case err := <-rlsServed:
+			// Serve returns only on a listener failure before any Shutdown.
+			err = errors.Join(errors.New("envoy rate-limit service stopped"), err)
+			log.Error("envoy rate-limit service failed", "error", err.Error())
+			errs = append(errs, err)
+			rls, rlsServed = nil, nil
+		case err := <-h.StartupFailed(): // redis.startup.on-failure ends startup
+			log.Error("redis startup handshake failed", "error", err.Error())
+			errs = append(errs, err)
+		case <-ctx.Done():
+		}
+		break
 	}
 	log.Info("shutting down", "drain_timeout", drain.String())
 	sctx, cancel := context.WithTimeout(bg, drain)
@@ -181,29 +201,30 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 }
 
 // startEnvoyRLS builds the Envoy rate-limit service and binds its listener
-// when server.envoy-rate-limit is configured (nil, nil, nil otherwise).
-func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrls.Server, net.Listener, error) {
+// when server.envoy-rate-limit is configured (all nil otherwise).
+func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrls.Server, *envoyrls.Service, net.Listener, error) {
 	e := cfg.Server.EnvoyRateLimit
 	if e == nil {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	rt, err := h.Runtime()
 	if err != nil {
-		return nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
+		return nil, nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
 	}
 	svc, err := envoyrls.New(rt, e.Descriptors, envoyrls.Options{
-		Policies:  rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
-		RedisRole: e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders,
+		Policies:       rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
+		LocalEmergency: e.LocalEmergency,
+		RedisRole:      e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders,
 		Log: log, Registerer: h.Registry(),
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
+		return nil, nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
 	}
 	ln, err := net.Listen("tcp", e.Listen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen %s: %w", e.Listen, err)
+		return nil, nil, nil, fmt.Errorf("listen %s: %w", e.Listen, err)
 	}
-	return envoyrls.NewServer(svc), ln, nil
+	return envoyrls.NewServer(svc), svc, ln, nil
 }
 
 // stopEnvoyRLS drains the Envoy rate-limit service within ctx and waits
