@@ -15,8 +15,11 @@
 // source, capped; a provider's RetryAfter is honoured within the cap), up
 // to AttemptsPerTransport per transport, then the next (fallback)
 // transport without delay. Indeterminate is final: never retried, never
-// sent to a fallback. An entry delivered MaxDeliveries times, or one that
-// does not decode, is quarantined.
+// sent to a fallback. A retry that would keep an entry past MinIdle is
+// left pending for the reclaim (it then runs after MinIdle, not after its
+// backoff), so a live consumer's entry is never taken over mid-attempt.
+// An entry delivered MaxDeliveries times, or one that does not decode, is
+// quarantined.
 //
 // Recipients and rendered content never reach a log line, an error or a
 // metric label: logs carry the intent id, shard, attempt, transport name
@@ -399,6 +402,10 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		return
 	}
 	plan := &del.Plan
+	// The entry's idle time in the group runs from this delivery: a retry
+	// that would carry it past MinIdle is handed to the reclaim instead of
+	// being held here, so no other consumer takes it over mid-attempt.
+	start := d.cfg.Now()
 	per := d.cfg.AttemptsPerTransport
 	maxAttempts := per * len(plan.Transports)
 	for {
@@ -439,8 +446,16 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		next := c.Attempt + 1
 		nextName := plan.Transports[(next-1)/per]
 		d.cfg.Observer.Retried(nextName)
+		var delay time.Duration
 		if retry := (next - 1) % per; retry > 0 {
-			if err := d.cfg.Sleep(ctx, d.Backoff(retry, rc.RetryAfter)); err != nil {
+			delay = d.Backoff(retry, rc.RetryAfter)
+		}
+		if d.cfg.Now().Sub(start)+delay+d.cfg.CallTimeout >= d.cfg.MinIdle {
+			log.Info("notify dispatch: retry handed to the reclaim", "attempt", next, "transport", nextName)
+			return // PENDING and still pending in the group: reclaimed after MinIdle
+		}
+		if delay > 0 {
+			if err := d.cfg.Sleep(ctx, delay); err != nil {
 				return // the entry stays pending
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -378,4 +379,48 @@ func TestConfigValidation(t *testing.T) {
 		_, err := New(s, c)
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
+}
+
+// fakeClock advances only by the sleeps the dispatcher asks for.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+// TestRetryPastMinIdleIsHandedToTheReclaim: with MinIdle 3.2s, call
+// timeout 1s and delays of 107ms, 2s and then 400ms+, the third retry
+// would keep the entry past MinIdle: the dispatcher stops holding it
+// (PENDING, still pending in the group) instead of sleeping.
+func TestRetryPastMinIdleIsHandedToTheReclaim(t *testing.T) {
+	_, s := standalone(t, 1)
+	ctx := ctxT(t)
+	slow := rejected
+	slow.RetryAfter = time.Hour
+	prim := newScripted("primary", rejected, slow, rejected)
+	clk := &fakeClock{now: testNow}
+	cfg := baseConfig("c1", &counting{}, slog.New(slog.DiscardHandler), &sleeps{}, &seq{vals: []int64{7_000_000, 0, 5}}, prim)
+	cfg.AttemptsPerTransport, cfg.CallTimeout, cfg.MinIdle = 4, time.Second, 3200*time.Millisecond
+	cfg.Sleep, cfg.Now = clk.Sleep, clk.Now
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary"))
+	require.NoError(t, err)
+	pollAll(ctx, t, d, 1)
+	assert.Len(t, prim.Calls(), 3)
+	assert.Equal(t, testNow.Add(107*time.Millisecond+2*time.Second), clk.Now(), "slept 107ms and 2s, not the third delay")
+	st, err := s.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, intent.Pending, st.State)
+	assert.Equal(t, 3, st.Attempts)
+	pending, _, _, err := s.Backlog(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), pending, "left pending for the reclaim")
 }
