@@ -27,8 +27,8 @@ const ProviderRedis = "redis"
 
 // Readiness is the level this implementation claims: R1. The protocol is
 // proven against a real standalone redis-server and a real SQL store
-// (SQLite and PostgreSQL), lost replies included, and across a Sentinel
-// failover (failover_test.go). That test shows why R2 cannot be claimed:
+// (SQLite and PostgreSQL), lost replies included, and across a kill -9
+// failover on Sentinel and Cluster (failover_test.go). That test shows why R2 cannot be claimed:
 // a failover loses an acknowledged increment, the next acquire re-issues
 // the same token, and acquisition does not fail closed — only the
 // protected store's Strict watermark keeps the repeat out (card.md, 2).

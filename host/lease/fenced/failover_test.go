@@ -111,3 +111,70 @@ func TestSentinelFailoverRepeatsALostTokenAndTheStoreRejectsIt(t *testing.T) {
 	assert.Equal(t, int64(3), d.Handle.Token().Counter)
 	require.NoError(t, w.write(ctx, d.Handle.Token(), "D", 60), "past the watermark, writes are admitted again")
 }
+
+// TestClusterFailoverRepeatsALostTokenAndTheStoreRejectsIt is the Cluster
+// counterpart (3 primaries, 3 replicas, node timeout 1 s): the primary
+// owning the resource's slot (owner record and counter share a hash tag)
+// is killed after an unreplicated acquire; on the promoted replica the
+// counter is the last replicated value, the next acquire repeats the lost
+// token, and the Strict store rejects its write.
+func TestClusterFailoverRepeatsALostTokenAndTheStoreRejectsIt(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.WithConfig("cluster-node-timeout", "1000"))
+	w := newWorldOn(t, newRuntimeOn(t, &policy.Cluster{Seeds: cl.Seeds()}), nil, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	reg := w.activate(t, "acct-7")
+	req := func(op string) Request {
+		return Request{Purpose: "ledger", Registration: reg, TTL: 30 * time.Second, Attempt: attempt(t, op)}
+	}
+	_, counter, err := w.c.keysOf("ledger", "acct-7")
+	require.NoError(t, err)
+	owner, err := cl.Admin().MasterForKey(ctx, counter.Redis())
+	require.NoError(t, err)
+	victim := -1
+	for i, p := range cl.Primaries() {
+		if p.Addr() == owner.Options().Addr {
+			victim = i
+		}
+	}
+	require.GreaterOrEqual(t, victim, 0, "the counter's slot owner is a primary")
+	primary, replica := cl.Primaries()[victim], cl.Replicas()[victim]
+
+	a, err := w.c.Acquire(ctx, req("a"))
+	require.NoError(t, err)
+	require.Equal(t, Acquired, a.Kind)
+	require.NoError(t, w.write(ctx, a.Handle.Token(), "A", 90))
+	rel, err := a.Handle.Release(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lease.ReleaseDone, rel)
+	redistest.AwaitReplicated(t, primary, 1)
+
+	reattach := redistest.DetachReplicas(t, primary, replica)
+	b, err := w.c.Acquire(ctx, req("b"))
+	require.NoError(t, err)
+	require.Equal(t, Acquired, b.Kind)
+	tokB := b.Handle.Token()
+	require.Equal(t, int64(2), tokB.Counter)
+	require.NoError(t, w.write(ctx, tokB, "B", 80))
+	primary.Kill()
+	reattach()
+	require.Eventually(t, func() bool {
+		role, err := replica.Admin().Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	}, 30*time.Second, 20*time.Millisecond, "replica promotion")
+	var seen Acquisition
+	require.Eventually(t, func() bool {
+		got, err := w.c.Inspect(ctx, Request{Purpose: "ledger", Registration: reg, TTL: 30 * time.Second, Attempt: b.Handle.Attempt()})
+		seen = got
+		return err == nil && got.Kind == Absent
+	}, 60*time.Second, 20*time.Millisecond, "the promoted replica answers (last %s)", &seen.Kind)
+
+	c, err := w.c.Acquire(ctx, req("c"))
+	require.NoError(t, err)
+	require.Equal(t, Acquired, c.Kind)
+	assert.Equal(t, tokB, c.Handle.Token(), "the fence token repeats on Cluster too")
+	require.ErrorIs(t, w.write(ctx, c.Handle.Token(), "C", 70), fence.ErrStaleToken)
+	bal, who := w.account(t)
+	assert.Equal(t, 80, bal)
+	assert.Equal(t, "B", who)
+}
