@@ -81,6 +81,15 @@ type ScopedRead struct {
 // the caller discards it. The GETRANGE decides the member: its bytes are the
 // value, an empty reply absence; the follow-up STRLEN of an oversized member
 // only sizes it (rewritten in between, it reports at least maxBytes+1).
+//
+// Why two plain commands and not one catalog read program: the pipeline
+// is already one round trip, and a script costs the server some twenty
+// times more. Measured on redis-server 7.0.15 (redis-benchmark, 8
+// clients, INFO commandstats): GET 0.10 µs and GETRANGE of a 1.1 KB value
+// 0.11 µs per call, an EVALSHA doing GET + compare + GETRANGE + bounds
+// 4.14 µs, at 29 k/s where GET alone ran 53 k/s. The client's share
+// of ReadScoped is the write and read syscalls, which one command would
+// not save.
 func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
 	switch {
 	case anchor.IsZero() || member.IsZero():
