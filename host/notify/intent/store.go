@@ -190,8 +190,9 @@ type Submission struct {
 	Duplicate, OtherPlan bool
 	State                State
 	Attempts             int
-	// Certainty is APPLIED for a new or duplicate submit; on error it is
-	// the error's outcome (INDETERMINATE: repeat with the same key).
+	// Certainty is APPLIED for a new or duplicate submit, CONFLICT for a
+	// duplicate with another plan; on error it is the error's outcome
+	// (INDETERMINATE: repeat with the same key).
 	Certainty certainty.Outcome
 }
 
@@ -226,8 +227,7 @@ func (s *Store) Submit(ctx context.Context, idempotencyKey []byte, plan Plan) (S
 	case programs.NotifyDuplicate:
 		sub.Duplicate = true
 	case programs.NotifyDuplicateOtherPlan:
-		sub.Duplicate, sub.OtherPlan = true, true
-		sub.Certainty = certainty.Applied // the first intent exists; this call changed nothing
+		sub.Duplicate, sub.OtherPlan = true, true // Certainty CONFLICT: the first intent stands, nothing changed
 	default:
 		return sub, fmt.Errorf("intent: submit refused by the server: %s", r.Status)
 	}

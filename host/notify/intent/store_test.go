@@ -73,6 +73,7 @@ func runSubmitDedup(t *testing.T, s *Store, admin redis.UniversalClient) {
 	require.NoError(t, err)
 	assert.True(t, diff.Duplicate)
 	assert.True(t, diff.OtherPlan, "the first intent stands")
+	assert.Equal(t, certainty.Conflict, diff.Certainty)
 	assert.Equal(t, first.ID, diff.ID)
 	assert.Equal(t, int64(1), streamEntries(ctx, t, admin, s), "one entry for one key")
 
