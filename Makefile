@@ -45,6 +45,16 @@ guests: $(AS_DEPS)
 		fi; \
 	done
 
+## transports: the notification transport plugins (go-plugin processes, launched by the host
+## after a sha256 check) as build/transports/<name>: file, smtp, webhook
+TRANSPORTS := $(patsubst caphost-transport-%,%,$(notdir $(wildcard plugins/transport/cmd/caphost-transport-*)))
+transports:
+	@mkdir -p $(BUILD)/transports
+	@for t in $(TRANSPORTS); do \
+		echo "transport $$t"; \
+		$(GO) build -o $(BUILD)/transports/$$t ./plugins/transport/cmd/caphost-transport-$$t || exit 1; \
+	done
+
 guests/%/node_modules/.package-lock.json: guests/%/package.json guests/%/package-lock.json
 	@command -v npm >/dev/null 2>&1 || { echo "guests/$*: needs Node.js 20+ and npm (Debian: apt-get install nodejs npm), then: cd guests/$* && npm ci"; exit 1; }
 	cd guests/$* && npm ci --no-audit --no-fund
@@ -55,7 +65,7 @@ guests/%/node_modules/.package-lock.json: guests/%/package.json guests/%/package
 ## rate-limited traffic, hot-swaps the policy guest, then shows the cache on two
 ## replicas (hits, a stampede absorbed, an invalidation reaching the other replica)
 ## and, embedded, a stale fenced write rejected and an idempotent retry replayed
-demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests
+demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests transports
 	@GO=$(GO) $(GO) run ./examples/quickstart -bin $(BIN)
 
 # demo-env fails before anything builds when $CAPHOST_REDIS_ADDR comes without its passwords
@@ -72,7 +82,7 @@ VET = out=$$($(GO) vet ./... 2>&1); bad=$$(printf '%s\n' "$$out" | grep -vE '^(\
 
 ## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector;
 ## the reference guests are built first (tests that load them as shipped need build/guests)
-test: ensure-redis guests
+test: ensure-redis guests transports
 	@# Every module of the graph, not only those a build loads: the embedder test lists the
 	@# graph offline (GOPROXY=off), which a lazily filled module cache cannot answer.
 	@$(GO) mod download
