@@ -70,3 +70,21 @@ func DetachReplicas(t testing.TB, primary *Server, replicas ...*Server) (reattac
 	}
 	return reattach
 }
+
+// AwaitPromoted waits until replica reports ROLE master: after its
+// primary died, the cluster (or the Sentinels) promoted it.
+func AwaitPromoted(t testing.TB, replica *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	err := pollAll(ctx, "replica promotion", []*Server{replica}, func(n *Server) (bool, string, error) {
+		role, err := n.admin.Do(ctx, "ROLE").Slice()
+		if err != nil || len(role) == 0 {
+			return false, "", nil // still loading or failing over: keep polling
+		}
+		return role[0] == "master", fmt.Sprint(role[0]), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
