@@ -249,10 +249,7 @@ func TestClusterFailoverDuringHeldLeases(t *testing.T) {
 	killed := time.Now()
 	primary.Kill()
 	reattach()
-	require.Eventually(t, func() bool {
-		role, err := replica.Admin().Do(ctx, "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
-	}, 30*time.Second, 20*time.Millisecond, "replica promotion")
+	redistest.AwaitPromoted(t, replica)
 	promoted := time.Now()
 
 	awaitServed(t, ctx, c, keptRes, keptA, ReplayedSameOperation)

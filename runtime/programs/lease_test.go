@@ -38,8 +38,8 @@ func leaseFacades() map[string]facadeCall {
 		}
 		return nil
 	}
-	return map[string]facadeCall{
-		"lease-acquire-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+	acquire := func(m func(*Executor, context.Context, keys.Key, LeaseAttempt, time.Duration) (LeaseAcquireResult, error)) facadeCall {
+		return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if err := argc(a, 3); err != nil {
 				return "", 0, nil, err
 			}
@@ -48,9 +48,26 @@ func leaseFacades() map[string]facadeCall {
 			if err := firstErr(err1, err2); err != nil {
 				return "", 0, nil, err
 			}
-			r, err := e.LeaseAcquire(ctx, ks[0], at, ttl)
+			r, err := m(e, ctx, ks[0], at, ttl)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
-		},
+		}
+	}
+	release := func(m func(*Executor, context.Context, keys.Key, LeaseAttempt) (LeaseReleaseResult, error)) facadeCall {
+		return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			if err := argc(a, 2); err != nil {
+				return "", 0, nil, err
+			}
+			at, err := fixtureAttempt(a, 0, 1)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			r, err := m(e, ctx, ks[0], at)
+			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
+		}
+	}
+	return map[string]facadeCall{
+		"lease-acquire-v1": acquire((*Executor).LeaseAcquire),
+		"lease-acquire-v2": acquire((*Executor).LeaseAcquireV2),
 		"lease-inspect-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if err := argc(a, 2); err != nil {
 				return "", 0, nil, err
@@ -74,42 +91,10 @@ func leaseFacades() map[string]facadeCall {
 			r, err := e.LeaseRenew(ctx, ks[0], at, ttl)
 			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
 		},
-		"lease-release-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if err := argc(a, 2); err != nil {
-				return "", 0, nil, err
-			}
-			at, err := fixtureAttempt(a, 0, 1)
-			if err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.LeaseRelease(ctx, ks[0], at)
-			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
-		},
+		"lease-release-v1": release((*Executor).LeaseRelease),
 		// The v2 programs answer v1's vectors exactly (same arguments,
 		// envelope, statuses and result).
-		"lease-acquire-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if err := argc(a, 3); err != nil {
-				return "", 0, nil, err
-			}
-			at, err1 := fixtureAttempt(a, 0, 2)
-			ttl, err2 := fixtureMillis(a[1])
-			if err := firstErr(err1, err2); err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.LeaseAcquireV2(ctx, ks[0], at, ttl)
-			return r.Status.String(), r.Outcome(), []any{ms(r.PTTL)}, err
-		},
-		"lease-release-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if err := argc(a, 2); err != nil {
-				return "", 0, nil, err
-			}
-			at, err := fixtureAttempt(a, 0, 1)
-			if err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.LeaseReleaseV2(ctx, ks[0], at)
-			return r.Status.String(), r.Outcome(), []any{r.Deleted}, err
-		},
+		"lease-release-v2": release((*Executor).LeaseReleaseV2),
 	}
 }
 

@@ -158,10 +158,7 @@ func TestClusterFailoverRepeatsALostTokenAndTheStoreRejectsIt(t *testing.T) {
 	require.NoError(t, w.write(ctx, tokB, "B", 80))
 	primary.Kill()
 	reattach()
-	require.Eventually(t, func() bool {
-		role, err := replica.Admin().Do(ctx, "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
-	}, 30*time.Second, 20*time.Millisecond, "replica promotion")
+	redistest.AwaitPromoted(t, replica)
 	var seen Acquisition
 	require.Eventually(t, func() bool {
 		got, err := w.c.Inspect(ctx, Request{Purpose: "ledger", Registration: reg, TTL: 30 * time.Second, Attempt: b.Handle.Attempt()})
