@@ -72,7 +72,7 @@ func (c *Config) withDefaults() (Config, []byte, error) {
 	bad := func(format string, args ...any) (Config, []byte, error) {
 		return Config{}, nil, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
 	}
-	if !validToken(cfg.Name, 32, false) {
+	if !ValidName(cfg.Name) {
 		return bad("name: 1..32 bytes of [a-z0-9-]")
 	}
 	if !filepath.IsAbs(cfg.Path) {
@@ -119,6 +119,13 @@ func (c *Config) withDefaults() (Config, []byte, error) {
 	cfg.Settings = settings
 	return cfg, sum, nil
 }
+
+// MaxNameBytes bounds a transport name.
+const MaxNameBytes = 32
+
+// ValidName reports whether name can name a transport (Config.Name, a
+// metric label): 1..MaxNameBytes bytes of [a-z0-9-].
+func ValidName(name string) bool { return validToken(name, MaxNameBytes, false) }
 
 // instance is one running plugin process.
 type instance struct {
