@@ -7,7 +7,7 @@ BIN       := $(BUILD)/caphost
 GUESTS    := $(notdir $(wildcard guests/*))
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build demo demo-env test test-short guests bench bench-failover lint fmt ensure-redis clean
+.PHONY: all build demo demo-env test test-short guests bench bench-sidecar bench-failover lint fmt ensure-redis clean
 
 all: build
 
@@ -117,6 +117,13 @@ test-short:
 BENCH_FLAGS ?= -control
 bench: ensure-redis guests
 	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
+
+## bench-sidecar: caphost serve vs envoyproxy/ratelimit (built here from the bench module) on one
+## private Redis, HTTP JSON and gRPC ShouldRateLimit, 1/8/32 clients, with an A/A caphost run
+SIDECAR_FLAGS ?= -duration 3s
+bench-sidecar: ensure-redis build
+	cd bench && $(GO) build -o $(CURDIR)/$(BUILD)/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd  # a tool of bench/go.mod
+	cd bench && $(GO) run ./cmd/compare -sidecar -caphost-bin $(CURDIR)/$(BIN) -envoy-ratelimit-bin $(CURDIR)/$(BUILD)/envoy-ratelimit $(SIDECAR_FLAGS)
 
 ## bench-failover: kill -9 the Redis primary under caphost serve (Sentinel and Cluster, real
 ## processes) and print the timeline: Redis recovery, decisions again, /readyz, over-admission

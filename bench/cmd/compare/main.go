@@ -22,6 +22,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,31 @@ func main() {
 	control := flag.Bool("control", false, "also run go-redis (GET), redis_rate (rate) and go-redis/cache (cache) against an identical second client (A/A): their ratios are the noise floor")
 	codecWasmPath := flag.String("codec-wasm", codecWasm, "the reference codec guest the cache rows load (`make guests` builds it)")
 	stampedeSlice := flag.Duration("stampede-slice", 4*time.Second, "length of one side's slice in the cache stampede row (several 1 s expiries)")
+	sidecar := flag.Bool("sidecar", false, "instead of the library rows, compare `caphost serve` with envoyproxy/ratelimit as sidecars (HTTP and gRPC; needs -caphost-bin and -envoy-ratelimit-bin)")
+	caphostBin := flag.String("caphost-bin", "", "the caphost binary of -sidecar")
+	envoyBin := flag.String("envoy-ratelimit-bin", "", "envoyproxy/ratelimit's service binary of -sidecar")
+	sidecarClients := flag.String("sidecar-clients", "1,8,32", "concurrent keep-alive clients of the -sidecar rows")
 	flag.Parse()
+	if *sidecar {
+		var clients []int
+		for _, f := range strings.Split(*sidecarClients, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 1024 {
+				fmt.Fprintln(os.Stderr, "compare: -sidecar-clients: want a list of 1..1024")
+				os.Exit(2)
+			}
+			clients = append(clients, n)
+		}
+		if *caphostBin == "" || *envoyBin == "" {
+			fmt.Fprintln(os.Stderr, "compare: -sidecar needs -caphost-bin and -envoy-ratelimit-bin (make bench-sidecar builds both)")
+			os.Exit(2)
+		}
+		if err := sidecarRows(context.Background(), *caphostBin, *envoyBin, clients, *dur); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
