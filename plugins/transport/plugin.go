@@ -350,8 +350,13 @@ func (p *Plugin) supervise() {
 		case <-p.kick:
 		}
 		p.mu.Lock()
-		inst := p.cur
+		inst, closed := p.cur, p.closed
 		p.mu.Unlock()
+		if closed || inst == nil {
+			// Close won the race against this tick; only the supervisor
+			// ever clears cur otherwise.
+			return
+		}
 		cause, ok := p.check(inst)
 		if ok {
 			continue
@@ -380,8 +385,14 @@ func (p *Plugin) check(inst *instance) (RestartCause, bool) {
 	if err == nil && res.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
 		return "", true
 	}
-	if inst.client.Exited() {
-		return CauseExited, false
+	// A dead process fails the health call at once, a moment before
+	// go-plugin has reaped it: give the exit a short grace so the cause
+	// (a metric label) says "exited" when that is what happened.
+	for range 5 {
+		if inst.client.Exited() {
+			return CauseExited, false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return CauseUnhealthy, false
 }
