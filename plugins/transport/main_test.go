@@ -33,6 +33,14 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	// The misbehaving plugin of the tests (internal/testplugin) exists
+	// only with the transporttest tag.
+	cmd := exec.Command("go", "build", "-tags", "transporttest", "-o", filepath.Join(dir, "misbehaving"), "./internal/testplugin")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "transport tests: building the test plugin: %v\n", err)
+		return 1
+	}
 	binDir = dir
 	return m.Run()
 }
