@@ -17,15 +17,7 @@ import (
 
 func launchMisbehaving(t *testing.T, mode string, log *slog.Logger) (*transport.Plugin, *recorder) {
 	t.Helper()
-	path, sum := pluginBin(t, "misbehaving")
-	rec := newRecorder()
-	p, err := transport.Launch(context.Background(), transport.Config{Name: "bad", Path: path, SHA256: sum,
-		Settings: map[string]string{"mode": mode}, Observer: rec, Logger: log,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, HealthInterval: 10 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, wait(t, rec.launches))
-	t.Cleanup(func() { _ = p.Close() })
-	return p, rec
+	return launchPlugin(t, "misbehaving", "bad", map[string]string{"mode": mode}, func(c *transport.Config) { c.Logger = log })
 }
 
 // TestMalformedReplyIsIndeterminate: a reply the host cannot read, or one

@@ -88,11 +88,14 @@ func message(t testing.TB, id string) transport.Message {
 	}}
 }
 
-func launchFile(t *testing.T, dir string, mod func(*transport.Config)) (*transport.Plugin, *recorder) {
+// launchPlugin launches the built plugin bin as transport name with fast
+// supervision (5..20 ms backoff, 10 ms health interval) and a recorder,
+// and waits for its first launch.
+func launchPlugin(t *testing.T, bin, name string, settings map[string]string, mod func(*transport.Config)) (*transport.Plugin, *recorder) {
 	t.Helper()
-	path, sum := pluginBin(t, "file")
+	path, sum := pluginBin(t, bin)
 	rec := newRecorder()
-	cfg := transport.Config{Name: "file", Path: path, SHA256: sum, Settings: map[string]string{"dir": dir}, Observer: rec,
+	cfg := transport.Config{Name: name, Path: path, SHA256: sum, Settings: settings, Observer: rec,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, HealthInterval: 10 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
@@ -102,6 +105,11 @@ func launchFile(t *testing.T, dir string, mod func(*transport.Config)) (*transpo
 	require.NoError(t, wait(t, rec.launches))
 	t.Cleanup(func() { _ = p.Close() })
 	return p, rec
+}
+
+func launchFile(t *testing.T, dir string, mod func(*transport.Config)) (*transport.Plugin, *recorder) {
+	t.Helper()
+	return launchPlugin(t, "file", "file", map[string]string{"dir": dir}, mod)
 }
 
 func TestFileSinkThroughPlugin(t *testing.T) {
@@ -242,4 +250,61 @@ func TestPluginLogLinesAreBounded(t *testing.T) {
 		assert.Less(t, len(line), 2048, line)
 		assert.Contains(t, line, `"transport":"file"`)
 	}
+}
+
+// TestConcurrentDeliveriesAcrossACrash: calls from many goroutines while
+// the plugin process is killed under them. Whatever the interleaving,
+// every receipt is valid, an Accepted one means the file is there, and
+// the plugin serves again after its restart. Run under -race.
+func TestConcurrentDeliveriesAcrossACrash(t *testing.T) {
+	dir := t.TempDir()
+	p, rec := launchFile(t, dir, nil)
+	type result struct {
+		id string
+		r  transport.Receipt
+	}
+	const workers, each = 8, 25
+	results := make(chan result, workers*each)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range each {
+				id := "c-" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+				results <- result{id, p.Deliver(context.Background(), message(t, id))}
+			}
+		}()
+	}
+	close(start)
+	first := <-results
+	require.NoError(t, syscall.Kill(transport.PluginPID(p), syscall.SIGKILL))
+	wg.Wait()
+	close(results)
+	all := append([]result{first}, collect(results)...)
+	require.Len(t, all, workers*each)
+	for _, res := range all {
+		require.NoError(t, transport.ValidateReceipt(res.r))
+		switch res.r.Outcome {
+		case transport.Accepted:
+			assert.FileExists(t, filepath.Join(dir, res.id+".json"))
+		case transport.RejectedDefinite:
+			assert.Contains(t, []string{"plugin-unavailable", "plugin-unreachable"}, res.r.Code)
+		case transport.Indeterminate:
+			assert.Contains(t, []string{"plugin-lost-after-send", "timeout-after-send"}, res.r.Code)
+		}
+	}
+	wait(t, rec.restarts)
+	require.NoError(t, wait(t, rec.launches))
+	assert.Equal(t, transport.Accepted, p.Deliver(context.Background(), message(t, "after-crash")).Outcome)
+}
+
+func collect[T any](ch <-chan T) []T {
+	var out []T
+	for v := range ch {
+		out = append(out, v)
+	}
+	return out
 }

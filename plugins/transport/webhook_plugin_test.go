@@ -68,15 +68,8 @@ func startHolding(t *testing.T) (*holdingReceiver, string) {
 
 func launchWebhook(t *testing.T, url string, callTimeout time.Duration) (*transport.Plugin, *recorder) {
 	t.Helper()
-	path, sum := pluginBin(t, "webhook")
-	rec := newRecorder()
-	p, err := transport.Launch(context.Background(), transport.Config{Name: "webhook", Path: path, SHA256: sum,
-		Settings: map[string]string{"url": url, "secret": hookSecret}, Observer: rec, CallTimeout: callTimeout,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, HealthInterval: 10 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, wait(t, rec.launches))
-	t.Cleanup(func() { _ = p.Close() })
-	return p, rec
+	return launchPlugin(t, "webhook", "webhook", map[string]string{"url": url, "secret": hookSecret},
+		func(c *transport.Config) { c.CallTimeout = callTimeout })
 }
 
 // TestPluginKilledMidCall: the receiver holds the request, the plugin
