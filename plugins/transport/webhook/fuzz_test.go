@@ -26,7 +26,7 @@ func FuzzVerify(f *testing.F) {
 			require.True(t, errors.Is(err, ErrSignature))
 			return
 		}
-		ts := header[2:len(header)-68]
+		ts := header[2 : len(header)-68]
 		require.Equal(t, "t="+ts+",v1="+header[len(header)-64:], header)
 	})
 }
