@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/caphost/caphost/plugins/transport"
 )
 
 // binDir holds the transport plugin binaries TestMain builds, so `go test
@@ -15,7 +18,25 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("CAPHOST_TRANSPORT_TEST_HOST") != "" {
+		os.Exit(actAsHost())
+	}
 	os.Exit(run(m))
+}
+
+// actAsHost is the test binary re-run as a stand-in host
+// (TestPluginExitsWithItsHost): it launches the plugin named by the
+// environment, prints its pid and waits to be killed.
+func actAsHost() int {
+	p, err := transport.Launch(context.Background(), transport.Config{Name: "file",
+		Path: os.Getenv("CAPHOST_TRANSPORT_TEST_BIN"), SHA256: os.Getenv("CAPHOST_TRANSPORT_TEST_SHA256"),
+		Settings: map[string]string{"dir": os.Getenv("CAPHOST_TRANSPORT_TEST_DIR")}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println(transport.PluginPID(p))
+	select {}
 }
 
 func run(m *testing.M) int {

@@ -28,6 +28,7 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // returns only when the host ends the plugin process; run by hand (without
 // the host's handshake) it prints a notice and exits with status 1.
 func Serve(f Factory) {
+	go exitWithParent(os.Getppid(), time.Second)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
 		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f}}},
@@ -99,4 +100,15 @@ func (s *server) deliver(ctx context.Context, req []byte) ([]byte, error) {
 		r = Receipt{Outcome: Indeterminate, Code: "plugin-receipt-invalid"}
 	}
 	return encodeReceipt(r)
+}
+
+// exitWithParent ends the plugin when the host that started it is gone
+// (the process is re-parented): go-plugin does not, and a host killed
+// with SIGKILL would otherwise leave its transports running.
+func exitWithParent(ppid int, every time.Duration) {
+	for range time.Tick(every) {
+		if os.Getppid() != ppid {
+			os.Exit(0)
+		}
+	}
 }
