@@ -294,7 +294,10 @@ func (p *Plugin) deliver(ctx context.Context, m Message) Receipt {
 		switch code := status.Code(err); {
 		case errors.Is(ctx.Err(), context.DeadlineExceeded) || code == codes.DeadlineExceeded:
 			return Receipt{Outcome: Indeterminate, Code: "timeout-after-send"}
-		case ctx.Err() != nil || code == codes.Canceled:
+		case ctx.Err() != nil:
+			// codes.Canceled alone is the connection being closed under
+			// the call (the supervisor replacing a dead plugin), not the
+			// caller: that is plugin-lost-after-send below.
 			return Receipt{Outcome: Indeterminate, Code: "canceled-after-send"}
 		}
 		return Receipt{Outcome: Indeterminate, Code: "plugin-lost-after-send"}
