@@ -45,6 +45,15 @@
 // charged once; without a usable id the limiter mints one, which still
 // makes its own retry after an unseen outcome safe.
 //
+// # Mapping through the rate-limit capability's selector
+//
+// Options.Selector (SelectorMapping) answers whole domains through the
+// rate-limit capability's selector — its rate-policy guest when one is
+// configured — instead of a descriptor file: entries named after caphost's
+// attributes and identities become the query, the selector chooses the
+// policies and costs, and the capability's limiter decides. `caphost serve`
+// wires it from server.envoy-rate-limit.selector-domains.
+//
 // # Reload
 //
 // Reload and ReloadFiles replace the whole mapping atomically (`caphost

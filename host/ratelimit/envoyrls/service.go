@@ -41,6 +41,9 @@ type Options struct {
 	// RateLimit-Reset for Envoy to forward, from the descriptor closest to
 	// its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
 	ResponseHeaders bool
+	// Selector, when set, answers its domains through the rate-limit
+	// capability's selector (a rate-policy guest) instead of cfg.
+	Selector *SelectorMapping
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 	// Registerer receives the service's metrics (nil: not registered).
@@ -70,6 +73,7 @@ type Service struct {
 	lim      *ratelimit.Limiter
 	popts    rlsconfig.PolicyOptions
 	reloadMu sync.Mutex // serialises Reload (build, swap, store)
+	sel      *SelectorMapping
 	headers  bool
 	log      *slog.Logger
 	now      func() time.Time
@@ -107,10 +111,15 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		rc.DegradedProvider, rc.LocalEmergency = ratelimit.DegradedLocalEmergency, le
 		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
 	}
-	s := &Service{popts: o.Policies, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
+	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
 	mp, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
+	}
+	if s.sel != nil {
+		if err := errors.Join(s.sel.check(), s.disjoint(cfg)); err != nil {
+			return nil, err
+		}
 	}
 	if s.m, err = newMetrics(o.Registerer); err != nil {
 		return nil, err
@@ -159,6 +168,24 @@ func (s *Service) build(cfg *rlsconfig.Config, prev *mapping) (*mapping, error) 
 	return &mapping{cfg: cfg, ids: ids, decls: decls, set: set}, nil
 }
 
+// disjoint refuses a configuration that defines a selector-mapped domain.
+func (s *Service) disjoint(cfg *rlsconfig.Config) error {
+	if s.sel == nil {
+		return nil
+	}
+	for _, d := range s.sel.Domains {
+		if cfg.HasDomain(d) {
+			return fmt.Errorf("%w: domain %q is both in the descriptor configuration and answered by the selector", ratelimit.ErrConfig, d)
+		}
+	}
+	return nil
+}
+
+// selected reports whether the selector answers domain.
+func (s *Service) selected(domain string) bool {
+	return s.sel != nil && slices.Contains(s.sel.Domains, domain)
+}
+
 // Reload replaces the descriptor configuration atomically: requests that
 // started on the old one finish on it, later ones use cfg. Rules whose
 // place and behaviour are unchanged keep their counters (their policy id
@@ -173,6 +200,9 @@ func (s *Service) Reload(cfg *rlsconfig.Config) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	mp, err := s.build(cfg, s.cur.Load())
+	if err == nil {
+		err = s.disjoint(cfg)
+	}
 	if err == nil {
 		// The limiter gets the new policies before any request can ask
 		// for them.
@@ -233,7 +263,22 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	mp := s.cur.Load()
 	rid := requestID(ctx)
-	if len(req.Descriptors) == 1 {
+	if s.selected(req.Domain) {
+		// Every descriptor is checked before any is decided: a refused
+		// request counts nothing.
+		qs := make([]ratelimit.Query, len(req.Descriptors))
+		for i, d := range req.Descriptors {
+			if qs[i], err = selectorQuery(i, d.Entries, costs[i]); err != nil {
+				s.m.requests.WithLabelValues("invalid").Inc()
+				return nil, err
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range qs {
+			wg.Go(func() { resp.Statuses[i] = s.decideSelected(ctx, qs[i], rid, i) })
+		}
+		wg.Wait()
+	} else if len(req.Descriptors) == 1 {
 		resp.Statuses[0] = s.decide(ctx, mp, rid, 0, req.Domain, req.Descriptors[0].Entries, costs[0])
 	} else {
 		// Descriptors are independent decisions (upstream pipelines them
@@ -429,7 +474,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []string{resultOK, resultOverLimit, "invalid"} {
 		m.requests.WithLabelValues(c)
 	}
-	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen, resultLocal} {
+	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen, resultLocal, resultSelectorError} {
 		m.descriptors.WithLabelValues(r)
 	}
 	if reg != nil {

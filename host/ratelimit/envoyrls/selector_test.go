@@ -1,0 +1,91 @@
+package envoyrls_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/caphost/caphost/host/ratelimit"
+	"github.com/caphost/caphost/host/ratelimit/envoyrls"
+	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// TestSelectorMapping: a selector-mapped domain is answered by the
+// capability's selector (here the static route selector; a rate-policy
+// guest is another Selector): entries become attributes and identity, the
+// selected policy counts per api-key, other domains keep the static file.
+// Unknown or repeated keys and a hits_addend are refused whole; a missing
+// identity fails closed.
+func TestSelectorMapping(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rt := newRuntime(t, srv.Addr())
+	rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, DegradedProvider: ratelimit.DegradedDisabled,
+		Policies: []policy.RatePolicyDecl{{ID: "per-key", Revision: "r1", Algorithm: policy.RateFixedWindow,
+			Parameters: policy.RateParameters{Limit: 2, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}}}}
+	set, err := rc.CompilePolicies()
+	require.NoError(t, err)
+	lim, err := ratelimit.New(rt, rc, set)
+	require.NoError(t, err)
+	sel := ratelimit.NewStaticSelector([]ratelimit.RouteRule{{Route: "/api", Selections: []ratelimit.Selection{{Policy: "per-key", Cost: 1}}}})
+
+	m := &envoyrls.SelectorMapping{Limiter: lim, Selector: sel, Domains: []string{"edge"}}
+	f := serve(t, srv, envoyrls.Options{Selector: m}, loadFiles(t, "example2.yaml"))
+	call := func(ds ...*commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse, error) {
+		return f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+	}
+	for _, want := range []struct {
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}{{rlsv3.RateLimitResponse_OK, 1}, {rlsv3.RateLimitResponse_OK, 0}, {rlsv3.RateLimitResponse_OVER_LIMIT, 0}} {
+		r, err := call(desc("route", "/api", "api-key", "k1"))
+		require.NoError(t, err)
+		assert.Equal(t, want.code, r.Statuses[0].Code)
+		assert.Equal(t, want.remaining, r.Statuses[0].LimitRemaining)
+		require.NotNil(t, r.Statuses[0].CurrentLimit)
+		assert.Equal(t, "per-key", r.Statuses[0].CurrentLimit.Name)
+		assert.Equal(t, uint32(2), r.Statuses[0].CurrentLimit.RequestsPerUnit)
+	}
+	r, err := call(desc("route", "/api", "api-key", "k2"))
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, r.OverallCode, "each api-key has its own counter")
+
+	// The static file still answers its own domain.
+	status1(t, f.call(t, "messaging", 0, desc("to_number", "1")), 0, rlsv3.RateLimitResponse_OK, 100, rlsv3.RateLimitResponse_RateLimit_DAY, 99)
+
+	// No api-key for a policy keyed on it: fails closed, nothing counted.
+	r, err = call(desc("route", "/api"))
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.OverallCode)
+	assert.Equal(t, 1.0, f.count(t, "selector_error"))
+
+	for name, d := range map[string]*commonv3.RateLimitDescriptor{
+		"unknown key":  desc("route", "/api", "remote_address", "1.2.3.4"),
+		"repeated key": desc("route", "/api", "api-key", "a", "api-key", "b"),
+		"hits":         hits(desc("route", "/api", "api-key", "k3"), 2),
+	} {
+		_, err := call(desc("route", "/api", "api-key", "k3"), d)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), name)
+	}
+	r, err = call(desc("route", "/api", "api-key", "k3"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "a refused request counted nothing")
+
+	// A domain in both the file and the selector is a configuration error.
+	_, err = envoyrls.New(rt, loadFiles(t, "example2.yaml"), envoyrls.Options{Selector: &envoyrls.SelectorMapping{Limiter: lim, Selector: sel, Domains: []string{"messaging"}}})
+	assert.ErrorIs(t, err, ratelimit.ErrConfig)
+	require.NoError(t, f.svc.Reload(loadFiles(t, "example2.yaml", "example3.yaml")))
+	edge, err := rlsconfig.Parse("edge.yaml", []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	require.NoError(t, err)
+	clash, err := rlsconfig.New(edge)
+	require.NoError(t, err)
+	assert.ErrorIs(t, f.svc.Reload(clash), ratelimit.ErrConfig, "a reload cannot take a selector's domain")
+}
