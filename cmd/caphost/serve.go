@@ -144,9 +144,11 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 		go func() { rlsServed <- rls.Serve(rlsLn) }()
 		// SIGHUP reloads the descriptor files. Registered before the
 		// "serving" line, so a HUP sent after it never kills the process.
-		hup = make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
+		if len(cfg.Server.EnvoyRateLimit.ConfigFiles) > 0 {
+			hup = make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+		}
 		log.Info("serving envoy rate-limit service", "addr", rlsLn.Addr().String())
 	}
 
@@ -211,7 +213,18 @@ func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrl
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)
 	}
+	var sel *envoyrls.SelectorMapping
+	if len(e.SelectorDomains) > 0 {
+		// The rate-limit capability's limiter and selector (its rate-policy
+		// guest when configured) answer these domains.
+		lim, s, err := h.RateLimit()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("server.envoy-rate-limit.selector-domains: %w", err)
+		}
+		sel = &envoyrls.SelectorMapping{Limiter: lim, Selector: s, Domains: e.SelectorDomains}
+	}
 	svc, err := envoyrls.New(rt, e.Descriptors, envoyrls.Options{
+		Selector:       sel,
 		Policies:       rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
 		LocalEmergency: e.LocalEmergency,
 		RedisRole:      e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders,

@@ -87,3 +87,43 @@ func TestServeEnvoyReloadOnSIGHUP(t *testing.T) {
 	cancel()
 	assert.Equal(t, 0, <-exited, stderr.String())
 }
+
+// TestServeEnvoySelectorDomains: a selector-mapped domain is answered by
+// the rate-limit capability's selector (its configured routes here; a
+// rate-policy guest when one is configured) and its policy, over Envoy's
+// gRPC API.
+func TestServeEnvoySelectorDomains(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	listen, rlsListen := freeListen(t), freeListen(t)
+	cfg := serveConfig(t, srv.Addr(), listen, "  envoy-rate-limit:\n    listen: "+rlsListen+"\n    selector-domains: [edge]\n")
+	body, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	withRoutes := strings.Replace(string(body), "        subject: [api-key]\n",
+		"        subject: [api-key]\n    routes:\n      - route: /api\n        policies: [{policy: per-key}]\n", 1)
+	require.NotEqual(t, string(body), withRoutes)
+	require.NoError(t, os.WriteFile(cfg, []byte(withRoutes), 0o600))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runWith(ctx, []string{"serve", "--config", cfg, "--drain-timeout", "5s"}, &stdout, &stderr, config.WithEnv(serveEnv))
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "serving envoy rate-limit service") },
+		15*time.Second, 50*time.Millisecond, stderr.String())
+	conn, err := grpc.NewClient(rlsListen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "route", Value: "/api"}, {Key: "api-key", Value: "k1"}}}}})
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OK, resp.OverallCode)
+	assert.Equal(t, "per-key", resp.Statuses[0].CurrentLimit.GetName())
+	assert.Equal(t, uint32(100), resp.Statuses[0].CurrentLimit.GetRequestsPerUnit())
+	assert.Equal(t, uint32(99), resp.Statuses[0].LimitRemaining)
+	cancel()
+	assert.Equal(t, 0, <-exited, stderr.String())
+	assert.NotContains(t, stderr.String(), "k1", "identities are never logged")
+}

@@ -32,6 +32,9 @@ type EnvoyRateLimit struct {
 	// LocalEmergency is the local emergency limiter of local-emergency
 	// rules (nil: none, and such a rule is a problem).
 	LocalEmergency *ratelimit.LocalEmergencyConfig
+	// SelectorDomains are answered through the rate-limit capability's
+	// selector (its rate-policy guest) instead of descriptor files.
+	SelectorDomains []string
 	// ResponseHeaders adds RateLimit-Limit/-Remaining/-Reset for Envoy.
 	ResponseHeaders bool
 	// AttemptTimeout bounds one program call (0: the request's deadline).
@@ -50,7 +53,7 @@ const (
 // envoyRateLimit decodes server.envoy-rate-limit and marks its role as
 // selected (so that redis.roles must bind it).
 func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]string) *EnvoyRateLimit {
-	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency")
+	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency", "selector-domains")
 	e := &EnvoyRateLimit{RedisRole: policy.RoleCoordination, Algorithm: policy.RateFixedWindow, FailureMode: policy.FailClosed}
 	if s, ok := d.Str(envoyPath+".listen", m["listen"]); ok {
 		e.Listen = s
@@ -107,8 +110,24 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 		}
 		e.AttemptTimeout = v
 	}
+	if doms, ok := d.StrList(envoyPath+".selector-domains", m["selector-domains"]); ok {
+		for i, dom := range doms {
+			p := fmt.Sprintf("%s.selector-domains.%d", envoyPath, i)
+			switch {
+			case dom == "" || len(dom) > rlsconfig.MaxDomainBytes:
+				d.Problems.Add(p, RuleEnvoyRateLimit, "a domain is 1..%d bytes", rlsconfig.MaxDomainBytes)
+			case slices.Contains(e.SelectorDomains, dom):
+				d.Problems.Add(p, RuleEnvoyRateLimit, "duplicate domain")
+			default:
+				e.SelectorDomains = append(e.SelectorDomains, dom)
+			}
+		}
+	}
 	files, ok := d.StrList(envoyPath+".config-files", m["config-files"])
 	switch {
+	case !ok && m["config-files"] == nil && len(e.SelectorDomains) > 0:
+		// Every domain goes through the selector.
+		e.Descriptors, _ = rlsconfig.New()
 	case !ok && m["config-files"] == nil:
 		d.Problems.Add(envoyPath+".config-files", RuleEnvoyRateLimitFiles, "required: at least one envoyproxy/ratelimit descriptor file")
 	case ok && len(files) == 0:
@@ -150,6 +169,11 @@ func (d *decoder) envoyDescriptors(e *EnvoyRateLimit, files []string) {
 	c, err := rlsconfig.New(domains...)
 	if !d.envoyProblems(envoyPath+".config-files", err) {
 		return
+	}
+	for i, dom := range e.SelectorDomains {
+		if c.HasDomain(dom) {
+			d.Problems.Add(fmt.Sprintf("%s.selector-domains.%d", envoyPath, i), RuleEnvoyRateLimit, "domain is also in config-files")
+		}
 	}
 	po := rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode, PathPrefix: envoyPath + ".rules"}
 	if le := e.LocalEmergency; le != nil {

@@ -122,6 +122,30 @@ func TestEnvoyRateLimitLocalEmergency(t *testing.T) {
 	}
 }
 
+// TestEnvoyRateLimitSelectorDomains: selector-mapped domains need no
+// descriptor file; they are unique and never also in a file.
+func TestEnvoyRateLimitSelectorDomains(t *testing.T) {
+	cfg, err := loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, selector-domains: [edge, api]}\n", nil)
+	require.NoError(t, err)
+	e := cfg.Server.EnvoyRateLimit
+	assert.Equal(t, []string{"edge", "api"}, e.SelectorDomains)
+	require.NotNil(t, e.Descriptors)
+	assert.Empty(t, e.ConfigFiles)
+
+	upstream, err := os.ReadFile("../ratelimit/envoyrls/testdata/example2.yaml")
+	require.NoError(t, err)
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [m.yaml], selector-domains: [messaging, edge, edge, \"\"]}\n",
+		map[string]string{"m.yaml": string(upstream)})
+	all := problemText(t, err)
+	for _, want := range []string{
+		"server.envoy-rate-limit.selector-domains.0: domain is also in config-files",
+		"server.envoy-rate-limit.selector-domains.2: duplicate domain",
+		"server.envoy-rate-limit.selector-domains.3: a domain is 1..256 bytes",
+	} {
+		assert.Contains(t, all, want)
+	}
+}
+
 // TestEnvoyRateLimitProblems: everything the host cannot act on is a
 // problem at its path, all reported together, descriptor-file problems
 // with their file, path and line.
