@@ -435,8 +435,8 @@ func (p *Plugin) restart(cause RestartCause) bool {
 		}()
 		inst, err := p.start(ctx)
 		cancel()
-		p.cfg.Observer.Launched(p.cfg.Name, err)
 		if err != nil {
+			p.cfg.Observer.Launched(p.cfg.Name, err)
 			p.log.Error("transport plugin relaunch failed", slog.Any("error", err))
 			cause = CauseLaunchFailed
 			continue
@@ -449,6 +449,8 @@ func (p *Plugin) restart(cause RestartCause) bool {
 		}
 		p.cur = inst
 		p.mu.Unlock()
+		// Reported once calls can reach the new instance.
+		p.cfg.Observer.Launched(p.cfg.Name, nil)
 		p.log.Info("transport plugin restarted")
 		return true
 	}
