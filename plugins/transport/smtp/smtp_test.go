@@ -195,3 +195,17 @@ func TestSettingsRefused(t *testing.T) {
 		assert.Equal(t, key, se.Key)
 	}
 }
+
+// TestStartTLSRequiredByDefault: without tls=none a server that offers no
+// STARTTLS gets nothing, not even the envelope.
+func TestStartTLSRequiredByDefault(t *testing.T) {
+	s, port := startServer(t, nil)
+	tr, err := New(map[string]string{"host": "127.0.0.1", "port": port, "from": "caphost@example.com"})
+	require.NoError(t, err)
+	r := tr.Deliver(context.Background(), message(t))
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "starttls-unavailable"}, r)
+	assert.Zero(t, s.count())
+	s.mu.Lock()
+	assert.Empty(t, s.rcpts)
+	s.mu.Unlock()
+}
