@@ -436,6 +436,11 @@ func (p *Plugin) restart(cause RestartCause) bool {
 		inst, err := p.start(ctx)
 		cancel()
 		if err != nil {
+			select {
+			case <-p.done: // Close cut the launch short: not a failure to report
+				return false
+			default:
+			}
 			p.cfg.Observer.Launched(p.cfg.Name, err)
 			p.log.Error("transport plugin relaunch failed", slog.Any("error", err))
 			cause = CauseLaunchFailed
