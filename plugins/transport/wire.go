@@ -191,6 +191,10 @@ func ValidCode(s string) bool {
 	return true
 }
 
+// ValidProviderRef reports whether s can be a receipt's ProviderRef: at
+// most MaxProviderRefBytes bytes of printable ASCII.
+func ValidProviderRef(s string) bool { return len(s) <= MaxProviderRefBytes && printableASCII(s) }
+
 // ValidateReceipt checks r as the host checks a plugin's verdict: outcome in
 // the closed set, code charset and bound, provider ref bound (printable
 // ASCII), and a retry hint only on RejectedDefinite, within MaxRetryAfter.
@@ -204,7 +208,7 @@ func ValidateReceipt(r Receipt) error {
 	if !ValidCode(r.Code) {
 		return bad("code: 1..%d bytes of [a-z0-9.-]", MaxCodeBytes)
 	}
-	if len(r.ProviderRef) > MaxProviderRefBytes || !printableASCII(r.ProviderRef) {
+	if !ValidProviderRef(r.ProviderRef) {
 		return bad("provider_ref: at most %d bytes of printable ASCII", MaxProviderRefBytes)
 	}
 	if r.RetryAfter < 0 || r.RetryAfter > MaxRetryAfter {

@@ -217,7 +217,7 @@ func classify(resp *http.Response, now time.Time) transport.Receipt {
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
 		ref := resp.Header.Get("X-Request-Id")
-		if len(ref) > transport.MaxProviderRefBytes || !printable(ref) {
+		if !transport.ValidProviderRef(ref) {
 			ref = ""
 		}
 		return transport.Receipt{Outcome: transport.Accepted, Code: code, ProviderRef: ref}
@@ -242,15 +242,6 @@ func RetryAfter(v string, now time.Time) time.Duration {
 	}
 	d = max(0, min(d, transport.MaxRetryAfter))
 	return d.Truncate(time.Millisecond)
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 func isTimeout(err error) bool {
