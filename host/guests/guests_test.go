@@ -18,7 +18,7 @@ func TestInspect(t *testing.T) {
 	in, err := Inspect(ctx, testWasm["cache-region"], Options{CacheDir: testCache})
 	require.NoError(t, err)
 	assert.Len(t, in.SHA256, 64)
-	assert.Equal(t, "1.0", in.ABI)
+	assert.Equal(t, "1.1", in.ABI, "the SDK builds guests at the host's ABI")
 	assert.Equal(t, "cache-region", in.Module)
 	assert.Equal(t, []string{"cache-region"}, in.Kinds)
 	assert.Contains(t, in.Exports, "caphost_cache_canonicalize(i32,i32)->i64")
