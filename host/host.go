@@ -293,12 +293,14 @@ func (h *Host) newRuntime(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("caphost: metrics: %w", err)
 	}
-	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(h.log), runtime.WithObserver(m))
+	tap := &readinessTap{Observer: m}
+	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(h.log), runtime.WithObserver(tap))
 	if err != nil {
 		return err
 	}
 	h.rt = rt
 	h.checker = h.newChecker(rt)
+	tap.checker.Store(h.checker)
 	return nil
 }
 

@@ -3,12 +3,15 @@ package host
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/host/health"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
+	"github.com/caphost/caphost/runtime/certainty"
 )
 
 // readinessOptions are the startup-handshake options of New.
@@ -141,4 +144,33 @@ func (h *Host) StartupFailed() <-chan error {
 		return nil
 	}
 	return h.checker.Fatal()
+}
+
+// readinessTap passes the runtime's observations to the metrics and tells
+// the readiness checker what each call's certainty says about reaching its
+// deployment, so /readyz follows the data path (health.Checker.DataPath)
+// rather than only its own probes. The checker is set once it exists;
+// calls before that (the runtime's construction) only reach the metrics.
+type readinessTap struct {
+	runtime.Observer
+	checker atomic.Pointer[health.Checker]
+}
+
+// CommandDone implements runtime.Observer. Only outcomes that prove
+// something about reaching Redis count: an answer that applied, did not
+// apply or conflicted reached it; a call refused before the send for lack
+// of a connection, or one whose reply was lost, did not. A guard rejection
+// or an admission overload says nothing about Redis.
+func (t *readinessTap) CommandDone(dep string, l policy.Lane, command string, o certainty.Outcome, d time.Duration) {
+	t.Observer.CommandDone(dep, l, command, o, d)
+	c := t.checker.Load()
+	if c == nil {
+		return
+	}
+	switch o {
+	case certainty.Applied, certainty.NotApplied, certainty.Conflict:
+		c.DataPath(dep, true)
+	case certainty.UnavailableBeforeSend, certainty.Indeterminate:
+		c.DataPath(dep, false)
+	}
 }

@@ -36,6 +36,12 @@
 // replica is promoted, and a failed node entry outside the map cannot make
 // readiness flap afterwards.
 //
+// Readiness also listens to the data path (Checker.DataPath, fed by the
+// certainty of every call): the first call that cannot reach a deployment
+// drops the cached report, so no probe answers ready from the cache while
+// calls fail; the first call that reaches it again cuts the handshake's
+// backoff short, so readiness returns with the data path.
+//
 // What may change here: new cheap live facts and new report fields. What
 // must not: liveness stays free of Redis, a required role that is not
 // proven stays DOWN, and an unselected role gets no check.
@@ -50,6 +56,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caphost/caphost/policy"
@@ -277,6 +284,10 @@ type Checker struct {
 
 	onTransition func(Transition)
 
+	// stale is set by DataPath when the data path contradicts the cached
+	// report; the next Readiness computes a fresh one.
+	stale atomic.Bool
+
 	mu       sync.Mutex
 	last     Report
 	at       time.Time
@@ -291,6 +302,14 @@ type deployment struct {
 	required bool // serves at least one required role
 	wake     chan struct{}
 	first    chan struct{}
+
+	// failing is the data path's last verdict on the deployment (see
+	// Checker.DataPath): true from a call that could not reach it until
+	// one that did.
+	failing atomic.Bool
+	// lastWake is when DataPath last woke the handshake loop (UnixNano of
+	// the checker's clock).
+	lastWake atomic.Int64
 
 	mu         sync.Mutex
 	state      HandshakeState
@@ -465,8 +484,76 @@ func (c *Checker) run(ctx context.Context, d *deployment) {
 		}
 		wait := c.backoff(failures)
 		failures++
-		if c.clock.Sleep(ctx, wait) != nil {
+		woken, err := c.sleepOrWake(ctx, d, wait)
+		if err != nil {
 			return
+		}
+		if woken {
+			// The data path reaches the deployment: back off from the
+			// start again, so an attempt that still fails (a pool that
+			// repeats its last dial error for a moment) is retried soon
+			// rather than after a backoff grown during the outage.
+			failures = 0
+		}
+	}
+}
+
+// sleepOrWake waits out a backoff, or less when the data path reached the
+// deployment again (DataPath wakes the loop): the handshake then runs at
+// once instead of leaving the role not ready after decisions recovered.
+func (c *Checker) sleepOrWake(ctx context.Context, d *deployment, wait time.Duration) (woken bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	woke := make(chan struct{})
+	go func() {
+		select {
+		case <-d.wake:
+			close(woke)
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	err = c.clock.Sleep(sctx, wait)
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	select {
+	case <-woke:
+		return true, nil
+	default:
+	}
+	return false, err
+}
+
+// DataPath takes the verdict of one call a capability made on deployment
+// dep: reached is false for a call that could not reach Redis or whose
+// reply was lost (UNAVAILABLE_BEFORE_SEND, INDETERMINATE), true for one
+// Redis answered. Only a change of verdict acts: the first failure drops
+// the cached report, so the next probe checks the deployment live instead
+// of answering ready from the cache while calls fail; the first success
+// after failures drops it too and wakes a failed handshake's backoff, so
+// readiness follows the data path back without waiting for the next retry.
+// It is cheap and safe for concurrent use on every call.
+func (c *Checker) DataPath(dep string, reached bool) {
+	d := c.byID[dep]
+	if d == nil || !d.failing.CompareAndSwap(reached, !reached) {
+		return // not a selected deployment, or no change of verdict
+	}
+	c.stale.Store(true)
+	if !reached {
+		return
+	}
+	d.mu.Lock()
+	retrying := d.state == HandshakePending || d.state == HandshakeFailed
+	d.mu.Unlock()
+	// A role that half works (some Cluster slots lost) flips verdicts on
+	// every other call: at most one early handshake per RetryInitial.
+	now := c.clock.Now().UnixNano()
+	last := d.lastWake.Load()
+	if retrying && (last == 0 || time.Duration(now-last) >= c.startup.RetryInitial) && d.lastWake.CompareAndSwap(last, now) {
+		select {
+		case d.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -633,9 +720,10 @@ type liveResult struct {
 func (c *Checker) Readiness(ctx context.Context) Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.minPeriod > 0 && !c.at.IsZero() && c.clock.Now().Sub(c.at) < c.minPeriod {
+	if c.minPeriod > 0 && !c.at.IsZero() && c.clock.Now().Sub(c.at) < c.minPeriod && !c.stale.Swap(false) {
 		return c.last
 	}
+	c.stale.Store(false)
 	type depView struct {
 		state    HandshakeState
 		class    runtime.Class
