@@ -73,7 +73,8 @@ type NotifySubmitRequest struct {
 	IntentID string
 	// Plan is the encoded frozen plan, 1..MaxNotifyPlanBytes.
 	Plan []byte
-	// PlanDigest is 64 lower-hex characters (SHA-256 of Plan).
+	// PlanDigest is 64 lower-hex characters the duplicate check compares:
+	// the SHA-256 of Plan, or of the request the caller froze it from.
 	PlanDigest string
 	// Retention is the record's TTL (dedup window and state retention).
 	Retention time.Duration

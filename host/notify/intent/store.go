@@ -199,6 +199,20 @@ type Submission struct {
 // Submit stores plan durably under idempotencyKey (1..256 bytes; HMAC'd,
 // never stored raw). A repeat with the same key returns the first intent.
 func (s *Store) Submit(ctx context.Context, idempotencyKey []byte, plan Plan) (Submission, error) {
+	return s.submit(ctx, idempotencyKey, plan, nil)
+}
+
+// SubmitRequest is Submit with the duplicate check on fingerprint, the
+// SHA-256 of the caller's request, instead of on the plan's bytes. A
+// caller that renders on every submit needs it: a render records its time
+// and the renderer module's digest, so repeating the same request freezes
+// a different plan, which Submit would report as OtherPlan. The first
+// plan stands either way.
+func (s *Store) SubmitRequest(ctx context.Context, idempotencyKey []byte, plan Plan, fingerprint [sha256.Size]byte) (Submission, error) {
+	return s.submit(ctx, idempotencyKey, plan, fingerprint[:])
+}
+
+func (s *Store) submit(ctx context.Context, idempotencyKey []byte, plan Plan, fingerprint []byte) (Submission, error) {
 	if len(idempotencyKey) == 0 || len(idempotencyKey) > MaxIdempotencyKeyBytes {
 		return Submission{Certainty: certainty.Rejected}, fmt.Errorf("%w: idempotency key must be 1..%d bytes", ErrInvalidRequest, MaxIdempotencyKeyBytes)
 	}
@@ -216,8 +230,12 @@ func (s *Store) Submit(ctx context.Context, idempotencyKey []byte, plan Plan) (S
 	if err != nil {
 		return Submission{ID: id, Certainty: certainty.Rejected}, err
 	}
+	dig := digest(enc)
+	if fingerprint != nil {
+		dig = hex.EncodeToString(fingerprint)
+	}
 	r, err := s.exec.NotifySubmit(ctx, stream, record, programs.NotifySubmitRequest{IntentID: string(id), Plan: enc,
-		PlanDigest: digest(enc), Retention: s.cfg.Retention, MaxLen: s.cfg.MaxLen})
+		PlanDigest: dig, Retention: s.cfg.Retention, MaxLen: s.cfg.MaxLen})
 	if err != nil {
 		return Submission{ID: id, Certainty: outcomeOf(err)}, err
 	}

@@ -3,6 +3,7 @@ package intent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strings"
 	"sync"
@@ -109,6 +110,30 @@ func TestSubmitDedupCluster(t *testing.T) {
 		slots[s.intents.Anchor(i).Slot()] = true
 	}
 	assert.Len(t, slots, 8)
+}
+
+// TestSubmitRequestDedupsOnTheFingerprint: two plans frozen from one
+// request (rendered at different times) are a duplicate under
+// SubmitRequest, and another request under the same key is a conflict;
+// the first plan stands and one entry exists.
+func TestSubmitRequestDedupsOnTheFingerprint(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := standaloneStore(t, srv.Addr(), Config{Shards: 1})
+	ctx := ctxT(t)
+	fp := sha256.Sum256([]byte("request-1"))
+	first, err := s.SubmitRequest(ctx, []byte("k"), testPlan(t, "a"), fp)
+	require.NoError(t, err)
+	again, err := s.SubmitRequest(ctx, []byte("k"), testPlan(t, "b"), fp)
+	require.NoError(t, err)
+	assert.True(t, again.Duplicate)
+	assert.False(t, again.OtherPlan, "same request, another frozen plan: a duplicate")
+	assert.Equal(t, certainty.Applied, again.Certainty)
+	assert.Equal(t, first.ID, again.ID)
+	other, err := s.SubmitRequest(ctx, []byte("k"), testPlan(t, "a"), sha256.Sum256([]byte("request-2")))
+	require.NoError(t, err)
+	assert.True(t, other.OtherPlan)
+	assert.Equal(t, certainty.Conflict, other.Certainty)
+	assert.Equal(t, int64(1), streamEntries(ctx, t, srv.Admin(), s))
 }
 
 // TestSubmitConcurrentDedup: 16 submitters of one key released together
