@@ -33,7 +33,7 @@ func CheckTemplates(d *abi.Description, lim Limits) error {
 			}
 		}
 		for _, loc := range t.Locales {
-			if !validLocale(loc) {
+			if !ValidLocale(loc) {
 				bad(t, "locale %q is not a language tag", shownToken(loc))
 			}
 		}

@@ -161,10 +161,10 @@ func FuzzRequest(f *testing.F) {
 				{Name: "account", Type: abi.ParamInteger}}}
 		lim := Limits{ParamBytes: 64, ParamsBytes: 96}.withDefaults()
 		if err := checkRequest(&Request{Template: "t", Version: 1, Locale: locale, Channel: Text}); err == nil {
-			if !validLocale(locale) || len(locale) > maxLocaleBytes {
+			if !ValidLocale(locale) || len(locale) > maxLocaleBytes {
 				t.Fatalf("locale %q accepted", locale)
 			}
-			if !validLocale(def) {
+			if !ValidLocale(def) {
 				def = ""
 			}
 			if got, ok := resolveLocale(decl.Locales, locale, def); ok {

@@ -71,7 +71,7 @@ func New(o Options) (*Renderer, error) {
 	if len(o.Modules) == 0 {
 		errs = append(errs, fmt.Errorf("%w: no renderer modules", ErrInvalidConfig))
 	}
-	if o.DefaultLocale != "" && !validLocale(o.DefaultLocale) {
+	if o.DefaultLocale != "" && !ValidLocale(o.DefaultLocale) {
 		errs = append(errs, fmt.Errorf("%w: default locale is not a language tag", ErrInvalidConfig))
 	}
 	if err := o.Limits.Validate(); err != nil {

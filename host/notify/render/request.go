@@ -93,9 +93,9 @@ type Request struct {
 // maxLocaleBytes bounds a locale tag (BCP 47's longest common form is 35).
 const maxLocaleBytes = 35
 
-// validLocale reports whether s is a language tag of the plain form
+// ValidLocale reports whether s is a language tag of the plain form
 // lang(-subtag)*: 2–8 letters, then 1–8 letters or digits per subtag.
-func validLocale(s string) bool {
+func ValidLocale(s string) bool {
 	if len(s) == 0 || len(s) > maxLocaleBytes {
 		return false
 	}
@@ -121,7 +121,7 @@ func checkRequest(r *Request) error {
 		return fmt.Errorf("%w: template is not an id", ErrInvalidRequest)
 	case r.Version == 0:
 		return fmt.Errorf("%w: template %s: version 0", ErrInvalidRequest, r.Template)
-	case !validLocale(r.Locale):
+	case !ValidLocale(r.Locale):
 		return fmt.Errorf("%w: template %s: locale is not a language tag", ErrInvalidRequest, r.Template)
 	case !r.Channel.Valid():
 		return fmt.Errorf("%w: template %s: channel is not one the host verifies", ErrInvalidRequest, r.Template)

@@ -189,7 +189,7 @@ func (r *Result) check() error {
 		return bad("template is not an id")
 	case r.Version == 0:
 		return bad("version 0")
-	case !validLocale(r.RequestedLocale) || !validLocale(r.Locale):
+	case !ValidLocale(r.RequestedLocale) || !ValidLocale(r.Locale):
 		return bad("locale is not a language tag")
 	case !r.Channel.Valid():
 		return bad("channel is not one the host verifies")
