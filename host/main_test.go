@@ -21,6 +21,8 @@ var testGuests = []guesttest.Guest{
 	// The cache's reference guests.
 	{Name: "codec", Pkg: "guests/codec"},
 	{Name: "cache-region", Pkg: "guests/cache-region"},
+	// The notify capability's reference renderer.
+	{Name: "renderer", Pkg: "guests/renderer"},
 }
 
 // harness is the built guests: wasm by name and the warmed cache.

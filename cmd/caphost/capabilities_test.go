@@ -75,7 +75,7 @@ func TestCheckRejectsUnimplementedCapability(t *testing.T) {
 	path := capFile(t, "127.0.0.1:1", "  session: {provider: redis, redis-role: coordination, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n")
 	code, out, _ := cli(t, "check", "--config", path)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache, lease, idempotency, fenced-lease) [capability.unimplemented]")
+	assert.Contains(t, out, "capabilities.session: capability session is not implemented by this host yet (implemented: rate-limit, cache, lease, idempotency, fenced-lease, notify) [capability.unimplemented]")
 	assert.Contains(t, out, "1 problem(s)")
 }
 
@@ -113,7 +113,7 @@ func TestCapabilitiesCommand(t *testing.T) {
 		GuestKinds []struct{ Kind, Readiness string } `json:"guest-kinds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Capabilities, 5, "every capability this host implements, in registration order")
+	require.Len(t, doc.Capabilities, 6, "every capability this host implements, in registration order")
 	assert.Equal(t, "cache", doc.Capabilities[1].Capability)
 	assert.Equal(t, "disabled", doc.Capabilities[1].State, "no cache block: nothing built")
 	c := doc.Capabilities[0]

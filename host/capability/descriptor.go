@@ -76,6 +76,22 @@ const (
 	// configuration; one over the bound is never stored truncated or
 	// dropped silently (the record fails closed).
 	GuaranteeBoundedResponse Guarantee = "bounded-stored-response"
+	// GuaranteeAtLeastOnceDelivery: a durable intent whose submit was
+	// APPLIED is handed to a transport until one accepts it, unless it
+	// ends FAILED (definite rejections only), QUARANTINED or INDETERMINATE;
+	// a repeated delivery carries the same intent id for the receiver to
+	// deduplicate on.
+	GuaranteeAtLeastOnceDelivery Guarantee = "at-least-once-delivery"
+	// GuaranteeFrozenContent: a notification is rendered once, when its
+	// intent is frozen; every attempt, also after a renderer hot swap,
+	// sends the same bytes.
+	GuaranteeFrozenContent Guarantee = "frozen-content"
+	// GuaranteeSubmitDedup: while its record lives, a repeated idempotency
+	// key returns the first intent and appends nothing.
+	GuaranteeSubmitDedup Guarantee = "submit-dedup"
+	// GuaranteeNoBlindRetry: a transport call whose send may have happened
+	// (INDETERMINATE) is never retried and never sent to a fallback.
+	GuaranteeNoBlindRetry Guarantee = "no-blind-retry"
 )
 
 // NonGuarantee is something a capability explicitly does not promise, so
@@ -116,6 +132,13 @@ const (
 	// the effect and the completion leaves the record ABANDONED for
 	// reconciliation).
 	NonGuaranteeExactlyOnceEffects NonGuarantee = "exactly-once-side-effects"
+	// NonGuaranteeExactlyOnceDelivery: a consumer that dies after a
+	// transport accepted and before the finalize leaves the entry to be
+	// delivered again; receivers deduplicate on the intent id.
+	NonGuaranteeExactlyOnceDelivery NonGuarantee = "exactly-once-delivery"
+	// NonGuaranteeOrdering: intents are delivered in no particular order
+	// (shards, concurrency, retries and reclaims reorder them).
+	NonGuaranteeOrdering NonGuarantee = "ordering"
 )
 
 // FailureMode is what a capability does when its backing service cannot

@@ -45,6 +45,9 @@ type Config struct {
 	TrustedKeys trust.TrustedKeys
 	// Source names where the configuration came from (the file path).
 	Source string
+	// Dir is the directory relative paths in the file resolve against
+	// (the file's own).
+	Dir string
 }
 
 // Capability is one active capability block. Only provider and redis-role

@@ -20,7 +20,7 @@ const ProviderDisabled = "disabled"
 
 // planned names capabilities the design describes that this host does not
 // implement yet; naming one gets a clearer problem than a typo does.
-var planned = [...]string{"notify", "session"}
+var planned = [...]string{"session"}
 
 // capabilities reads the envelope every block shares (provider, redis-role)
 // and selects the roles active capabilities name. The capability's own keys
@@ -119,7 +119,7 @@ func (c Capability) ModuleBlock(cfg *Config) module.Block {
 	sort.Strings(mods)
 	return module.Block{
 		Path: "capabilities." + c.Name, Provider: c.Provider, Role: c.RedisRole,
-		RoleRequired: cfg.Redis.Roles[c.RedisRole].Required, Raw: c.Raw, GuestModules: mods,
+		RoleRequired: cfg.Redis.Roles[c.RedisRole].Required, Raw: c.Raw, GuestModules: mods, Dir: cfg.Dir,
 	}
 }
 

@@ -31,7 +31,7 @@ func DefaultLanes() map[policy.Lane]policy.LaneConfig {
 }
 
 func (d *decoder) decode(root map[string]any, extra []policy.Role) *Config {
-	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}}
+	cfg := &Config{Capabilities: map[string]Capability{}, Server: Server{Listen: DefaultListen}, Dir: d.base}
 	d.Known("", root, "capabilities", "guests", "redis", "security", "server")
 
 	selected := map[policy.Role]string{} // role → why it is selected

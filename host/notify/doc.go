@@ -1,21 +1,24 @@
-// Package notify is the root of the notification capability: it owns
-// turning a service's notification intent into messages sent exactly as
-// they were frozen, with the guarantees stated as "at-least-once delivery
-// plus an idempotent consumer", never "exactly once".
+// Package notify is the notification capability: it owns turning a
+// service's notification request into messages sent exactly as they were
+// frozen, with the guarantee stated as "at-least-once delivery plus an
+// idempotent consumer", never "exactly once".
 //
-// The capability is built in stages, each its own package:
+// A Request names a channel, a route, a template id and version, a locale,
+// typed parameters and a recipient. The Notifier renders it once with the
+// renderer guests (host/notify/render), then either stores it as a
+// durable intent on a Redis Stream of the coordination role
+// (host/notify/intent), which the dispatcher (host/notify/dispatch)
+// delivers through out-of-process transports (plugins/transport) — or,
+// on routes that allow it, sends it best-effort: once, now, fail-open,
+// nothing stored. The capability module in this package decodes the
+// capabilities.notify block, launches the transport plugins, starts the
+// dispatcher and serves POST /v1/notify and GET /v1/notify/{id}.
 //
-//   - host/notify/render (present): renders a template with a renderer
-//     guest, validates parameters against the guest's declaration,
-//     verifies the output for its channel, and freezes the result with
-//     the digest of the module that rendered it.
-//   - durable intent on a Redis Stream of the coordination role, dispatch
-//     through a consumer group, and transports run as go-plugin processes
-//     (later stages, issue 13): they store and send render.Result values
-//     and never render again, so a retry after a guest hot swap sends the
-//     same bytes.
+// Recipients, parameters and rendered content never reach a log line, a
+// metric label, an error or a key.
 //
-// Until the capability module exists there is nothing to configure and
-// no descriptor: the render stage is a library the later stages and
-// embedding services call.
+// What may change here: new request fields (as optional members), new
+// routes options, new metrics. What must not: the HTTP answers' codes and
+// fields (clients switch on them), and that a durable submit is never
+// reported APPLIED before the intent is in its stream.
 package notify

@@ -15,6 +15,7 @@ import (
 	"github.com/caphost/caphost/host/internal/module"
 	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/host/lease/fenced"
+	"github.com/caphost/caphost/host/notify"
 	"github.com/caphost/caphost/host/ratelimit"
 )
 
@@ -26,6 +27,7 @@ func Capabilities() []module.Info {
 		lease.CapabilityInfo(),
 		idempotency.CapabilityInfo(),
 		fenced.CapabilityInfo(),
+		notify.CapabilityInfo(),
 	}
 }
 

@@ -72,6 +72,10 @@ type Block struct {
 	// GuestModules names the configured guest modules, sorted (their kinds
 	// are known only once they are loaded, in Provision).
 	GuestModules []string
+	// Dir is the directory a relative file path in the block resolves
+	// against: the configuration file's ("" when there is none, and then
+	// the working directory).
+	Dir string
 }
 
 // Module is one capability instance. The host calls, in order and at most

@@ -1,0 +1,135 @@
+package notify
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caphost/caphost/host/notify/intent"
+	"github.com/caphost/caphost/plugins/transport"
+)
+
+// Submit outcomes, the label of caphost_notify_intents_total (a closed
+// set).
+const (
+	SubmitNew           = "submitted"
+	SubmitDuplicate     = "duplicate"
+	SubmitConflict      = "conflict"
+	SubmitInvalid       = "invalid"
+	SubmitRenderFailed  = "render-failed"
+	SubmitUnavailable   = "unavailable"
+	SubmitIndeterminate = "indeterminate"
+)
+
+func submitOutcomes() []string {
+	return []string{SubmitNew, SubmitDuplicate, SubmitConflict, SubmitInvalid, SubmitRenderFailed,
+		SubmitUnavailable, SubmitIndeterminate}
+}
+
+// metrics are the capability's instruments (the render stage registers
+// its own, caphost_notify_render*). Every label is a closed set or a
+// configured name: outcome and state names, transport names from the
+// configuration, shard indexes, quarantine reasons. A recipient, a
+// parameter or rendered content is never a label.
+type metrics struct {
+	intents     *prometheus.CounterVec   // outcome
+	bestEffort  *prometheus.CounterVec   // outcome
+	dispatched  *prometheus.CounterVec   // transport, outcome
+	retries     *prometheus.CounterVec   // transport
+	quarantined *prometheus.CounterVec   // reason
+	final       *prometheus.CounterVec   // state
+	backlog     *prometheus.GaugeVec     // shard, kind
+	restarts    *prometheus.CounterVec   // transport, cause
+	launches    *prometheus.CounterVec   // transport, result
+	callSeconds *prometheus.HistogramVec // transport, outcome
+}
+
+func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*metrics, error) {
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "caphost", Subsystem: "notify", Name: name, Help: help}
+	}
+	m := &metrics{
+		intents:     prometheus.NewCounterVec(opts("intents_total", "Durable submits by outcome."), []string{"outcome"}),
+		bestEffort:  prometheus.NewCounterVec(opts("best_effort_total", "Best-effort sends by the outcome of the last transport tried (fail-open: none of them failed the caller)."), []string{"outcome"}),
+		dispatched:  prometheus.NewCounterVec(opts("dispatch_total", "Dispatcher transport calls by transport and submission certainty."), []string{"transport", "outcome"}),
+		retries:     prometheus.NewCounterVec(opts("retries_total", "Further attempts after a definite rejection (retry or fallback), by the transport of the next attempt."), []string{"transport"}),
+		quarantined: prometheus.NewCounterVec(opts("quarantined_total", "Stream entries moved to quarantine, by reason."), []string{"reason"}),
+		final:       prometheus.NewCounterVec(opts("final_total", "Intents this process brought to a final state, by state."), []string{"state"}),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "caphost", Subsystem: "notify", Name: "backlog",
+			Help: "Per shard: entries delivered to the group and not acknowledged (pending), and entries not yet delivered (lag; -1 unknown)."},
+			[]string{"shard", "kind"}),
+		restarts: prometheus.NewCounterVec(opts("transport_restarts_total", "Transport plugin restarts by cause."), []string{"transport", "cause"}),
+		launches: prometheus.NewCounterVec(opts("transport_launches_total", "Transport plugin launches (first and restarts) by result."), []string{"transport", "result"}),
+		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "notify",
+			Name: "transport_call_seconds", Help: "Transport plugin call latency by transport and submission certainty.",
+			Buckets: prometheus.ExponentialBuckets(250e-6, 4, 10)}, []string{"transport", "outcome"}),
+	}
+	// Pre-create the closed label sets so dashboards and alerts see zeros.
+	for _, o := range submitOutcomes() {
+		m.intents.WithLabelValues(o)
+	}
+	outcomes := []transport.Outcome{transport.Accepted, transport.RejectedDefinite, transport.Indeterminate}
+	for _, o := range outcomes {
+		m.bestEffort.WithLabelValues(o.String())
+	}
+	for _, t := range transports {
+		for _, o := range outcomes {
+			m.dispatched.WithLabelValues(t, o.String())
+		}
+		m.retries.WithLabelValues(t)
+	}
+	for _, r := range []string{intent.ReasonDeliveries, intent.ReasonUndecodable} {
+		m.quarantined.WithLabelValues(r)
+	}
+	for _, s := range []intent.State{intent.Delivered, intent.Failed, intent.Quarantined, intent.Indeterminate} {
+		m.final.WithLabelValues(s.String())
+	}
+	for i := range shards {
+		m.backlog.WithLabelValues(strconv.Itoa(i), "pending")
+		m.backlog.WithLabelValues(strconv.Itoa(i), "lag")
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.intents, m.bestEffort, m.dispatched, m.retries, m.quarantined,
+			m.final, m.backlog, m.restarts, m.launches, m.callSeconds} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// dispatchObserver turns the dispatcher's events into metrics.
+type dispatchObserver struct{ m *metrics }
+
+func (o dispatchObserver) Final(s intent.State) { o.m.final.WithLabelValues(s.String()).Inc() }
+func (o dispatchObserver) Dispatched(t string, out transport.Outcome) {
+	o.m.dispatched.WithLabelValues(t, out.String()).Inc()
+}
+func (o dispatchObserver) Retried(t string)          { o.m.retries.WithLabelValues(t).Inc() }
+func (o dispatchObserver) Quarantined(reason string) { o.m.quarantined.WithLabelValues(reason).Inc() }
+func (o dispatchObserver) Backlog(shard int, pending, lag int64) {
+	s := strconv.Itoa(shard)
+	o.m.backlog.WithLabelValues(s, "pending").Set(float64(pending))
+	o.m.backlog.WithLabelValues(s, "lag").Set(float64(lag))
+}
+
+// transportObserver turns a plugin's lifecycle and calls into metrics.
+type transportObserver struct{ m *metrics }
+
+func (o transportObserver) Restarting(name string, cause transport.RestartCause, _ time.Duration) {
+	o.m.restarts.WithLabelValues(name, string(cause)).Inc()
+}
+
+func (o transportObserver) Launched(name string, err error) {
+	res := "ok"
+	if err != nil {
+		res = "error"
+	}
+	o.m.launches.WithLabelValues(name, res).Inc()
+}
+
+func (o transportObserver) Delivered(name string, out transport.Outcome, took time.Duration) {
+	o.m.callSeconds.WithLabelValues(name, out.String()).Observe(took.Seconds())
+}
