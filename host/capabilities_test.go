@@ -127,7 +127,7 @@ func problemsOf(t *testing.T, err error) []policy.Problem {
 // (before the cache was implemented) with an unknown key and a bad duration
 // printed "ok".
 func TestUnimplementedCapabilityRefused(t *testing.T) {
-	for _, name := range []string{"session", "notify"} {
+	for _, name := range []string{"session"} {
 		_, err := capConfig(t, "127.0.0.1:1", true, fmt.Sprintf("  %s: {provider: redis, redis-role: coordination, no-such-key: 1, idle-ttl: \"not-a-duration\"}\n", name))
 		ps := problemsOf(t, err)
 		require.Len(t, ps, 1, "%v", ps)
