@@ -312,6 +312,20 @@ func (s *Store) keysOf(loc keys.Location) (stream, record keys.Key, err error) {
 	return s.intents.AnchorOf(loc), ks[0], nil
 }
 
+// StreamKeys returns the Redis key names of shard's stream and of its
+// quarantine stream, for operators' tools: the runbook reads a quarantine
+// stream by name (XRANGE), and nothing else should touch either key.
+func (s *Store) StreamKeys(shard int) (stream, quarantine string, err error) {
+	if shard < 0 || shard >= s.Shards() {
+		return "", "", fmt.Errorf("%w: shard %d of %d", ErrInvalidRequest, shard, s.Shards())
+	}
+	q, err := s.quarantineKey(shard)
+	if err != nil {
+		return "", "", err
+	}
+	return s.intents.Anchor(shard).Redis(), q.Redis(), nil
+}
+
 // quarantineKey returns shard's quarantine stream: a member of the
 // quarantine layout located at a digest whose first 8 bytes select the
 // shard, so it shares the shard stream's slot.

@@ -295,3 +295,25 @@ func TestConfigAndRequestBounds(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidRequest)
 	assert.Zero(t, srv.Admin().DBSize(ctx).Val(), "nothing was sent")
 }
+
+// TestStreamKeysNameTheShardStreams: StreamKeys names the stream a submit
+// appends to and the quarantine stream of the same slot; a shard out of
+// range is refused.
+func TestStreamKeysNameTheShardStreams(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := standaloneStore(t, srv.Addr(), Config{Shards: 1})
+	ctx := ctxT(t)
+	_, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
+	require.NoError(t, err)
+	stream, quarantine, err := s.StreamKeys(0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), srv.Admin().XLen(ctx, stream).Val())
+	assert.NotEqual(t, stream, quarantine)
+	q, err := s.quarantineKey(0)
+	require.NoError(t, err)
+	assert.Equal(t, s.intents.Anchor(0).Slot(), q.Slot(), "one slot per shard")
+	_, _, err = s.StreamKeys(1)
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	_, _, err = s.StreamKeys(-1)
+	require.ErrorIs(t, err, ErrInvalidRequest)
+}
