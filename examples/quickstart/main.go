@@ -33,7 +33,13 @@
 // fence.ErrStaleToken while the newer holder's write stays, and a
 // "create payment" handler behind the Idempotency-Key middleware whose
 // retry after a dropped connection is replayed without charging again
-// (and whose key, reused for another body, is refused 422). Finally it
+// (and whose key, reused for another body, is refused 422). Then the
+// notification scene (notify.go): the renderer guest renders in two
+// locales, the webhook transport plugin delivers each intent once to a
+// receiver that checks the signature, a repeat is a duplicate, the
+// plugins are killed mid-call (that intent ends INDETERMINATE, never
+// resent; the relaunched plugins deliver the next) and a malformed stream
+// entry is quarantined. Finally it
 // stops both replicas (SIGTERM, graceful, exit status 0 required) and
 // Redis. Nothing it started is left running, whatever happens.
 //
@@ -113,6 +119,9 @@ const (
 		" +time +type +exists +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
 		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
 		" +xadd +xack +xpending +xrange" +
+		// the notify dispatcher's consumer group: create it, read new
+		// entries (blocking lane), reclaim a dead consumer's, read its lag
+		" +xgroup|create +xreadgroup +xautoclaim +xinfo|groups" +
 		// pubsub lane: the runtime's Pub/Sub facade (the cache's L1
 		// invalidation hints) uses sharded Pub/Sub on channels under the
 		// namespace (&...)
@@ -259,9 +268,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err := buildASGuest(ctx, root, v2, 2); err != nil {
 		return err
 	}
-	// The cache's reference guests, Go (native), as shipped.
+	// The cache's reference guests and the notify capability's renderer,
+	// Go (native), as shipped.
 	codec, regions := filepath.Join(d.work, "codec.wasm"), filepath.Join(d.work, "cache-region.wasm")
-	for _, g := range []struct{ name, out string }{{"codec", codec}, {"cache-region", regions}} {
+	renderer := filepath.Join(d.work, "renderer.wasm")
+	for _, g := range []struct{ name, out string }{{"codec", codec}, {"cache-region", regions}, {"renderer", renderer}} {
 		if err := buildGoGuest(ctx, root, g.name, g.out); err != nil {
 			return err
 		}
@@ -269,7 +280,7 @@ func (d *demo) run(ctx context.Context) error {
 	if _, err := d.caphost(ctx, "guest", "keygen", "--out", d.work, "--name", "demo"); err != nil {
 		return err
 	}
-	for _, m := range []string{v1, v2, codec, regions} {
+	for _, m := range []string{v1, v2, codec, regions, renderer} {
 		if _, err := d.caphost(ctx, "guest", "sign", "--key", filepath.Join(d.work, "demo.key"), m); err != nil {
 			return err
 		}
@@ -277,6 +288,22 @@ func (d *demo) run(ctx context.Context) error {
 	d.line("v1 sha256 %s, v2 sha256 %s; both signed with a fresh demo key", short(fileDigest(v1)), short(fileDigest(v2)))
 	d.line("and the cache's guests (Go, native): codec sha256 %s, cache-region sha256 %s; signed alike",
 		short(fileDigest(codec)), short(fileDigest(regions)))
+	// The notify capability's webhook transport, a go-plugin binary that
+	// `make demo` builds (make transports): copied next to the
+	// configuration, pinned by its sha256, posting to the demo's receiver.
+	plugin := filepath.Join(d.work, "webhook")
+	if err := copyFile(filepath.Join(root, "build", "transports", "webhook"), plugin); err != nil {
+		return fmt.Errorf("the webhook transport plugin: %w (run `make transports`)", err)
+	}
+	secret := randomHex(32)
+	d.env = append(d.env, envWebhookSecret+"="+secret)
+	rcv, err := startReceiver(secret)
+	if err != nil {
+		return err
+	}
+	defer rcv.close()
+	d.line("and the renderer guest (sha256 %s, signed); the webhook transport plugin (sha256 %s) posts to %s",
+		short(fileDigest(renderer)), short(fileDigest(plugin)), strings.TrimPrefix(rcv.url(), "http://"))
 
 	addr, err := d.startRedis(ctx)
 	if err != nil {
@@ -304,7 +331,8 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		s := strings.NewReplacer("@ADDR@", addr, "@MODE@", f.mode, "@LISTEN@", strings.TrimPrefix(f.r.base, "http://"),
 			"@SHA256@", fileDigest(v1), "@CODEC_SHA256@", fileDigest(codec), "@REGION_SHA256@", fileDigest(regions),
-			"@CACHE_DIR@", filepath.Join(root, "build", "wazero-cache")).Replace(string(tmpl))
+			"@CACHE_DIR@", filepath.Join(root, "build", "wazero-cache"), "@RENDERER_SHA256@", fileDigest(renderer),
+			"@WEBHOOK_SHA256@", fileDigest(plugin), "@WEBHOOK_URL@", rcv.url()).Replace(string(tmpl))
 		if err := os.WriteFile(f.path, []byte(s), 0o600); err != nil {
 			return err
 		}
@@ -366,6 +394,9 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.coordinationScene(ctx, a.cfg); err != nil {
+		return err
+	}
+	if err := d.notifyScene(ctx, a.cfg, addr, rcv, plugin); err != nil {
 		return err
 	}
 
