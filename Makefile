@@ -113,11 +113,12 @@ test-short:
 	echo "$(GO) test -count=1" $$pkgs; $(GO) test -count=1 $$pkgs
 
 ## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
-# The cache rows load build/guests/codec.wasm, hence guests.
+# The cache rows load build/guests/codec.wasm, hence guests; the notify rows launch
+# build/transports/webhook, hence transports.
 # BENCH_FLAGS: cmd/compare flags; the default adds the A/A control rows
 # (each peer against an identical second client), the ratios' noise floor.
 BENCH_FLAGS ?= -control
-bench: ensure-redis guests
+bench: ensure-redis guests transports
 	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
 
 ## bench-sidecar: caphost serve vs envoyproxy/ratelimit (built here from the bench module) on one
