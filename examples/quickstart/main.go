@@ -4,15 +4,16 @@
 // (guests/rate-policy, native flavour) and v2, in which every limit is
 // doubled, in AssemblyScript (guests/rate-policy-as, Extism flavour, with
 // the asc its lockfile pins: `make demo` runs `make guests`, which installs
-// it), and the cache's reference guests (guests/codec and
-// guests/cache-region, Go), bundles the self-test vectors into each,
-// starts a private redis-server with ACL users (unless CAPHOST_REDIS_ADDR
-// names one you run, configured with the same users: README "The demo
-// against your own Redis"), creates a demo signing key and signs the four
-// modules, runs the operator checks briefly, starts `caphost serve`
-// (replica A), drives traffic from six simulated clients (two per plan)
-// through POST /v1/ratelimit/evaluate, hot-swaps the guest to v2 mid-run
-// through PUT /admin/guests/rate-tiers while traffic continues, prints both
+// it), the cache's reference guests (guests/codec and guests/cache-region,
+// Go) and the notify capability's renderer (guests/renderer, Go), bundles
+// the self-test vectors into each, starts a private redis-server with ACL
+// users (unless CAPHOST_REDIS_ADDR names one you run, configured with the
+// same users: README "The demo against your own Redis"), creates a demo
+// signing key and signs the five modules, runs the operator checks
+// briefly, starts `caphost serve` (replica A), drives traffic from six
+// simulated clients (two per plan) through POST /v1/ratelimit/evaluate,
+// hot-swaps the guest to v2 mid-run through PUT /admin/guests/rate-tiers
+// while traffic continues, prints both
 // generations as GET /admin/guests reports them (flavour included), a
 // per-plan allow/deny table per policy revision and the number of failed
 // requests.
@@ -228,6 +229,7 @@ type demo struct {
 	replicas []*replica // every caphost serve started, A first
 	base     string     // replica A's http://127.0.0.1:port
 	token    string
+	plugin   string // the webhook transport plugin the replicas launch
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -292,6 +294,7 @@ func (d *demo) run(ctx context.Context) error {
 	// `make demo` builds (make transports): copied next to the
 	// configuration, pinned by its sha256, posting to the demo's receiver.
 	plugin := filepath.Join(d.work, "webhook")
+	d.plugin = plugin
 	if err := copyFile(filepath.Join(root, "build", "transports", "webhook"), plugin); err != nil {
 		return fmt.Errorf("the webhook transport plugin: %w (run `make transports`)", err)
 	}
@@ -685,6 +688,9 @@ func (d *demo) stopReplicas() error {
 func (d *demo) cleanup() {
 	for _, r := range d.replicas {
 		r.kill()
+	}
+	if d.plugin != "" {
+		reapPlugins(d.plugin)
 	}
 	d.stopRedis()
 	if d.work != "" {

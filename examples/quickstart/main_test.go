@@ -241,6 +241,12 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	assert.Regexp(t, `(?m)^\s+worker A\s+wakes, writes balance 40 with token \d+\.1: REJECTED$`, text)
 	assert.Regexp(t, `(?m)^\s+bank\.db\s+acct-7 balance 70: B's write kept`, text)
 	assert.Regexp(t, `(?m)^\s+retry\s+same key, same body -> 201 .*Caphost-Idempotent-Replayed: true; charges still 1$`, text)
+	// The notification scene, through replica A's sidecar API.
+	assert.Regexp(t, `(?m)^\s+locales\s+en-GB -> 202 id \S+, rendered en: DELIVERED, the receiver got "\*Hello Ada,\*"$`, text)
+	assert.Regexp(t, `(?m)^\s+de-AT -> 202 id \S+, rendered de: DELIVERED, the receiver got "\*Hallo Bea,\*"$`, text)
+	assert.Regexp(t, `(?m)^\s+-> INDETERMINATE \(plugin-lost-after-send\) after 1 attempt, no fallback$`, text)
+	assert.Regexp(t, `(?m)^\s+quarantine stream \d+ -> \d+ entries; caphost_notify_quarantined_total\{reason="undecodable"\} \+1$`, text)
+	assert.Regexp(t, `(?m)^\s+receiver\s+4 intents, 4 requests: deliveries per id all 1, forged signatures 0 `, text)
 	assert.Contains(t, text, "caphost serve A exited 0")
 	assert.Contains(t, text, "caphost serve B exited 0")
 
@@ -250,6 +256,7 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	assert.Positive(t, s.CommandCalls(t, "getrange"), "the cache lookup's bounded read")
 	assert.Positive(t, s.CommandCalls(t, "ssubscribe"), "the invalidation-hint subscription")
 	assert.Positive(t, s.CommandCalls(t, "spublish"), "invalidation hints")
+	assert.Positive(t, s.CommandCalls(t, "xreadgroup"), "the notify dispatchers' consumer group")
 	assertLeftClean(ctx, t, s, "the demo")
 }
 

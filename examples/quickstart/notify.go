@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,24 +30,39 @@ import (
 	"github.com/caphost/caphost/runtime"
 )
 
-// The notification scene's webhook secret, shared by caphost.yaml (as a
-// secret reference) and the demo's receiver.
-const envWebhookSecret = "CAPHOST_DEMO_WEBHOOK_SECRET"
+// The notification scene drives the notify capability through replica A's
+// sidecar API (POST /v1/notify, GET /v1/notify/{id}) while replicas A and
+// B both dispatch, each through its own webhook plugin process, to a
+// receiver in this process.
+const (
+	// envWebhookSecret holds the webhook's HMAC secret: caphost.yaml names
+	// it as a secret reference, the receiver checks every signature with it.
+	envWebhookSecret = "CAPHOST_DEMO_WEBHOOK_SECRET"
+	// holdPrefix marks the recipient whose POST the receiver holds open, so
+	// the scene can kill the plugins while that call is in flight.
+	holdPrefix = "hold@"
+	// lostCode is the receipt code of a call whose plugin died after the
+	// request may have left it: the intent ends INDETERMINATE, never resent.
+	lostCode = "plugin-lost-after-send"
+	// notifyBound bounds every wait of the scene.
+	notifyBound = 20 * time.Second
+)
 
-// holdPrefix marks the recipient whose delivery the receiver holds open,
-// so the scene can kill the plugin while the call is in flight.
-const holdPrefix = "hold@"
+// errForged marks a request whose Caphost-Signature does not verify.
+var errForged = errors.New("forged signature")
 
-// receiver is the endpoint the webhook plugin posts to: it checks every
-// request's Caphost-Signature and records each document by intent id.
+// receiver is the endpoint the webhook plugins post to: it verifies every
+// request's Caphost-Signature (counting the forged ones) and records each
+// document by intent id, so the scene can count deliveries per intent.
 type receiver struct {
-	secret  []byte
-	ln      net.Listener
-	srv     *http.Server
+	secret []byte
+	ln     net.Listener
+	srv    *http.Server
+
 	mu      sync.Mutex
 	docs    map[string][]transport.Document
 	forged  int
-	entered chan string
+	entered chan string // the intent id of a held request
 }
 
 func startReceiver(secret string) (*receiver, error) {
@@ -52,203 +70,373 @@ func startReceiver(secret string) (*receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{secret: []byte(secret), ln: ln, docs: map[string][]transport.Document{}, entered: make(chan string, 4)}
+	r := newReceiver(secret)
+	r.ln = ln
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
+}
+
+func newReceiver(secret string) *receiver {
+	return &receiver{secret: []byte(secret), docs: map[string][]transport.Document{}, entered: make(chan string, 1)}
 }
 
 func (r *receiver) url() string { return "http://" + r.ln.Addr().String() + "/hook" }
 
 func (r *receiver) close() { _ = r.srv.Close() }
 
-// ServeHTTP verifies, records, and answers 200 — except for a holdPrefix
-// recipient, held until the caller goes away.
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-	if err != nil {
-		return
-	}
-	if webhook.Verify(r.secret, req.Header.Get(webhook.SignatureHeader), body, time.Now(), time.Minute) != nil {
+// accept checks one request as a webhook receiver must (the signature over
+// the exact bytes received, within a minute of this clock), then records
+// its document.
+func (r *receiver) accept(signature string, body []byte, now time.Time) (transport.Document, error) {
+	var doc transport.Document
+	if err := webhook.Verify(r.secret, signature, body, now, time.Minute); err != nil {
 		r.mu.Lock()
 		r.forged++
 		r.mu.Unlock()
-		w.WriteHeader(http.StatusUnauthorized)
-		return
+		return doc, fmt.Errorf("%w: %v", errForged, err)
 	}
-	var doc transport.Document
-	if json.Unmarshal(body, &doc) != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
+	if err := json.Unmarshal(body, &doc); err != nil || doc.IntentID == "" {
+		return doc, fmt.Errorf("not a delivery document: %v", err)
 	}
 	r.mu.Lock()
 	r.docs[doc.IntentID] = append(r.docs[doc.IntentID], doc)
 	r.mu.Unlock()
-	if strings.HasPrefix(doc.Recipient, holdPrefix) {
-		r.entered <- doc.IntentID
-		<-req.Context().Done() // the plugin is killed mid-call
+	return doc, nil
+}
+
+// ServeHTTP answers 401 to a forged request, 400 to a signed one that is
+// no document, 200 to a delivery, and holds a holdPrefix recipient's
+// request until its caller goes away (the plugin is killed mid-call).
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	doc, err := r.accept(req.Header.Get(webhook.SignatureHeader), body, time.Now())
+	switch {
+	case errors.Is(err, errForged):
+		w.WriteHeader(http.StatusUnauthorized)
+	case err != nil:
+		w.WriteHeader(http.StatusBadRequest)
+	case strings.HasPrefix(doc.Recipient, holdPrefix):
+		select {
+		case r.entered <- doc.IntentID:
+		default:
+		}
+		<-req.Context().Done()
+	default:
+		w.WriteHeader(http.StatusOK)
+	}
 }
 
-func (r *receiver) count(id string) (int, string) {
+// got returns the documents received for intent id.
+func (r *receiver) got(id string) []transport.Document {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ds := r.docs[id]
-	if len(ds) == 0 || len(ds[0].Parts) == 0 {
-		return len(ds), ""
-	}
-	return len(ds), ds[0].Parts[0].Body
+	return append([]transport.Document(nil), r.docs[id]...)
 }
 
-// submitted is the part of POST /v1/notify's answer the scene shows.
+// tally returns the number of requests per intent id, and of forged ones.
+func (r *receiver) tally() (map[string]int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	per := make(map[string]int, len(r.docs))
+	for id, ds := range r.docs {
+		per[id] = len(ds)
+	}
+	return per, r.forged
+}
+
+// firstLine is the first line of a document's first part, as received.
+func firstLine(ds []transport.Document) string {
+	if len(ds) == 0 || len(ds[0].Parts) == 0 {
+		return ""
+	}
+	l, _, _ := strings.Cut(ds[0].Parts[0].Body, "\n")
+	return l
+}
+
+// notification is one POST /v1/notify of template welcome v1 on
+// slack.default.
+type notification struct{ key, recipient, locale, name string }
+
+// submitted is what the scene reads of POST /v1/notify's answer.
 type submitted struct {
+	status    int
 	ID        string `json:"id"`
 	Duplicate bool   `json:"duplicate"`
 	Locale    string `json:"locale"`
 	Code      string `json:"code"`
 }
 
-func (d *demo) submitNotification(ctx context.Context, key, recipient, locale, name string) (submitted, int, error) {
-	body := fmt.Sprintf(`{"idempotency-key":%q,"channel":"slack","recipient":%q,"template":"welcome","version":1,`+
-		`"locale":%q,"params":{"name":%q,"account":"A-%d"}}`, key, recipient, locale, name, len(name))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+"/v1/notify", strings.NewReader(body))
-	if err != nil {
-		return submitted{}, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return submitted{}, 0, err
-	}
-	defer resp.Body.Close()
-	var s submitted
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&s); err != nil {
-		return submitted{}, resp.StatusCode, err
-	}
-	return s, resp.StatusCode, nil
+// intentStatus is what the scene reads of GET /v1/notify/{id}.
+type intentStatus struct {
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	Receipts []struct {
+		Transport string `json:"transport"`
+		Outcome   string `json:"outcome"`
+		Code      string `json:"code"`
+	} `json:"receipts"`
 }
 
-// awaitState polls GET /v1/notify/{id} until the intent reaches state and
-// returns the code of its last receipt.
-func (d *demo) awaitState(ctx context.Context, id, state string) (string, error) {
-	var last string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		resp, err := http.Get(d.base + "/v1/notify/" + id)
-		if err != nil {
-			return "", err
-		}
-		var st struct {
-			State    string `json:"state"`
-			Receipts []struct {
-				Code string `json:"code"`
-			} `json:"receipts"`
-		}
-		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&st)
-		_ = resp.Body.Close()
-		if err != nil {
-			return "", err
-		}
-		last = st.State
-		if st.State == state {
-			if n := len(st.Receipts); n > 0 {
-				return st.Receipts[n-1].Code, nil
-			}
-			return "", nil
+// lastCode is the code of the intent's last receipt.
+func (s intentStatus) lastCode() string {
+	if len(s.Receipts) == 0 {
+		return ""
+	}
+	return s.Receipts[len(s.Receipts)-1].Code
+}
+
+func (d *demo) submitNotification(ctx context.Context, hc *http.Client, n notification) (submitted, error) {
+	b, err := json.Marshal(map[string]any{
+		"idempotency-key": n.key, "channel": "slack", "recipient": n.recipient, "template": "welcome", "version": 1,
+		"locale": n.locale, "params": map[string]string{"name": n.name, "account": "A-" + strings.ToUpper(n.name[:1]) + "1"},
+	})
+	if err != nil {
+		return submitted{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+"/v1/notify", bytes.NewReader(b))
+	if err != nil {
+		return submitted{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return submitted{}, fmt.Errorf("POST /v1/notify: %w", err)
+	}
+	defer resp.Body.Close()
+	s := submitted{status: resp.StatusCode}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&s); err != nil {
+		return s, fmt.Errorf("POST /v1/notify: status %d: %w", resp.StatusCode, err)
+	}
+	return s, nil
+}
+
+// submitNew submits n and requires a new intent (202).
+func (d *demo) submitNew(ctx context.Context, hc *http.Client, n notification) (submitted, error) {
+	s, err := d.submitNotification(ctx, hc, n)
+	if err == nil && (s.status != http.StatusAccepted || s.Duplicate || s.ID == "") {
+		err = fmt.Errorf("POST /v1/notify %s: status %d %+v, want 202 and a new intent", n.key, s.status, s)
+	}
+	return s, err
+}
+
+func (d *demo) intentStatus(ctx context.Context, hc *http.Client, id string) (intentStatus, error) {
+	var st intentStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/v1/notify/"+id, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET /v1/notify/%s: status %d", short(id), resp.StatusCode)
+	}
+	return st, json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&st)
+}
+
+// awaitState polls GET /v1/notify/{id} until the intent is in state; any
+// other final state is an error at once.
+func (d *demo) awaitState(ctx context.Context, hc *http.Client, id, state string) (intentStatus, error) {
+	final := map[string]bool{"DELIVERED": true, "FAILED": true, "QUARANTINED": true, "INDETERMINATE": true}
+	deadline := time.Now().Add(notifyBound)
+	for {
+		st, err := d.intentStatus(ctx, hc, id)
+		switch {
+		case err != nil:
+			return st, err
+		case st.State == state:
+			return st, nil
+		case final[st.State]:
+			return st, fmt.Errorf("intent %s ended %s (%s), want %s", short(id), st.State, st.lastCode(), state)
+		case time.Now().After(deadline):
+			return st, fmt.Errorf("intent %s still %s after %s, want %s", short(id), st.State, notifyBound, state)
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return st, ctx.Err()
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
-	return "", fmt.Errorf("intent %s never reached %s (last %s)", short(id), state, last)
 }
 
-// pluginPids lists the processes running the demo's copy of the webhook
-// plugin (one per replica).
-func pluginPids(exe string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if t, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && t == exe {
-			out = append(out, pid)
+// notifyScene shows, on one screen: welcome v1 rendered by the guest in two
+// locales and delivered once each through the webhook plugin; a repeated
+// submit that sends nothing; the plugins killed mid-call (that intent ends
+// INDETERMINATE, never resent; the relaunched plugins deliver the next);
+// and a malformed stream entry quarantined, never sent. Every invariant it
+// prints is checked.
+func (d *demo) notifyScene(ctx context.Context, cfgPath, redisAddr string, rcv *receiver, plugin string) error {
+	start := time.Now()
+	d.say("notifications: welcome v1 rendered by the renderer guest, a durable intent on a Redis Stream, sent by the webhook plugin")
+	hc := &http.Client{Timeout: 5 * time.Second}
+	// Idempotency keys new to every run: a Redis that keeps an earlier
+	// run's intents (yours) would answer its keys as duplicates.
+	run := randomHex(3)
+	ids := map[string]bool{}
+	if err := d.notifyLocales(ctx, hc, rcv, run, ids); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	if err := d.notifyCrash(ctx, hc, rcv, run, plugin, ids); err != nil {
+		return fmt.Errorf("notify, transport crash: %w", err)
+	}
+	if err := d.notifyPoison(ctx, hc, cfgPath, redisAddr, rcv); err != nil {
+		return fmt.Errorf("notify, poison message: %w", err)
+	}
+	// Every intent of this run, and any other the receiver saw (an earlier
+	// run's, reclaimed from your Redis), reached it exactly once.
+	per, forged := rcv.tally()
+	for id := range ids {
+		if _, ok := per[id]; !ok {
+			per[id] = 0 // never delivered
 		}
 	}
-	return out
+	requests := 0
+	for id, n := range per {
+		requests += n
+		if n != 1 {
+			return fmt.Errorf("notify: intent %s reached the receiver %d times, want 1", short(id), n)
+		}
+	}
+	if forged != 0 {
+		return fmt.Errorf("notify: %d requests with a forged signature reached the receiver", forged)
+	}
+	d.line("receiver    %d intents, %d requests: deliveries per id all 1, forged signatures 0 (scene %s)",
+		len(per), requests, time.Since(start).Round(100*time.Millisecond))
+	return nil
 }
 
-// notifyScene shows the notify capability through replica A's sidecar API
-// (replicas A and B both dispatch): two locales rendered by the guest and
-// delivered once each through the webhook plugin, a repeated submit, the
-// plugin killed mid-call (INDETERMINATE, never resent; the relaunched
-// plugin delivers the next one) and a malformed stream entry quarantined.
-func (d *demo) notifyScene(ctx context.Context, cfgPath, redisAddr string, rcv *receiver, plugin string) error {
-	d.say("notifications: rendered once by the renderer guest, kept on a Redis Stream, sent by the webhook plugin")
-	ids := map[string]string{}
-	for _, c := range []struct{ key, rcpt, locale, name string }{
-		{"welcome-ada", "ada@example.com", "en-GB", "Ada"}, {"welcome-bea", "bea@example.com", "de-AT", "Bea"},
-	} {
-		s, code, err := d.submitNotification(ctx, c.key, c.rcpt, c.locale, c.name)
-		if err != nil || code != http.StatusAccepted {
-			return fmt.Errorf("POST /v1/notify %s: HTTP %d %v", c.key, code, err)
-		}
-		if _, err := d.awaitState(ctx, s.ID, "DELIVERED"); err != nil {
+// notifyLocales submits welcome v1 in en-GB and de-AT, each delivered
+// once, then repeats the first: a duplicate, nothing sent.
+func (d *demo) notifyLocales(ctx context.Context, hc *http.Client, rcv *receiver, run string, ids map[string]bool) error {
+	ns := []notification{{"welcome-ada-" + run, "ada@example.com", "en-GB", "Ada"}, {"welcome-bea-" + run, "bea@example.com", "de-AT", "Bea"}}
+	var first string
+	for i, n := range ns {
+		s, err := d.submitNew(ctx, hc, n)
+		if err != nil {
 			return err
 		}
-		n, body := rcv.count(s.ID)
-		if n != 1 {
-			return fmt.Errorf("intent %s: %d requests at the receiver, want 1", short(s.ID), n)
+		if _, err := d.awaitState(ctx, hc, s.ID, "DELIVERED"); err != nil {
+			return err
 		}
-		d.line("%-6s → 202 id %s, rendered in %s; DELIVERED, the receiver got %q", c.locale, short(s.ID), s.Locale,
-			strings.SplitN(body, "\n", 2)[0])
-		ids[c.key] = s.ID
+		got := rcv.got(s.ID)
+		if len(got) != 1 {
+			return fmt.Errorf("intent %s: %d requests at the receiver, want 1", short(s.ID), len(got))
+		}
+		label := "locales"
+		if i > 0 {
+			label = ""
+		}
+		d.line("%-11s %-5s -> 202 id %s, rendered %s: DELIVERED, the receiver got %q",
+			label, n.locale, short(s.ID), s.Locale, firstLine(got))
+		ids[s.ID] = true
+		if first == "" {
+			first = s.ID
+		}
 	}
-	s, code, err := d.submitNotification(ctx, "welcome-ada", "ada@example.com", "en-GB", "Ada")
-	if err != nil || code != http.StatusOK || !s.Duplicate || s.ID != ids["welcome-ada"] {
-		return fmt.Errorf("repeated submit: HTTP %d %+v %v, want 200 duplicate of %s", code, s, err, short(ids["welcome-ada"]))
-	}
-	d.line("the same request again → 200 duplicate, id %s: nothing appended, nothing sent", short(s.ID))
-
-	held, code, err := d.submitNotification(ctx, "welcome-carl", holdPrefix+"example.com", "en", "Carl")
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("POST /v1/notify welcome-carl: HTTP %d %v", code, err)
-	}
-	select {
-	case <-rcv.entered:
-	case <-time.After(20 * time.Second):
-		return errors.New("the held delivery never reached the receiver")
-	}
-	old := pluginPids(plugin)
-	for _, pid := range old {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	rc, err := d.awaitState(ctx, held.ID, "INDETERMINATE")
+	again, err := d.submitNotification(ctx, hc, ns[0])
 	if err != nil {
 		return err
 	}
-	d.line("kill -9 of the webhook plugins (pids %v) while %s's call is in flight → INDETERMINATE (%s)", old, short(held.ID), rc)
-	if err := awaitRelaunch(ctx, plugin, old); err != nil {
-		return err
+	if again.status != http.StatusOK || !again.Duplicate || again.ID != first {
+		return fmt.Errorf("the same request again: status %d %+v, want 200, a duplicate of %s", again.status, again, short(first))
 	}
-	next, code, err := d.submitNotification(ctx, "welcome-dora", "dora@example.com", "de", "Dora")
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("POST /v1/notify welcome-dora: HTTP %d %v", code, err)
+	if n := len(rcv.got(first)); n != 1 {
+		return fmt.Errorf("intent %s: %d requests at the receiver after the repeat, want 1", short(first), n)
 	}
-	if _, err := d.awaitState(ctx, next.ID, "DELIVERED"); err != nil {
-		return err
-	}
-	if n, _ := rcv.count(held.ID); n != 1 {
-		return fmt.Errorf("the in-flight intent reached the receiver %d times, want 1", n)
-	}
-	d.line("relaunched (pids %v); the next intent DELIVERED; the killed one reached the receiver once, never resent", pluginPids(plugin))
+	d.line("duplicate   the same request again -> 200 duplicate of %s: nothing appended, nothing sent", short(again.ID))
+	return nil
+}
 
+// notifyCrash: the receiver holds one intent's POST while the scene kills
+// every replica's webhook plugin with SIGKILL. That intent ends
+// INDETERMINATE after its one attempt and is never sent again (not on this
+// transport, not on a fallback); the relaunched plugins deliver the next.
+func (d *demo) notifyCrash(ctx context.Context, hc *http.Client, rcv *receiver, run, plugin string, ids map[string]bool) error {
+	held, err := d.submitNew(ctx, hc, notification{"welcome-carl-" + run, holdPrefix + "example.com", "en", "Carl"})
+	if err != nil {
+		return err
+	}
+	ids[held.ID] = true
+	select {
+	case id := <-rcv.entered:
+		if id != held.ID {
+			return fmt.Errorf("the receiver holds intent %s, want %s", short(id), short(held.ID))
+		}
+	case <-time.After(notifyBound):
+		return errors.New("the held intent's POST never reached the receiver")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	old, err := d.replicaPlugins(plugin)
+	if err != nil {
+		return err
+	}
+	for _, pid := range old {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill -9 %d: %w", pid, err)
+		}
+	}
+	st, err := d.awaitState(ctx, hc, held.ID, "INDETERMINATE")
+	if err != nil {
+		return err
+	}
+	if st.lastCode() != lostCode {
+		return fmt.Errorf("intent %s ended INDETERMINATE with %q, want %q (the call, not the crash, ended it)", short(held.ID), st.lastCode(), lostCode)
+	}
+	d.line("crash       the receiver holds %s's POST; kill -9 of each replica's webhook plugin (%s)",
+		short(held.ID), pidList(old))
+	d.line("            -> INDETERMINATE (%s) after %d attempt, no fallback", lostCode, st.Attempts)
+
+	fresh, err := d.awaitRelaunch(ctx, plugin, old)
+	if err != nil {
+		return err
+	}
+	next, err := d.submitNew(ctx, hc, notification{"welcome-dora-" + run, "dora@example.com", "de", "Dora"})
+	if err != nil {
+		return err
+	}
+	ids[next.ID] = true
+	if _, err := d.awaitState(ctx, hc, next.ID, "DELIVERED"); err != nil {
+		return err
+	}
+	// Still final, still one attempt, still one request at the receiver.
+	again, err := d.intentStatus(ctx, hc, held.ID)
+	if err != nil {
+		return err
+	}
+	if again.State != "INDETERMINATE" || again.Attempts != st.Attempts || len(again.Receipts) != len(st.Receipts) {
+		return fmt.Errorf("intent %s moved on after INDETERMINATE: %s, %d attempts", short(held.ID), again.State, again.Attempts)
+	}
+	for _, r := range again.Receipts {
+		if r.Transport != "webhook" {
+			return fmt.Errorf("intent %s was sent through %s", short(held.ID), r.Transport)
+		}
+	}
+	if n := len(rcv.got(held.ID)); n != 1 {
+		return fmt.Errorf("intent %s reached the receiver %d times, want 1", short(held.ID), n)
+	}
+	d.line("            relaunched (%s): the next intent DELIVERED; %s still 1 request, never resent",
+		pidList(fresh), short(held.ID))
+	return nil
+}
+
+// notifyPoison appends a malformed entry to shard 0's stream as the demo's
+// app user; a dispatcher moves it to the shard's quarantine stream and
+// counts it, and nothing reaches the receiver.
+func (d *demo) notifyPoison(ctx context.Context, hc *http.Client, cfgPath, redisAddr string, rcv *receiver) error {
 	stream, quarantine, err := d.notifyStreams(ctx, cfgPath)
+	if err != nil {
+		return err
+	}
+	rs := d.running()
+	metricBefore, err := counters(ctx, hc, rs, "caphost_notify_quarantined_total", `reason="undecodable"`)
 	if err != nil {
 		return err
 	}
@@ -256,85 +444,101 @@ func (d *demo) notifyScene(ctx context.Context, cfgPath, redisAddr string, rcv *
 	if err != nil {
 		return err
 	}
-	if _, err := resp(redisAddr, d.target.appPass, "XADD", stream, "*", "i", "not-an-intent", "p", "garbage"); err != nil {
+	perBefore, _ := rcv.tally()
+	// The fields of an intent entry (i, p), neither of them valid.
+	if _, err := respCommand(redisAddr, d.target.appPass, "XADD", stream, "*", "i", "not-an-intent-id", "p", "\x00garbage"); err != nil {
 		return err
 	}
-	after := before
-	for deadline := time.Now().Add(20 * time.Second); after == before && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	after, quarantined := before, int64(0)
+	for deadline := time.Now().Add(notifyBound); ; {
 		if after, err = xrangeCount(redisAddr, d.target.appPass, quarantine); err != nil {
 			return err
 		}
+		metricAfter, err := counters(ctx, hc, rs, "caphost_notify_quarantined_total", `reason="undecodable"`)
+		if err != nil {
+			return err
+		}
+		quarantined = sum(metricAfter) - sum(metricBefore)
+		if (after > before && quarantined > 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if after != before+1 {
-		return fmt.Errorf("the malformed entry was not quarantined (%d → %d entries)", before, after)
+	if after != before+1 || quarantined != 1 {
+		return fmt.Errorf("the malformed entry was not quarantined: quarantine stream %d -> %d entries, "+
+			"caphost_notify_quarantined_total{reason=\"undecodable\"} +%d", before, after, quarantined)
 	}
-	q, err := d.quarantinedUndecodable(ctx)
-	if err != nil {
-		return err
+	if perAfter, _ := rcv.tally(); len(perAfter) != len(perBefore) {
+		return fmt.Errorf("the receiver got %d new intents", len(perAfter)-len(perBefore))
 	}
-	d.line("poison: a malformed entry XADDed to the shard stream → quarantine stream %d → %d entries, never sent (quarantined{undecodable} %v)",
-		before, after, q)
-	rcv.mu.Lock()
-	intents, reqs, forged := len(rcv.docs), 0, rcv.forged
-	for _, ds := range rcv.docs {
-		reqs += len(ds)
-	}
-	rcv.mu.Unlock()
-	d.line("receiver: %d intents, %d requests (one each), %d forged signatures", intents, reqs, forged)
-	if reqs != intents || forged != 0 {
-		return fmt.Errorf("receiver: %d requests for %d intents, %d forged", reqs, intents, forged)
-	}
+	d.line("poison      XADD of a malformed entry to shard 0's stream (%s): quarantined, never sent", shortKey(stream))
+	d.line("            quarantine stream %d -> %d entries; caphost_notify_quarantined_total{reason=\"undecodable\"} +%d",
+		before, after, quarantined)
 	return nil
 }
 
-// awaitRelaunch waits until every replica runs a new plugin process.
-func awaitRelaunch(ctx context.Context, plugin string, old []int) error {
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		now := pluginPids(plugin)
-		fresh := len(now) == len(old)
-		for _, p := range now {
-			for _, o := range old {
-				fresh = fresh && p != o
-			}
-		}
-		if fresh {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
+// shortKey elides the middle of a long key name: its namespace, region
+// and kind stay readable.
+func shortKey(k string) string {
+	parts := strings.Split(k, ":")
+	if len(parts) <= 6 {
+		return k
 	}
-	return errors.New("the webhook plugins were not relaunched within 20s")
+	return strings.Join(parts[:5], ":") + ":…:" + parts[len(parts)-1]
 }
 
-// notifyStreams returns the Redis key names of shard 0's stream and
-// quarantine stream, as the replicas' configuration lays them out.
-func (d *demo) notifyStreams(ctx context.Context, cfgPath string) (string, string, error) {
-	lookup := func(k string) (string, bool) {
-		for _, kv := range d.env {
-			if name, v, ok := strings.Cut(kv, "="); ok && name == k {
-				return v, true
-			}
+func sum(vs []int64) int64 {
+	var s int64
+	for _, v := range vs {
+		s += v
+	}
+	return s
+}
+
+// running lists the replicas still running.
+func (d *demo) running() []*replica {
+	var rs []*replica
+	for _, r := range d.replicas {
+		if r.cmd != nil {
+			rs = append(rs, r)
 		}
-		return "", false
 	}
-	cfg, err := config.Load(ctx, cfgPath, config.WithEnv(lookup), config.WithRoles(policy.RoleCoordination))
+	return rs
+}
+
+// lookupEnv reads the demo's environment as a process started with it
+// sees it: a later entry wins.
+func (d *demo) lookupEnv(k string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range d.env {
+		if name, val, found := strings.Cut(kv, "="); found && name == k {
+			v, ok = val, true
+		}
+	}
+	return v, ok
+}
+
+// notifyStreams returns the key names of shard 0's stream and quarantine
+// stream as the replicas lay them out: from the same configuration, the
+// notify block's intents settings and the key namespace.
+func (d *demo) notifyStreams(ctx context.Context, cfgPath string) (string, string, error) {
+	cfg, err := config.Load(ctx, cfgPath, config.WithEnv(d.lookupEnv), config.WithRoles(policy.RoleCoordination))
 	if err != nil {
-		return "", "", err
+		return "", "", fmt.Errorf("loading %s: %w", filepath.Base(cfgPath), err)
 	}
-	c := cfg.Capabilities[notify.CapabilityID]
+	c, ok := cfg.Capabilities[notify.CapabilityID]
+	if !ok {
+		return "", "", fmt.Errorf("%s has no capabilities.notify", filepath.Base(cfgPath))
+	}
 	ncfg, err := notify.Decode(c.Provider, c.RedisRole, c.Raw, cfg.Dir)
 	if err != nil {
 		return "", "", err
 	}
-	rt, err := runtime.New(ctx, cfg.Redis)
+	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return "", "", err
 	}
-	defer rt.Close(ctx)
+	defer func() { _ = rt.Close(context.WithoutCancel(ctx)) }()
 	st, err := intent.New(rt, ncfg.Intents)
 	if err != nil {
 		return "", "", err
@@ -342,38 +546,130 @@ func (d *demo) notifyStreams(ctx context.Context, cfgPath string) (string, strin
 	return st.StreamKeys(0)
 }
 
-// quarantinedUndecodable sums caphost_notify_quarantined_total
-// {reason="undecodable"} over the replicas' /metrics.
-func (d *demo) quarantinedUndecodable(ctx context.Context) (float64, error) {
-	var sum float64
-	for _, r := range d.replicas {
-		if r.cmd == nil {
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+"/metrics", nil)
-		if err != nil {
-			return 0, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		sc := bufio.NewScanner(io.LimitReader(resp.Body, 8<<20))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			if l := sc.Text(); strings.HasPrefix(l, `caphost_notify_quarantined_total{reason="undecodable"}`) {
-				v, _ := strconv.ParseFloat(strings.TrimSpace(l[strings.LastIndexByte(l, ' '):]), 64)
-				sum += v
-			}
-		}
-		_ = resp.Body.Close()
+// procParent returns a process's parent pid from /proc/<pid>/stat
+// ("pid (comm) state ppid ...", where comm may hold spaces and parens).
+func procParent(pid int) (int, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
 	}
-	return sum, nil
+	return parseParent(string(b))
 }
 
-// resp sends one command as the demo's app user over RESP and returns the
-// first line of the reply (the demo links no Redis client).
-func resp(addr, pass string, args ...string) (string, error) {
+func parseParent(stat string) (int, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc stat %q: no comm", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc stat %q: no ppid", stat)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// pluginProcs returns the processes whose executable is exe, each with its
+// parent pid; with parents, only the children of those.
+func pluginProcs(exe string, parents ...int) map[int]int {
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	out := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if t, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err != nil || t != exe {
+			continue
+		}
+		ppid, err := procParent(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if len(parents) == 0 || slices.Contains(parents, ppid) {
+			out[pid] = ppid
+		}
+	}
+	return out
+}
+
+// replicaPlugins maps each running replica to the one webhook plugin
+// process it launched.
+func (d *demo) replicaPlugins(exe string) (map[string]int, error) {
+	byParent := map[int]string{}
+	var parents []int
+	for _, r := range d.running() {
+		byParent[r.cmd.Process.Pid] = r.name
+		parents = append(parents, r.cmd.Process.Pid)
+	}
+	out := map[string]int{}
+	for pid, ppid := range pluginProcs(exe, parents...) {
+		name := byParent[ppid]
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("caphost serve %s runs more than one webhook plugin", name)
+		}
+		out[name] = pid
+	}
+	if len(out) != len(parents) {
+		return nil, fmt.Errorf("%d webhook plugin processes for %d replicas", len(out), len(parents))
+	}
+	return out, nil
+}
+
+// awaitRelaunch waits until every replica runs a new webhook plugin.
+func (d *demo) awaitRelaunch(ctx context.Context, exe string, old map[string]int) (map[string]int, error) {
+	deadline := time.Now().Add(notifyBound)
+	for {
+		now, err := d.replicaPlugins(exe)
+		fresh := err == nil
+		for name, pid := range now {
+			fresh = fresh && pid != old[name]
+		}
+		if fresh {
+			return now, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the webhook plugins were not relaunched within %s (%v)", notifyBound, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// reapPlugins waits for the plugin processes of a killed replica, which
+// exit within a second of their parent, and kills any still running: the
+// demo leaves nothing behind.
+func reapPlugins(exe string) {
+	for deadline := time.Now().Add(3 * time.Second); len(pluginProcs(exe)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for pid := range pluginProcs(exe) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// pidList prints replica → pid as "A pid 1, B pid 2".
+func pidList(m map[string]int) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s pid %d", n, m[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// respCommand sends one command as the demo's app user over RESP and
+// returns the first line of the reply (the demo links no Redis client).
+func respCommand(addr, pass string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -381,14 +677,12 @@ func resp(addr, pass string, args ...string) (string, error) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
 	var b bytes.Buffer
-	write := func(parts ...string) {
-		fmt.Fprintf(&b, "*%d\r\n", len(parts))
-		for _, p := range parts {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(p), p)
+	for _, cmd := range [][]string{{"AUTH", appUser, pass}, args} {
+		fmt.Fprintf(&b, "*%d\r\n", len(cmd))
+		for _, a := range cmd {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 		}
 	}
-	write("AUTH", appUser, pass)
-	write(args...)
 	if _, err := c.Write(b.Bytes()); err != nil {
 		return "", err
 	}
@@ -398,26 +692,26 @@ func resp(addr, pass string, args ...string) (string, error) {
 	}
 	l, err := r.ReadString('\n')
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w", args[0], err)
 	}
-	l = strings.TrimSpace(l)
-	if strings.HasPrefix(l, "-") {
+	if l = strings.TrimSpace(l); strings.HasPrefix(l, "-") {
 		return "", fmt.Errorf("%s: %s", args[0], l)
 	}
 	return l, nil
 }
 
 // xrangeCount counts a stream's entries with XRANGE key - + (the app user
-// may XRANGE, not XLEN), whose reply starts *<count>.
+// may XRANGE, not XLEN): the reply starts *<count>.
 func xrangeCount(addr, pass, key string) (int, error) {
-	l, err := resp(addr, pass, "XRANGE", key, "-", "+")
+	l, err := respCommand(addr, pass, "XRANGE", key, "-", "+")
 	if err != nil {
 		return 0, err
 	}
-	if !strings.HasPrefix(l, "*") {
+	n, err := strconv.Atoi(strings.TrimPrefix(l, "*"))
+	if !strings.HasPrefix(l, "*") || err != nil {
 		return 0, fmt.Errorf("XRANGE answered %q", l)
 	}
-	return strconv.Atoi(strings.TrimPrefix(l, "*"))
+	return n, nil
 }
 
 // copyFile copies an executable from src to dst.
