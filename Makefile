@@ -64,7 +64,9 @@ guests/%/node_modules/.package-lock.json: guests/%/package.json guests/%/package
 ## of the users the README lists): builds the guests and caphost, serves, drives
 ## rate-limited traffic, hot-swaps the policy guest, then shows the cache on two
 ## replicas (hits, a stampede absorbed, an invalidation reaching the other replica)
-## and, embedded, a stale fenced write rejected and an idempotent retry replayed
+## and, embedded, a stale fenced write rejected and an idempotent retry replayed, then
+## notifications (two locales, delivered once by the webhook plugin, a plugin crash
+## mid-call never resent, a poison entry quarantined)
 demo: demo-env $(if $(CAPHOST_REDIS_ADDR),,ensure-redis) build guests transports
 	@GO=$(GO) $(GO) run ./examples/quickstart -bin $(BIN)
 
