@@ -65,8 +65,10 @@ func (h *hints) close() error { return h.sub.Close() }
 func (h *hints) state(up bool) {
 	if !up {
 		h.up.Store(false)
-		h.c.m.hint("subscription_down")
 		h.flushAll()
+		// Counted once the flush is done: whoever sees the count may
+		// rely on L1 being empty.
+		h.c.m.hint("subscription_down")
 		h.c.log.Warn("cache invalidation hints down: L1 flushed and bypassed until they are back")
 		return
 	}
