@@ -120,7 +120,12 @@ func (n *Notifier) Submit(ctx context.Context, req Request) (Submitted, error) {
 		return Submitted{Submission: intent.Submission{Certainty: certainty.Rejected}},
 			fmt.Errorf("%w: idempotency key must be 1..%d bytes", ErrInvalidRequest, intent.MaxIdempotencyKeyBytes)
 	}
-	plan, err := n.freeze(ctx, req)
+	route, err := n.routeOf(req)
+	if err != nil {
+		n.metrics.intents.WithLabelValues(SubmitInvalid).Inc()
+		return Submitted{Submission: intent.Submission{Certainty: certainty.Rejected}}, err
+	}
+	plan, err := n.freeze(ctx, req, route)
 	if err != nil {
 		n.metrics.intents.WithLabelValues(submitFailure(err)).Inc()
 		return Submitted{Submission: intent.Submission{Certainty: certainty.Rejected}}, err
@@ -184,14 +189,14 @@ func (n *Notifier) Get(ctx context.Context, id intent.ID) (intent.Status, error)
 // Errors are the caller's: ErrUnknownRoute, ErrBestEffortRefused,
 // ErrInvalidRequest and the render stage's.
 func (n *Notifier) SendBestEffort(ctx context.Context, req Request) (BestEffortResult, error) {
-	route, ok := n.cfg.route(req.Channel, req.route())
-	switch {
-	case !ok:
-		return BestEffortResult{}, fmt.Errorf("%w: %s/%s", ErrUnknownRoute, safeName(string(req.Channel)), safeName(req.route()))
-	case !route.BestEffort:
+	route, err := n.routeOf(req)
+	if err != nil {
+		return BestEffortResult{}, err
+	}
+	if !route.BestEffort {
 		return BestEffortResult{}, fmt.Errorf("%w: %s/%s", ErrBestEffortRefused, req.Channel, req.route())
 	}
-	plan, err := n.freeze(ctx, req)
+	plan, err := n.freeze(ctx, req, route)
 	if err != nil {
 		return BestEffortResult{}, err
 	}
@@ -216,12 +221,17 @@ func (n *Notifier) SendBestEffort(ctx context.Context, req Request) (BestEffortR
 	return res, nil
 }
 
-// freeze checks req's route and recipient and renders it into a plan.
-func (n *Notifier) freeze(ctx context.Context, req Request) (intent.Plan, error) {
+// routeOf returns the configured route req names (ErrUnknownRoute).
+func (n *Notifier) routeOf(req Request) (Route, error) {
 	route, ok := n.cfg.route(req.Channel, req.route())
 	if !ok {
-		return intent.Plan{}, fmt.Errorf("%w: %s/%s", ErrUnknownRoute, safeName(string(req.Channel)), safeName(req.route()))
+		return Route{}, fmt.Errorf("%w: %s/%s", ErrUnknownRoute, safeName(string(req.Channel)), safeName(req.route()))
 	}
+	return route, nil
+}
+
+// freeze checks req's recipient and renders it into a plan for route.
+func (n *Notifier) freeze(ctx context.Context, req Request, route Route) (intent.Plan, error) {
 	rcpt, err := transport.NewRecipient(req.Recipient)
 	if err != nil {
 		// transport's error never quotes the address.
@@ -270,7 +280,7 @@ func fingerprint(req Request) [sha256.Size]byte {
 // safeName returns s when it is a short slug (a channel or route name a
 // caller may have mistyped), else "(invalid)": errors never echo free text.
 func safeName(s string) string {
-	if len(s) > 0 && len(s) <= MaxRouteBytes && validRouteName(s) {
+	if validRouteName(s) {
 		return s
 	}
 	return "(invalid)"

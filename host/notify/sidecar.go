@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/host/notify/intent"
@@ -185,9 +184,6 @@ func decodeSubmit(body []byte) (Request, string, *httpjson.Error) {
 		return Request{}, "", httpjson.FieldError("locale", "required: a language tag (en, de-AT)")
 	case len(b.Params) > MaxParams:
 		return Request{}, "", httpjson.FieldError("params", "at most 64 parameters")
-	}
-	if !utf8.ValidString(b.IdempotencyKey) {
-		return Request{}, "", httpjson.FieldError("idempotency-key", "must be UTF-8")
 	}
 	req := Request{IdempotencyKey: b.IdempotencyKey, Channel: render.Channel(b.Channel), Route: b.Route,
 		Recipient: b.Recipient, Template: b.Template, Version: b.Version, Locale: b.Locale}
