@@ -243,6 +243,9 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
 		o.FlightWaiters, o.SourceLoads, o.SourceQueued = 2, 1, 0
 		o.LeaseWait = 0
+		// Only release ends the held load: on a loaded runner the default
+		// test deadline (2 s) ran out first, freeing the bulkhead.
+		o.LoadTimeout = time.Minute
 	})
 	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, clk, nil)
 	r := in.region(t, "items")
