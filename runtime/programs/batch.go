@@ -12,9 +12,11 @@ import (
 	"github.com/caphost/caphost/runtime/keys"
 )
 
-// Batcher sends rate evaluations (RatePlan calls of any lean rate program)
-// that arrive while the script lane is busy as one pipeline ("natural
-// batching"); one pipeline may mix programs and policies. A call goes out at once, alone, while fewer than maxFlights
+// Batcher sends program calls with integer-only replies — rate
+// evaluations (RatePlan calls of any lean rate program) and durable
+// notification submits (notify-submit-v2) — that arrive while the script
+// lane is busy as one pipeline ("natural batching"); one pipeline may mix
+// programs and policies. A call goes out at once, alone, while fewer than maxFlights
 // sends of this Batcher are in flight; otherwise it queues, and when a send
 // completes, the queued calls (at most maxBatch) go out together, sent by
 // the first of them. Nothing ever waits for a timer or for more calls, so a

@@ -21,6 +21,8 @@ type Executor struct {
 	// plans are the RatePlan programs prepared for the plan path, by
 	// planProgram (nil: not in the catalog).
 	plans [planPrograms]*fastProgram
+	// notifySubmit is notify-submit-v2 prepared (nil: not in the catalog).
+	notifySubmit *fastProgram
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -39,6 +41,7 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 	for i, id := range planProgramIDs {
 		e.plans[i] = e.prepare(id)
 	}
+	e.notifySubmit = e.prepare(notifySubmitV2)
 	return e, nil
 }
 

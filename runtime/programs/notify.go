@@ -82,11 +82,11 @@ type NotifySubmitRequest struct {
 	MaxLen int64
 }
 
-// NotifySubmitResult is the result of notify-submit-v1.
+// NotifySubmitResult is the result of notify-submit-v1 and -v2.
 type NotifySubmitResult struct {
 	Status NotifySubmitStatus
 	// EntryID is the stream entry of the intent (the first one on a
-	// duplicate).
+	// duplicate); notify-submit-v2 does not report it ("").
 	EntryID   string
 	State     NotifyState
 	Attempts  int
@@ -123,6 +123,75 @@ func notifySubmitResult(r *reply) (NotifySubmitResult, error) {
 	case NotifySubmitted, NotifyDuplicate, NotifyDuplicateOtherPlan:
 		if res.EntryID == "" || !validNotifyState(r.int(1)) || !validAttempts(r.int(2)) || r.int(3) < 0 {
 			return NotifySubmitResult{}, notifyIncompatible(id, "a submit or duplicate without entry, state or attempts")
+		}
+	}
+	return res, nil
+}
+
+// notifySubmitV2 is the program Executor.NotifySubmitV2 and
+// Batcher.NotifySubmit run.
+const notifySubmitV2 = "notify-submit-v2"
+
+// NotifySubmitV2 is NotifySubmit through notify-submit-v2: the same keys,
+// arguments, record and statuses in fewer Redis calls, with an
+// integer-only reply (a Batcher pipelines it). EntryID is not reported.
+func (e *Executor) NotifySubmitV2(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
+	fp, args, err := e.notifySubmitArgs(stream, record, &req)
+	if err != nil {
+		return NotifySubmitResult{}, err
+	}
+	r, err := e.runInts(ctx, fp, args)
+	if err != nil {
+		return NotifySubmitResult{}, err
+	}
+	return notifySubmitV2Result(&r)
+}
+
+// NotifySubmit is Executor.NotifySubmitV2, batched: submits that arrive
+// while the Batcher's sends are in flight leave together as one pipeline,
+// each still its own atomic call with its own status and certainty.
+func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
+	fp, args, err := b.e.notifySubmitArgs(stream, record, &req)
+	if err != nil {
+		return NotifySubmitResult{}, err
+	}
+	r, err := b.do(ctx, fp, args)
+	if err != nil {
+		return NotifySubmitResult{}, err
+	}
+	return notifySubmitV2Result(&r)
+}
+
+// notifySubmitArgs builds a notify-submit-v2 call (command, target,
+// numkeys, keys, ARGV), refusing what the program would refuse before
+// anything is sent.
+func (e *Executor) notifySubmitArgs(stream, record keys.Key, req *NotifySubmitRequest) (*fastProgram, []any, error) {
+	fp := e.notifySubmit
+	if fp == nil {
+		return nil, nil, &CompatibilityError{Program: notifySubmitV2, Reason: "program not in catalog"}
+	}
+	if stream.IsZero() || record.IsZero() {
+		return nil, nil, &Error{Program: notifySubmitV2, Err: ErrZeroKey}
+	}
+	if err := sameSlot(notifySubmitV2, stream, record); err != nil {
+		return nil, nil, err
+	}
+	return fp, []any{fp.command, fp.target, 2, stream.Redis(), record.Redis(), req.IntentID, req.Plan, req.PlanDigest,
+		req.Retention.Milliseconds(), req.MaxLen}, nil
+}
+
+// notifySubmitV2Result checks a decoded notify-submit-v2 reply beyond its
+// manifest shape.
+func notifySubmitV2Result(r *reply) (NotifySubmitResult, error) {
+	res := NotifySubmitResult{Status: NotifySubmitStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)),
+		RecordTTL: time.Duration(r.int(2)) * time.Millisecond}
+	switch res.Status {
+	case NotifySubmitted, NotifyDuplicate, NotifyDuplicateOtherPlan:
+		if !validNotifyState(r.int(0)) || !validAttempts(r.int(1)) || r.int(2) < 0 {
+			return NotifySubmitResult{}, notifyIncompatible(notifySubmitV2, "a submit or duplicate without state or attempts")
+		}
+		if res.Status == NotifySubmitted && (res.State != NotifyPending || res.Attempts != 0) {
+			return NotifySubmitResult{}, notifyIncompatible(notifySubmitV2, "a new intent that is not pending")
 		}
 	}
 	return res, nil

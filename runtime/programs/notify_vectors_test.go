@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -130,6 +131,36 @@ func notifyFacades() map[string]facadeCall {
 			r, err := e.NotifySubmit(ctx, ks[0], ks[1], NotifySubmitRequest{IntentID: id, Plan: plan, PlanDigest: pd,
 				Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml})
 			return r.Status.String(), r.Outcome(), []any{entryIDValue(r.EntryID), int64(r.State), int64(r.Attempts), ms(r.RecordTTL)}, err
+		},
+		"notify-submit-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			id, err1 := str(a[0])
+			plan, err2 := fixtureBytes(a[1])
+			pd, err3 := str(a[2])
+			ret, err4 := fixtureInt(a[3])
+			ml, err5 := fixtureInt(a[4])
+			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+				return "", 0, nil, err
+			}
+			req := NotifySubmitRequest{IntentID: id, Plan: plan, PlanDigest: pd, Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml}
+			r, err := e.NotifySubmitV2(ctx, ks[0], ks[1], req)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			// The batched path must agree with the lone call: a repeat of
+			// the request through a Batcher is the same call again.
+			again, err := e.NewBatcher(1, 1).NotifySubmit(ctx, ks[0], ks[1], req)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			if want := r.Status; want == NotifySubmitted {
+				want = NotifyDuplicate
+				if again.Status != want || again.State != r.State || again.Attempts != r.Attempts {
+					return "", 0, nil, fmt.Errorf("batched repeat %s %s %d, want DUPLICATE of %s %d", again.Status, again.State, again.Attempts, r.State, r.Attempts)
+				}
+			} else if again.Status != want || again.State != r.State || again.Attempts != r.Attempts {
+				return "", 0, nil, fmt.Errorf("batched repeat %s %s %d, want %s %s %d", again.Status, again.State, again.Attempts, want, r.State, r.Attempts)
+			}
+			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), ms(r.RecordTTL)}, nil
 		},
 		"notify-claim-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			g, err1 := str(a[0])
