@@ -7,10 +7,12 @@
 //
 // Guarantees: at-least-once delivery plus an idempotent consumer — never
 // "exactly once". A submit with an idempotency key already used returns
-// the first intent (notify-submit-v1 creates the record and appends the
+// the first intent (notify-submit-v2 creates the record and appends the
 // entry in one step). Every call reports its certainty: a submit whose
 // reply was lost is INDETERMINATE, and repeating it with the same key
-// resolves it (Duplicate, with the same id).
+// resolves it (Duplicate, with the same id). Concurrent submits are
+// pipelined (a programs.Batcher): each stays its own atomic call with its
+// own certainty, and a lone submit is sent at once.
 //
 // Layout. Intents spread over Config.Shards shards; a shard is one stream
 // (the anchor of a keys.Sharded layout of keys.CapNotify) plus its

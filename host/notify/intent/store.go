@@ -32,6 +32,12 @@ const (
 	DefaultQuarantineMaxLen = 10_000
 	DefaultGroup            = "caphost-notify"
 	DefaultRegion           = "intents"
+
+	// submitFlights and submitBatch bound the submit batcher: at most 4
+	// sends in flight, at most 64 submits per pipeline (the rate
+	// limiter's defaults).
+	submitFlights = 4
+	submitBatch   = 64
 )
 
 var (
@@ -138,10 +144,15 @@ const (
 )
 
 // Store is the durable intent store of one deployment. It is safe for
-// concurrent use and holds no mutable state.
+// concurrent use; its only mutable state is the submit batcher's queue.
 type Store struct {
-	dep        *runtime.Deployment
-	exec       *programs.Executor
+	dep  *runtime.Deployment
+	exec *programs.Executor
+	// submits pipelines concurrent submits (notify-submit-v2): a lone
+	// submit goes out at once, alone; those arriving while
+	// submitFlights sends are in flight leave together, each its own
+	// atomic call with its own certainty.
+	submits    *programs.Batcher
 	intents    *keys.Sharded
 	quarantine *keys.Sharded
 	cfg        Config
@@ -170,7 +181,8 @@ func New(rt *runtime.Runtime, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Store{dep: dep, exec: dep.Programs(), intents: in, quarantine: q, cfg: cfg}, nil
+	exec := dep.Programs()
+	return &Store{dep: dep, exec: exec, submits: exec.NewBatcher(submitFlights, submitBatch), intents: in, quarantine: q, cfg: cfg}, nil
 }
 
 // Shards returns the number of shards.
@@ -234,7 +246,7 @@ func (s *Store) submit(ctx context.Context, idempotencyKey []byte, plan Plan, fi
 	if fingerprint != nil {
 		dig = hex.EncodeToString(fingerprint)
 	}
-	r, err := s.exec.NotifySubmit(ctx, stream, record, programs.NotifySubmitRequest{IntentID: string(id), Plan: enc,
+	r, err := s.submits.NotifySubmit(ctx, stream, record, programs.NotifySubmitRequest{IntentID: string(id), Plan: enc,
 		PlanDigest: dig, Retention: s.cfg.Retention, MaxLen: s.cfg.MaxLen})
 	if err != nil {
 		return Submission{ID: id, Certainty: outcomeOf(err)}, err
