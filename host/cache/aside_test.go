@@ -243,8 +243,7 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
 		o.FlightWaiters, o.SourceLoads, o.SourceQueued = 2, 1, 0
 		o.LeaseWait = 0
-		// Only release ends the held load: on a loaded runner the default
-		// test deadline (2 s) ran out first, freeing the bulkhead.
+		// Only release ends the held load, never the test deadline (2 s).
 		o.LoadTimeout = time.Minute
 	})
 	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, clk, nil)
@@ -271,7 +270,12 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 			assert.NoError(t, err)
 		}()
 	}
-	require.Eventually(t, func() bool { return rg.flight.Stats().Waiters == 2 }, 10*time.Second, time.Millisecond)
+	// Both callers joined the flight and its load holds the bulkhead's one
+	// permit: the leader's lookup comes first, so on a loaded runner the
+	// waiters can be counted before the load has started.
+	require.Eventually(t, func() bool {
+		return rg.flight.Stats().Waiters == 2 && rg.source.Stats().InUse == 1
+	}, 10*time.Second, time.Millisecond)
 	_, err := r.GetOrLoad(ctx, Parts("busy"), slow)
 	var oe *OverloadError
 	require.ErrorAs(t, err, &oe)
