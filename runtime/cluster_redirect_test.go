@@ -248,17 +248,37 @@ func TestClusterRedirectTimeoutStaysIndeterminate(t *testing.T) {
 		// target's silence may end the call.
 		d.Timeouts.Command = 2 * time.Second
 		d.Timeouts.Acquire = time.Second
+		// Room for the three idle connections to the target below.
+		d.Lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 4}
 	})
 	ctx := ctxT(t, 20*time.Second)
-	// An idle pooled connection to the target, so the follow writes at once
-	// (a fresh dial's handshake would time out first: before send).
+	// Idle pooled connections to the target, so the follow writes at once
+	// (a fresh dial's handshake would time out first: before send). Three,
+	// not one: the MOVED also starts go-redis's background slot-map reload,
+	// which may take one of the target's connections (and hang on the
+	// paused node) before the follow gets there — on a loaded runner it
+	// did, and the follow failed before sending.
 	onTarget := s.keyOn(t, func(a string) bool { return a == s.to.Addr() })
 	require.ErrorIs(t, s.c.Get(ctx, onTarget).Err(), redis.Nil)
+	cc, ok := s.c.(*redis.ClusterClient)
+	require.True(t, ok, "the lane client of a Cluster deployment is a ClusterClient")
+	node, err := cc.MasterForKey(ctx, onTarget)
+	require.NoError(t, err)
+	require.Equal(t, s.to.Addr(), node.Options().Addr)
+	var conns []*redis.Conn
+	for range 3 {
+		c := node.Conn()
+		require.NoError(t, c.Ping(ctx).Err())
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close()) // back to the pool, idle
+	}
 	s.cl.MigrateSlot(t, s.slot, s.to)
 	toBase := commandStat(t, s.to, "set")
 
 	s.to.Pause()
-	err := s.c.Set(ctx, s.key, "v", time.Minute).Err()
+	err = s.c.Set(ctx, s.key, "v", time.Minute).Err()
 	time.Sleep(300 * time.Millisecond) // room for a (forbidden) resend
 	s.to.Resume()
 
