@@ -13,8 +13,9 @@ import (
 )
 
 // Batcher sends program calls with integer-only replies — rate
-// evaluations (RatePlan calls of any lean rate program) and durable
-// notification submits (notify-submit-v2) — that arrive while the script
+// evaluations (RatePlan calls of any lean rate program), durable
+// notification submits (notify-submit-v2) and efficiency-lease acquires
+// and releases (lease-acquire-v2, lease-release-v2) — that arrive while the script
 // lane is busy as one pipeline ("natural batching"); one pipeline may mix
 // programs and policies. A call goes out at once, alone, while fewer than maxFlights
 // sends of this Batcher are in flight; otherwise it queues, and when a send

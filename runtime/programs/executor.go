@@ -21,8 +21,9 @@ type Executor struct {
 	// plans are the RatePlan programs prepared for the plan path, by
 	// planProgram (nil: not in the catalog).
 	plans [planPrograms]*fastProgram
-	// notifySubmit is notify-submit-v2 prepared (nil: not in the catalog).
-	notifySubmit *fastProgram
+	// notifySubmit, leaseAcquireV2 and leaseReleaseV2 are those programs
+	// prepared for the integer-only path (nil: not in the catalog).
+	notifySubmit, leaseAcquireV2, leaseReleaseV2 *fastProgram
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -42,6 +43,7 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 		e.plans[i] = e.prepare(id)
 	}
 	e.notifySubmit = e.prepare(notifySubmitV2)
+	e.leaseAcquireV2, e.leaseReleaseV2 = e.prepare(leaseAcquireV2), e.prepare(leaseReleaseV2)
 	return e, nil
 }
 
