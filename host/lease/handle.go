@@ -176,7 +176,7 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 		lost error // the first send's, when its reply was lost
 	)
 	for try := 0; try < 2; try++ {
-		res, err = c.exec.LeaseReleaseV2(ctx, key, program(a))
+		res, err = c.batch.LeaseRelease(ctx, key, program(a))
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}

@@ -87,7 +87,13 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // Client acquires efficiency leases on one Redis role. It is safe for
 // concurrent use.
 type Client struct {
-	exec     *programs.Executor
+	exec *programs.Executor
+	// batch pipelines concurrent acquires and releases (lease-acquire-v2,
+	// lease-release-v2): a lone call is sent at once; calls arriving while
+	// batchFlights sends are in flight leave together, each its own atomic
+	// call with its own certainty. Validity is measured from before the
+	// call is handed to it, so time spent queued only shortens it.
+	batch    *programs.Batcher
 	keys     *keys.Builder
 	drift    time.Duration
 	maxTTL   time.Duration
@@ -165,9 +171,18 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, maxTTL: maxTTL, maxWait: maxWait,
+	exec := dep.Programs()
+	return &Client{exec: exec, batch: exec.NewBatcher(batchFlights, batchSize), keys: rt.Keys(), drift: drift, maxTTL: maxTTL, maxWait: maxWait,
 		purposes: purposes, m: m, log: o.log, now: o.now, jitter: o.jitter, closing: make(chan struct{})}, nil
 }
+
+// batchFlights and batchSize bound the acquire/release batcher: at most 4
+// sends in flight, at most 64 calls per pipeline (the rate limiter's
+// defaults).
+const (
+	batchFlights = 4
+	batchSize    = 64
+)
 
 var purposePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 
@@ -322,7 +337,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 	)
 	for {
 		start := c.now()
-		res, err := c.exec.LeaseAcquireV2(ctx, key, program(r.Attempt), r.TTL)
+		res, err := c.batch.LeaseAcquire(ctx, key, program(r.Attempt), r.TTL)
 		out.Attempts++
 		if err != nil {
 			o := certainty.Classify(err, true)
