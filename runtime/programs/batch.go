@@ -15,15 +15,15 @@ import (
 // Batcher sends program calls with integer-only replies — rate
 // evaluations (RatePlan calls of any lean rate program), durable
 // notification submits (notify-submit-v2) and efficiency-lease acquires
-// and releases (lease-acquire-v2, lease-release-v2) — that arrive while the script
-// lane is busy as one pipeline ("natural batching"); one pipeline may mix
-// programs and policies. A call goes out at once, alone, while fewer than maxFlights
-// sends of this Batcher are in flight; otherwise it queues, and when a send
-// completes, the queued calls (at most maxBatch) go out together, sent by
-// the first of them. Nothing ever waits for a timer or for more calls, so a
-// lone caller's latency is that of Executor.RatePlan; under load the
-// client and the server pay one write, one read and one lane turn per batch
-// instead of per call.
+// and releases (lease-acquire-v2, lease-release-v2) — that arrive while
+// the script lane is busy as one pipeline ("natural batching"); one
+// pipeline may mix programs and policies. A call goes out at once, alone,
+// while fewer than maxFlights sends of this Batcher are in flight;
+// otherwise it queues, and when a send completes, the queued calls (at
+// most maxBatch) go out together, sent by the first of them. Nothing ever
+// waits for a timer or for more calls, so a lone caller's latency is that
+// of the unbatched call; under load the client and the server pay one
+// write, one read and one lane turn per batch instead of per call.
 //
 // Each call stays its own EVALSHA/FCALL: atomic on its own, decoded and
 // certainty-classified on its own (a connection lost mid-pipeline leaves
