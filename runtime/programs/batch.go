@@ -217,6 +217,49 @@ func (b *Batcher) recycle(c *batchCall) {
 	b.calls.Put(c)
 }
 
+// intsSender sends one call of a program prepared for the integer-only
+// path: an Executor alone, or a Batcher, pipelined with other calls. The
+// facades that exist in both forms are written once against it.
+type intsSender interface {
+	sendInts(ctx context.Context, fp *fastProgram, args []any) (reply, error)
+	executor() *Executor
+}
+
+func (e *Executor) sendInts(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
+	return e.runInts(ctx, fp, args)
+}
+
+func (e *Executor) executor() *Executor { return e }
+
+func (b *Batcher) sendInts(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
+	return b.do(ctx, fp, args)
+}
+
+func (b *Batcher) executor() *Executor { return b.e }
+
+// sendFast sends program id, prepared as fp (nil: not in the catalog),
+// with ks and argv through s. Every key must be set and, with two or more,
+// share a slot; both are refused before anything is sent.
+func sendFast(ctx context.Context, s intsSender, fp *fastProgram, id string, ks []keys.Key, argv ...any) (reply, error) {
+	if fp == nil {
+		return reply{}, &CompatibilityError{Program: id, Reason: "program not in catalog"}
+	}
+	args := make([]any, 0, 3+len(ks)+len(argv))
+	args = append(args, fp.command, fp.target, len(ks))
+	for i, k := range ks {
+		if k.IsZero() {
+			return reply{}, &Error{Program: id, Err: ErrZeroKey}
+		}
+		if i > 0 {
+			if err := sameSlot(id, ks[0], k); err != nil {
+				return reply{}, err
+			}
+		}
+		args = append(args, k.Redis())
+	}
+	return s.sendInts(ctx, fp, append(args, argv...))
+}
+
 // ctxError reports a call that ended with its context: o says whether it
 // can have been sent.
 func ctxError(ctx context.Context, fp *fastProgram, o certainty.Outcome) error {

@@ -116,6 +116,23 @@ func gatedClient(t *testing.T, s *redistest.Server, g *gate) *redis.Client {
 	return c
 }
 
+// eachBatcherMode runs body once per program mode with a Batcher(1, 64)
+// over a gated client of one private server (the library deployed, so
+// both modes find their programs).
+func eachBatcherMode(t *testing.T, body func(t *testing.T, mode policy.ProgramMode, s *redistest.Server, g *gate, b *Batcher)) {
+	s := redistest.StartStandalone(t)
+	g := &gate{}
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			cat := mustCatalog(t)
+			require.NoError(t, Deploy(context.Background(), cat, s.Admin()))
+			e, err := NewExecutor(cat, mode, gatedClient(t, s, g))
+			require.NoError(t, err)
+			body(t, mode, s, g, e.NewBatcher(1, 64))
+		})
+	}
+}
+
 func (b *Batcher) queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -218,7 +218,12 @@ func (r LeaseAcquireResult) RetryAfter() time.Duration {
 // backoff on RetryAfter. Repeating the same attempt after a timeout is safe
 // (REPLAYED_SAME_OPERATION with the remaining PTTL).
 func (e *Executor) LeaseAcquire(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
-	return e.leaseAcquire(ctx, "lease-acquire-v1", lease, attempt, ttl)
+	const id = "lease-acquire-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, millis(ttl), attempt.OperationID)
+	if err != nil {
+		return LeaseAcquireResult{}, err
+	}
+	return leaseAcquireResult(id, &r, ttl)
 }
 
 // LeaseAcquireV2 is LeaseAcquire with lease-acquire-v2: the same
@@ -226,30 +231,14 @@ func (e *Executor) LeaseAcquire(ctx context.Context, lease keys.Key, attempt Lea
 // lease is one SET NX PX). v1 and v2 callers may share a lease key, so a
 // rolling upgrade mixes them safely.
 func (e *Executor) LeaseAcquireV2(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
-	fp, args, err := e.leaseArgs(e.leaseAcquireV2, leaseAcquireV2, lease, attempt.Owner, ttl.Milliseconds(), attempt.OperationID)
-	if err != nil {
-		return LeaseAcquireResult{}, err
-	}
-	r, err := e.runInts(ctx, fp, args)
-	if err != nil {
-		return LeaseAcquireResult{}, err
-	}
-	return leaseAcquireResult(leaseAcquireV2, &r, ttl)
+	return leaseAcquireV2Call(ctx, e, lease, attempt, ttl)
 }
 
 // LeaseAcquire is Executor.LeaseAcquireV2, batched: acquires that arrive
 // while the Batcher's sends are in flight leave together as one pipeline,
 // each still its own atomic call with its own status and certainty.
 func (b *Batcher) LeaseAcquire(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
-	fp, args, err := b.e.leaseArgs(b.e.leaseAcquireV2, leaseAcquireV2, lease, attempt.Owner, ttl.Milliseconds(), attempt.OperationID)
-	if err != nil {
-		return LeaseAcquireResult{}, err
-	}
-	r, err := b.do(ctx, fp, args)
-	if err != nil {
-		return LeaseAcquireResult{}, err
-	}
-	return leaseAcquireResult(leaseAcquireV2, &r, ttl)
+	return leaseAcquireV2Call(ctx, b, lease, attempt, ttl)
 }
 
 // The v2 lease programs run on the integer-only path (their results are
@@ -259,24 +248,12 @@ const (
 	leaseReleaseV2 = "lease-release-v2"
 )
 
-// leaseArgs builds a one-key call of a prepared lease program (command,
-// target, numkeys, key, ARGV).
-func (e *Executor) leaseArgs(fp *fastProgram, id string, lease keys.Key, argv ...any) (*fastProgram, []any, error) {
-	if fp == nil {
-		return nil, nil, &CompatibilityError{Program: id, Reason: "program not in catalog"}
-	}
-	if lease.IsZero() {
-		return nil, nil, &Error{Program: id, Err: ErrZeroKey}
-	}
-	return fp, append([]any{fp.command, fp.target, 1, lease.Redis()}, argv...), nil
-}
-
-func (e *Executor) leaseAcquire(ctx context.Context, id string, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
-	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, millis(ttl), attempt.OperationID)
+func leaseAcquireV2Call(ctx context.Context, s intsSender, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
+	r, err := sendFast(ctx, s, s.executor().leaseAcquireV2, leaseAcquireV2, []keys.Key{lease}, attempt.Owner, ttl.Milliseconds(), attempt.OperationID)
 	if err != nil {
 		return LeaseAcquireResult{}, err
 	}
-	return leaseAcquireResult(id, &r, ttl)
+	return leaseAcquireResult(leaseAcquireV2, &r, ttl)
 }
 
 // leaseAcquireResult decodes r and checks its PTTL against the status and
@@ -394,7 +371,12 @@ func (r LeaseReleaseResult) Outcome() certainty.Outcome { return r.Status.Outcom
 // after a timeout, repeating it (ABSENT: the desired absence holds) or
 // inspecting reconciles.
 func (e *Executor) LeaseRelease(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
-	return e.leaseRelease(ctx, "lease-release-v1", lease, attempt)
+	const id = "lease-release-v1"
+	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, attempt.OperationID)
+	if err != nil {
+		return LeaseReleaseResult{}, err
+	}
+	return leaseReleaseResult(id, &r)
 }
 
 // LeaseReleaseV2 is LeaseRelease with lease-release-v2: the same
@@ -402,37 +384,21 @@ func (e *Executor) LeaseRelease(ctx context.Context, lease keys.Key, attempt Lea
 // type check, the envelope is compared whole). v1 and v2 callers may
 // share a lease key.
 func (e *Executor) LeaseReleaseV2(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
-	fp, args, err := e.leaseArgs(e.leaseReleaseV2, leaseReleaseV2, lease, attempt.Owner, attempt.OperationID)
-	if err != nil {
-		return LeaseReleaseResult{}, err
-	}
-	r, err := e.runInts(ctx, fp, args)
-	if err != nil {
-		return LeaseReleaseResult{}, err
-	}
-	return leaseReleaseResult(leaseReleaseV2, &r)
+	return leaseReleaseV2Call(ctx, e, lease, attempt)
 }
 
 // LeaseRelease is Executor.LeaseReleaseV2, batched (see
 // Batcher.LeaseAcquire).
 func (b *Batcher) LeaseRelease(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
-	fp, args, err := b.e.leaseArgs(b.e.leaseReleaseV2, leaseReleaseV2, lease, attempt.Owner, attempt.OperationID)
-	if err != nil {
-		return LeaseReleaseResult{}, err
-	}
-	r, err := b.do(ctx, fp, args)
+	return leaseReleaseV2Call(ctx, b, lease, attempt)
+}
+
+func leaseReleaseV2Call(ctx context.Context, s intsSender, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
+	r, err := sendFast(ctx, s, s.executor().leaseReleaseV2, leaseReleaseV2, []keys.Key{lease}, attempt.Owner, attempt.OperationID)
 	if err != nil {
 		return LeaseReleaseResult{}, err
 	}
 	return leaseReleaseResult(leaseReleaseV2, &r)
-}
-
-func (e *Executor) leaseRelease(ctx context.Context, id string, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
-	r, err := e.run(ctx, id, []keys.Key{lease}, attempt.Owner, attempt.OperationID)
-	if err != nil {
-		return LeaseReleaseResult{}, err
-	}
-	return leaseReleaseResult(id, &r)
 }
 
 func leaseReleaseResult(id string, r *reply) (LeaseReleaseResult, error) {

@@ -136,48 +136,23 @@ const notifySubmitV2 = "notify-submit-v2"
 // arguments, record and statuses in fewer Redis calls, with an
 // integer-only reply (a Batcher pipelines it). EntryID is not reported.
 func (e *Executor) NotifySubmitV2(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
-	fp, args, err := e.notifySubmitArgs(stream, record, &req)
-	if err != nil {
-		return NotifySubmitResult{}, err
-	}
-	r, err := e.runInts(ctx, fp, args)
-	if err != nil {
-		return NotifySubmitResult{}, err
-	}
-	return notifySubmitV2Result(&r)
+	return notifySubmitV2Call(ctx, e, stream, record, &req)
 }
 
 // NotifySubmit is Executor.NotifySubmitV2, batched: submits that arrive
 // while the Batcher's sends are in flight leave together as one pipeline,
 // each still its own atomic call with its own status and certainty.
 func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
-	fp, args, err := b.e.notifySubmitArgs(stream, record, &req)
-	if err != nil {
-		return NotifySubmitResult{}, err
-	}
-	r, err := b.do(ctx, fp, args)
+	return notifySubmitV2Call(ctx, b, stream, record, &req)
+}
+
+func notifySubmitV2Call(ctx context.Context, s intsSender, stream, record keys.Key, req *NotifySubmitRequest) (NotifySubmitResult, error) {
+	r, err := sendFast(ctx, s, s.executor().notifySubmit, notifySubmitV2, []keys.Key{stream, record},
+		req.IntentID, req.Plan, req.PlanDigest, req.Retention.Milliseconds(), req.MaxLen)
 	if err != nil {
 		return NotifySubmitResult{}, err
 	}
 	return notifySubmitV2Result(&r)
-}
-
-// notifySubmitArgs builds a notify-submit-v2 call (command, target,
-// numkeys, keys, ARGV), refusing what the program would refuse before
-// anything is sent.
-func (e *Executor) notifySubmitArgs(stream, record keys.Key, req *NotifySubmitRequest) (*fastProgram, []any, error) {
-	fp := e.notifySubmit
-	if fp == nil {
-		return nil, nil, &CompatibilityError{Program: notifySubmitV2, Reason: "program not in catalog"}
-	}
-	if stream.IsZero() || record.IsZero() {
-		return nil, nil, &Error{Program: notifySubmitV2, Err: ErrZeroKey}
-	}
-	if err := sameSlot(notifySubmitV2, stream, record); err != nil {
-		return nil, nil, err
-	}
-	return fp, []any{fp.command, fp.target, 2, stream.Redis(), record.Redis(), req.IntentID, req.Plan, req.PlanDigest,
-		req.Retention.Milliseconds(), req.MaxLen}, nil
 }
 
 // notifySubmitV2Result checks a decoded notify-submit-v2 reply beyond its

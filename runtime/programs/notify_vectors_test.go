@@ -115,33 +115,38 @@ func entryIDValue(id string) string {
 	return "<id>"
 }
 
+// notifySubmitFixture reads a submit step's arguments (both versions take
+// the same five).
+func notifySubmitFixture(a []any) (NotifySubmitRequest, error) {
+	id, err1 := fixtureBytes(a[0])
+	plan, err2 := fixtureBytes(a[1])
+	pd, err3 := fixtureBytes(a[2])
+	ret, err4 := fixtureInt(a[3])
+	ml, err5 := fixtureInt(a[4])
+	if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+		return NotifySubmitRequest{}, err
+	}
+	return NotifySubmitRequest{IntentID: string(id), Plan: plan, PlanDigest: string(pd),
+		Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml}, nil
+}
+
 func notifyFacades() map[string]facadeCall {
 	str := func(v any) (string, error) { b, err := fixtureBytes(v); return string(b), err }
 	num := func(v any) (int, error) { n, err := fixtureInt(v); return int(n), err }
 	return map[string]facadeCall{
 		"notify-submit-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			id, err1 := str(a[0])
-			plan, err2 := fixtureBytes(a[1])
-			pd, err3 := str(a[2])
-			ret, err4 := fixtureInt(a[3])
-			ml, err5 := fixtureInt(a[4])
-			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+			req, err := notifySubmitFixture(a)
+			if err != nil {
 				return "", 0, nil, err
 			}
-			r, err := e.NotifySubmit(ctx, ks[0], ks[1], NotifySubmitRequest{IntentID: id, Plan: plan, PlanDigest: pd,
-				Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml})
+			r, err := e.NotifySubmit(ctx, ks[0], ks[1], req)
 			return r.Status.String(), r.Outcome(), []any{entryIDValue(r.EntryID), int64(r.State), int64(r.Attempts), ms(r.RecordTTL)}, err
 		},
 		"notify-submit-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			id, err1 := str(a[0])
-			plan, err2 := fixtureBytes(a[1])
-			pd, err3 := str(a[2])
-			ret, err4 := fixtureInt(a[3])
-			ml, err5 := fixtureInt(a[4])
-			if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+			req, err := notifySubmitFixture(a)
+			if err != nil {
 				return "", 0, nil, err
 			}
-			req := NotifySubmitRequest{IntentID: id, Plan: plan, PlanDigest: pd, Retention: time.Duration(ret) * time.Millisecond, MaxLen: ml}
 			r, err := e.NotifySubmitV2(ctx, ks[0], ks[1], req)
 			if err != nil {
 				return "", 0, nil, err
