@@ -382,7 +382,7 @@ func BenchmarkRateServerTime(b *testing.B) {
 		sc1, sc2 := key("sc1", "window", 1), key("sc2", "window", 2)
 		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
 		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
-		sl1, sl2 := key("sl1", "log", 1), key("sl2", "log", 1)
+		sl1, sl2, sl3 := key("sl1", "log", 1), key("sl2", "log", 1), key("sl3", "log", 2)
 		cc1, cc2 := key("cc1", "concurrency", 1), key("cc2", "concurrency", 1)
 		logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond}
 		sl1req, sl2req := logReq, logReq
@@ -422,16 +422,20 @@ func BenchmarkRateServerTime(b *testing.B) {
 			// and every admit trims what fell out.
 			{"sliding-log-v1", false, nop, func(int) error { return decide(e.RateSlidingLog(ctx, sl1, dd, sl1req)) }},
 			{"sliding-log-v2", false, nop, func(int) error { return decide(e.RateSlidingLogV2(ctx, sl2, keys.Key{}, sl2req)) }},
+			{"sliding-log-v3", false, nop, func(int) error { return decide(e.RateSlidingLogV3(ctx, sl3, keys.Key{}, sl2req)) }},
 			// One owner acquiring and releasing in turn: the time per call.
 			{"concurrency-acquire+release-v1", false, nop, func(i int) error {
-				return permitTurn(ctx, i, cc1, e.RateConcurrencyAcquire, e.RateConcurrencyRelease)
+				return permitTurn(ctx, i, cc1, []byte(benchOwner), 100, e.RateConcurrencyAcquire, e.RateConcurrencyRelease)
 			}},
 			{"concurrency-acquire+release-v2", false, nop, func(i int) error {
-				return permitTurn(ctx, i, cc2, e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2)
+				return permitTurn(ctx, i, cc2, []byte(benchOwner), 100, e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2)
 			}},
 		})
 	}
 }
+
+// benchOwner is the one owner of BenchmarkRateServerTime's permit rows.
+const benchOwner = "bench-owner-0123456789"
 
 // rateBenchKey is one rate key of kind under key version kv.
 func rateBenchKey(b *testing.B, bld *keys.Builder, tag, kind string, kv int) keys.Key {
@@ -440,13 +444,13 @@ func rateBenchKey(b *testing.B, bld *keys.Builder, tag, kind string, kv int) key
 	return ks[0]
 }
 
-// permitTurn acquires (even i) or releases (odd i) one owner's permit.
-func permitTurn(ctx context.Context, i int, k keys.Key,
+// permitTurn acquires (even i) or releases (odd i) owner's permit of a
+// set of maxPermits.
+func permitTurn(ctx context.Context, i int, k keys.Key, owner []byte, maxPermits int64,
 	acquire func(context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error),
 	release func(context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)) error {
-	owner := []byte("bench-owner-0123456789")
 	if i%2 == 0 {
-		r, err := acquire(ctx, k, PermitAcquireRequest{PolicyRevision: "r1", MaxPermits: 100, Owner: owner,
+		r, err := acquire(ctx, k, PermitAcquireRequest{PolicyRevision: "r1", MaxPermits: maxPermits, Owner: owner,
 			TTL: time.Minute, MaxClockStep: time.Second, CleanupGrace: time.Second})
 		if err == nil && r.Status != PermitAcquired {
 			err = fmt.Errorf("acquire: %s", r.Status)

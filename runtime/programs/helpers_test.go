@@ -296,6 +296,9 @@ type stateItem struct {
 	} `json:"pttl"`
 	NoTTL   bool   `json:"noTtl"`
 	HashLen *int64 `json:"hashLen"`
+	// ZCard is a sorted set's size, for states whose members are not
+	// known in advance (an event named after the server's clock).
+	ZCard *int64 `json:"zcard"`
 	// Stream, StreamLen and Pending are the notify programs' stream
 	// fixtures (notify_vectors_test.go).
 	Stream    *streamSetup `json:"stream"`

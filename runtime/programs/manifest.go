@@ -167,7 +167,7 @@ func retrySafeties() []string {
 // complexities admits O(1) and the one explicitly bounded form (§7.4 "O(1)
 // or an explicit small N"): a sorted set capped by a validated limit.
 func complexities() []string {
-	return []string{"O(1)", "O(log N + M), N <= M <= limit <= 10000"}
+	return []string{"O(1)", "O(log N + M), N <= M <= limit <= 10000", "O(log N + M), N <= M <= 2 * limit <= 20000"}
 }
 
 func timeoutCertainties() []string { return []string{"indeterminate", "not-applicable"} }

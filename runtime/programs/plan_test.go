@@ -78,4 +78,16 @@ func TestRatePlanArgv(t *testing.T) {
 	_, args, err := e.planArgs(st, dd, sl, 1, "e")
 	require.NoError(t, err)
 	assert.Len(t, args, 3+2+8)
+
+	// v3 renders v2's arguments for its own program, and refuses a cost
+	// the same way.
+	sl3 := NewSlidingLogV3Plan(SlidingLogRequest{Limit: 10, Window: time.Second, RateOptions: opts})
+	assert.Equal(t, "rate-sliding-log-v3", sl3.Program())
+	assert.Equal(t, sl.appendArgv(nil, 1, "e"), sl3.appendArgv(nil, 1, "e"))
+	e.plans[planSlidingLogV3] = &fastProgram{command: "evalsha", target: "sha3"}
+	_, _, err = e.planArgs(st, dd, sl3, 2, "e")
+	require.ErrorIs(t, err, ErrIncompatible)
+	_, args, err = e.planArgs(st, dd, sl3, 1, "e")
+	require.NoError(t, err)
+	assert.Equal(t, "sha3", args[1])
 }

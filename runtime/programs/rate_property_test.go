@@ -233,12 +233,51 @@ func newRateAlgos(seed uint64) []rateAlgo {
 		gcraV2Algo("gcra-v2-nodedup", gcraLimit, gcraPeriod, true),
 		slidingLogV2Algo("sliding-log-v2", logLimit, logWindow, false),
 		slidingLogV2Algo("sliding-log-v2-nodedup", logLimit, logWindow, true),
+		slidingLogV3Algo("sliding-log-v3", logLimit, logWindow, false),
+		slidingLogV3Algo("sliding-log-v3-nodedup", logLimit, logWindow, true),
 	}
+}
+
+// slidingLogV3Algo drives rate-sliding-log-v3 against rateref.SlidingLog.
+// The reference trims on every admit, v3 on the first admit of a tick: the
+// stored log is compared without the events that had expired at the last
+// admit (the newest event), and must never hold more than 2 * limit
+// events.
+func slidingLogV3Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	a := slidingLogLeanAlgo(name, limit, window, noDedup, true, (*Executor).RateSlidingLogV3)
+	a.read = func(ctx context.Context, admin redis.UniversalClient, key string) (map[string]string, error) {
+		zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil || len(zs) == 0 {
+			return map[string]string{}, err
+		}
+		if int64(len(zs)) > 2*limit+1 {
+			return nil, fmt.Errorf("the log holds %d members, more than 2 * limit (%d) events + the sentinel", len(zs), limit)
+		}
+		// Ascending scores: the newest event, the last admit, is last.
+		out, newest := map[string]string{}, zs[len(zs)-1:]
+		for _, z := range zs {
+			if z.Score <= 0 || z.Score > newest[0].Score-float64(window) {
+				out[fmt.Sprint(z.Member)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+			}
+		}
+		return out, nil
+	}
+	return a
 }
 
 // slidingLogV2Algo drives rate-sliding-log-v2 against rateref.SlidingLog
 // over rate-sliding-log-v1's sorted set (the state both share).
 func slidingLogV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	return slidingLogLeanAlgo(name, limit, window, noDedup, false, (*Executor).RateSlidingLogV2)
+}
+
+// slidingLogLeanAlgo drives a lean sliding-log facade (v2, v3) against
+// rateref.SlidingLog. A clock stepping back moves the sentinel ahead; with
+// wholeLog it moves every event ahead too, which is what a clock step is
+// to a log only its own program writes (the sentinel is the last admit's
+// time, never ahead of the newest event).
+func slidingLogLeanAlgo(name string, limit, window int64, noDedup, wholeLog bool,
+	run func(*Executor, context.Context, keys.Key, keys.Key, SlidingLogRequest) (RateResult, error)) rateAlgo {
 	var (
 		lg    rateref.SlidingLogState
 		dedup = &rateref.Dedup{}
@@ -248,7 +287,7 @@ func slidingLogV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
 		call: func(ctx context.Context, e *Executor, st, dd keys.Key, o RateOptions, _ *rand.Rand) (RateResult, func(int64, rateref.Common) (rateref.Decision, error), error) {
 			p := rateref.SlidingLogParams{Limit: limit, WindowMillis: window}
 			o, dd = leanOptions(o, dd, noDedup)
-			res, err := e.RateSlidingLogV2(ctx, st, dd, SlidingLogRequest{Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond, RateOptions: o})
+			res, err := run(e, ctx, st, dd, SlidingLogRequest{Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond, RateOptions: o})
 			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
 				return rateref.SlidingLog(&lg, dedup, now, p, leanCommon(c, noDedup))
 			}, err
@@ -257,7 +296,34 @@ func slidingLogV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
 		shift:  func(ms int64) bool { lg.Observed += ms; return lg.Present },
 		read:   readZSet, redisShift: shiftSentinel,
 	}
+	if wholeLog {
+		a.shift = func(ms int64) bool {
+			lg.Observed += ms
+			for i := range lg.Events {
+				lg.Events[i].Score += ms
+			}
+			return lg.Present
+		}
+		a.redisShift = shiftLog
+	}
 	return a
+}
+
+// shiftLog moves every event of the log and its last observation (minus
+// the sentinel's score) ms ahead; members keep their names.
+func shiftLog(ctx context.Context, admin redis.UniversalClient, key string, ms int64) error {
+	zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	for i := range zs {
+		if zs[i].Score > 0 {
+			zs[i].Score += float64(ms)
+		} else {
+			zs[i].Score -= float64(ms)
+		}
+	}
+	return admin.ZAdd(ctx, key, zs...).Err()
 }
 
 // slidingLogStored renders the reference log as the sorted set (member ->
@@ -623,6 +689,9 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 		// during the test.
 		"sliding-log-v2": func(st, dd keys.Key, id string) (RateResult, error) {
 			return e.RateSlidingLogV2(ctx, st, dd, SlidingLogRequest{Limit: limit, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
+		},
+		"sliding-log-v3": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateSlidingLogV3(ctx, st, dd, SlidingLogRequest{Limit: limit, Window: 30 * 24 * time.Hour, RateOptions: opts(id)})
 		},
 		"gcra-v2": func(st, dd keys.Key, id string) (RateResult, error) {
 			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: limit, Period: 30 * 24 * time.Hour, Cost: 1, RateOptions: opts(id)})

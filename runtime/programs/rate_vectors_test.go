@@ -122,18 +122,20 @@ func rateValues(r RateResult) []any {
 	return []any{b2i(r.Allowed), r.Limit, r.Remaining, ms(r.RetryAfter), r.ResetAtMillis}
 }
 
-func rateFacades() map[string]facadeCall {
-	ints := func(a []any, n int) ([]int64, error) {
-		out := make([]int64, n)
-		for i := range out {
-			v, err := fixtureInt(a[1+i])
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+// ints decodes the n integer arguments after a rate vector step's revision.
+func ints(a []any, n int) ([]int64, error) {
+	out := make([]int64, n)
+	for i := range out {
+		v, err := fixtureInt(a[1+i])
+		if err != nil {
+			return nil, err
 		}
-		return out, nil
+		out[i] = v
 	}
+	return out, nil
+}
+
+func rateFacades() map[string]facadeCall {
 	return map[string]facadeCall{
 		"rate-fixed-window-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 9 {
@@ -222,30 +224,8 @@ func rateFacades() map[string]facadeCall {
 			return e.RateGCRAV2(ctx, st, dd, GCRARequest{Limit: n[0], Period: time.Duration(n[1]) * time.Millisecond, Cost: n[2], RateOptions: o})
 		}),
 		// 5 arguments without dedup (one key), 8 with (two).
-		"rate-sliding-log-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			if len(a) != 5 && len(a) != 8 {
-				return "", 0, nil, fmt.Errorf("want 5 or 8 args, have %d", len(a))
-			}
-			n, err1 := ints(a, 4)
-			rev, err2 := fixtureBytes(a[0])
-			if err := firstErr(err1, err2); err != nil {
-				return "", 0, nil, err
-			}
-			req := SlidingLogRequest{Limit: n[0], Window: time.Duration(n[1]) * time.Millisecond,
-				RateOptions: RateOptions{PolicyRevision: string(rev), MaxClockStep: time.Duration(n[2]) * time.Millisecond,
-					CleanupGrace: time.Duration(n[3]) * time.Millisecond}}
-			dedup := keys.Key{}
-			if len(a) == 8 {
-				o, err := rateFixtureOptions(a)
-				if err != nil {
-					return "", 0, nil, err
-				}
-				req.DedupTTL, req.DedupMaxEntries, req.EvaluationID = o.DedupTTL, o.DedupMaxEntries, o.EvaluationID
-				dedup = ks[1]
-			}
-			r, err := e.RateSlidingLogV2(ctx, ks[0], dedup, req)
-			return r.Status.String(), r.Outcome(), rateValues(r), err
-		},
+		"rate-sliding-log-v2": slidingLogFacade((*Executor).RateSlidingLogV2),
+		"rate-sliding-log-v3": slidingLogFacade((*Executor).RateSlidingLogV3),
 		// v2 takes 7 arguments without dedup (one key) and 10 with (two).
 		"rate-token-bucket-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 7 && len(a) != 10 {
@@ -374,5 +354,34 @@ func permitReleaseFacade(call func(*Executor, context.Context, keys.Key, PermitR
 			PolicyRevision: string(rev), Owner: owner, MaxClockStep: time.Duration(step) * time.Millisecond,
 		})
 		return r.Status.String(), r.Outcome(), []any{r.InUse}, err
+	}
+}
+
+// slidingLogFacade adapts a lean sliding-log facade (v2, v3) to the vector
+// runner: 5 arguments without dedup (one key), 8 with (two).
+func slidingLogFacade(call func(*Executor, context.Context, keys.Key, keys.Key, SlidingLogRequest) (RateResult, error)) func(context.Context, *Executor, []keys.Key, []any) (string, certainty.Outcome, []any, error) {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		if len(a) != 5 && len(a) != 8 {
+			return "", 0, nil, fmt.Errorf("want 5 or 8 args, have %d", len(a))
+		}
+		n, err1 := ints(a, 4)
+		rev, err2 := fixtureBytes(a[0])
+		if err := firstErr(err1, err2); err != nil {
+			return "", 0, nil, err
+		}
+		req := SlidingLogRequest{Limit: n[0], Window: time.Duration(n[1]) * time.Millisecond,
+			RateOptions: RateOptions{PolicyRevision: string(rev), MaxClockStep: time.Duration(n[2]) * time.Millisecond,
+				CleanupGrace: time.Duration(n[3]) * time.Millisecond}}
+		dedup := keys.Key{}
+		if len(a) == 8 {
+			o, err := rateFixtureOptions(a)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			req.DedupTTL, req.DedupMaxEntries, req.EvaluationID = o.DedupTTL, o.DedupMaxEntries, o.EvaluationID
+			dedup = ks[1]
+		}
+		r, err := call(e, ctx, ks[0], dedup, req)
+		return r.Status.String(), r.Outcome(), rateValues(r), err
 	}
 }

@@ -17,6 +17,7 @@ const (
 	slidingCounterV2 = "rate-sliding-counter-v2"
 	gcraV2           = "rate-gcra-v2"
 	slidingLogV2     = "rate-sliding-log-v2"
+	slidingLogV3     = "rate-sliding-log-v3"
 )
 
 // NewFixedWindowPlan renders req for rate-fixed-window-v2. req.Cost is the
@@ -48,6 +49,23 @@ func NewGCRAPlan(req GCRARequest) *RatePlan {
 func NewSlidingLogPlan(req SlidingLogRequest) *RatePlan {
 	return newRatePlan(planSlidingLog, 1, -1, req.RateOptions, req.PolicyRevision,
 		strconv.FormatInt(req.Limit, 10), millis(req.Window))
+}
+
+// NewSlidingLogV3Plan renders req for rate-sliding-log-v3 (cost 1 only,
+// as NewSlidingLogPlan). Its log trims expired events and extends its TTL
+// once per tick of an eighth of the window instead of on every admit, a
+// TTL rule v1 and v2 do not keep: a v3 log must live under a key version of
+// its own, never shared with v1 or v2.
+func NewSlidingLogV3Plan(req SlidingLogRequest) *RatePlan {
+	return newRatePlan(planSlidingLogV3, 1, -1, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), millis(req.Window))
+}
+
+// RateSlidingLogV3 evaluates an exact sliding-log limit for one request
+// with rate-sliding-log-v3 (the decisions of RateSlidingLogV2 in fewer
+// calls; state under its own key version); dedup as for RateFixedWindowV2.
+func (e *Executor) RateSlidingLogV3(ctx context.Context, log, dedup keys.Key, req SlidingLogRequest) (RateResult, error) {
+	return e.RatePlan(ctx, log, dedup, NewSlidingLogV3Plan(req), 1, string(req.EvaluationID))
 }
 
 // RateSlidingLogV2 evaluates an exact sliding-log limit for one request

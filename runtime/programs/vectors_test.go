@@ -349,6 +349,11 @@ func assertState(ctx context.Context, t *testing.T, admin redis.UniversalClient,
 		require.NoError(t, err)
 		assert.Equal(t, *it.HashLen, n, "hash length")
 	}
+	if it.ZCard != nil {
+		n, err := admin.ZCard(ctx, k.Redis()).Result()
+		require.NoError(t, err)
+		assert.Equal(t, *it.ZCard, n, "sorted set size")
+	}
 	pttl, err := admin.PTTL(ctx, k.Redis()).Result()
 	require.NoError(t, err)
 	if it.NoTTL {
