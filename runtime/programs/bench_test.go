@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -462,4 +463,75 @@ func permitTurn(ctx context.Context, i int, k keys.Key, owner []byte, maxPermits
 		err = fmt.Errorf("release: %s", r.Status)
 	}
 	return err
+}
+
+// BenchmarkRateServerTimeBusy is BenchmarkRateServerTime's lean rows under
+// 32 concurrent callers (b.RunParallel, 16 per GOMAXPROCS on 2 cores): the
+// server never idles between calls, as when a fleet shares one Redis, so
+// its time per call is the fleet's cost, not the cost of waking a cold
+// core (a lone caller's calls measured 1.5-2x as long on an idle machine).
+// Each concurrency caller acquires and releases its own permit in turn.
+func BenchmarkRateServerTimeBusy(b *testing.B) {
+	s := redistest.StartStandalone(b)
+	ctx := context.Background()
+	cat := mustCatalog(b)
+	require.NoError(b, LoadScripts(ctx, cat, s.Admin()))
+	user, pass := s.AdminUser()
+	client := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: user, Password: pass,
+		DisableIdentity: true, MaxRetries: -1, PoolSize: 64})
+	b.Cleanup(func() { _ = client.Close() })
+	e, err := NewExecutor(cat, policy.ProgramsEvalshaManaged, client)
+	require.NoError(b, err)
+	bld := testBuilder(b)
+	const big = 1_000_000_000
+	lean := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}
+	logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond, RateOptions: lean}
+	decide := func(r RateResult, err error) error {
+		if err == nil && r.Status != RateAllowed {
+			err = fmt.Errorf("status %s", r.Status)
+		}
+		return err
+	}
+	type row struct {
+		name string
+		call func(k keys.Key, caller, i int) error
+		kind string
+		kv   int
+	}
+	permits := func(acquire func(context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error),
+		release func(context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)) func(keys.Key, int, int) error {
+		return func(k keys.Key, caller, i int) error {
+			return permitTurn(ctx, i, k, []byte(fmt.Sprintf("bench-owner-%06d", caller)), 10_000, acquire, release)
+		}
+	}
+	rows := []row{
+		{"fixed-window-v2", func(k keys.Key, _, _ int) error {
+			return decide(e.RateFixedWindowV2(ctx, k, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: lean}))
+		}, "window", 2},
+		{"sliding-log-v2", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV2(ctx, k, keys.Key{}, logReq)) }, "log", 1},
+		{"sliding-log-v3", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV3(ctx, k, keys.Key{}, logReq)) }, "log", 2},
+		{"concurrency-acquire+release-v2", permits(e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2), "concurrency", 1},
+	}
+	// Callers are numbered across runs: a run may end between a caller's
+	// acquire and its release, so its permit stays held (until its TTL)
+	// and the next run's callers must not reuse its owner.
+	var callers atomic.Int64
+	for _, r := range rows {
+		b.Run(r.name, func(b *testing.B) {
+			k := rateBenchKey(b, bld, "busy-"+r.name, r.kind, r.kv)
+			require.NoError(b, s.Admin().ConfigResetStat(ctx).Err())
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				caller, i := int(callers.Add(1)), 0
+				for pb.Next() {
+					if err := r.call(k, caller, i); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+			b.ReportMetric(s.MicrosPerCall(b, "evalsha"), "server-µs/op")
+		})
+	}
 }
