@@ -13,9 +13,10 @@
 // Lease): acquire/renew/release with host-minted owner tokens, always
 // fail-closed.
 //
-// Every rate algorithm runs its lean v2 program (token bucket, fixed
-// window, sliding counter and GCRA: one string state under key version 2;
-// sliding log: v1's sorted set, key version 1) through a programs.Batcher:
+// Every rate algorithm runs its lean program (token bucket, fixed window,
+// sliding counter and GCRA v2: one string state; sliding log v3: a sorted
+// set trimmed once per tick; all under key version 2) through a
+// programs.Batcher:
 // concurrent decisions that find the script lane busy share one pipeline
 // (WithBatching), each keeping its own atomic program call and outcome; a
 // lone decision is sent at once.

@@ -94,8 +94,8 @@ func req(pol, subject string) Request {
 }
 
 // stateKey rebuilds the state key of (policy, subject) the way the limiter
-// does: key version 2 for the lean programs' string state, 1 for the
-// sliding log.
+// does: key version 2 for the lean programs' state, 1 for the
+// concurrency limiter's permits.
 func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 	t.Helper()
 	pol, ok := f.l.Policies().Policy(id)
@@ -107,7 +107,7 @@ func (f *fixture) stateKey(t testing.TB, id string, sub Subject) keys.Key {
 func (f *fixture) stateKeyOf(t testing.TB, pol policy.RatePolicy, sub Subject) keys.Key {
 	t.Helper()
 	kv := leanKeyVersion
-	if pol.Algorithm == policy.RateSlidingLog {
+	if pol.Algorithm == policy.RateConcurrency {
 		kv = keyVersion
 	}
 	ks, err := f.rt.Keys().Group(keys.Spec{Capability: keys.CapRate, Region: pol.KeyRegion(), KeyVersion: kv,

@@ -25,12 +25,14 @@ const (
 	MaxEvaluationIDBytes = 128
 	MaxSubjectValueBytes = keys.MaxPartBytes
 	// keyVersion is the kv<n> of the state the v1 programs keep (the
-	// sliding log, whose v2 keeps v1's state, and the concurrency limiter).
+	// concurrency limiter, whose later versions keep v1's state).
 	keyVersion = 1
 	// leanKeyVersion is the kv<n> of the state of the lean programs
 	// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2,
-	// rate-gcra-v2), which keep one string where their v1 kept a hash:
-	// the two never share a key.
+	// rate-gcra-v2), which keep one string where their v1 kept a hash, and
+	// of rate-sliding-log-v3, whose log keeps v1's layout under another
+	// TTL rule (trimmed and extended once per tick): none shares a key
+	// with its v1.
 	leanKeyVersion = 2
 	// tokenBucketKeyVersion is the kv<n> of token-bucket state.
 	tokenBucketKeyVersion = leanKeyVersion
@@ -636,13 +638,10 @@ func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
 	case policy.RateGCRA:
 		cp.plan = programs.NewGCRAPlan(programs.GCRARequest{Limit: p.Limit, Period: p.Window, Cost: 1, RateOptions: opts})
 	case policy.RateSlidingLog:
-		// rate-sliding-log-v2 keeps v1's sorted set: the key version stays.
-		cp.plan = programs.NewSlidingLogPlan(programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
+		cp.plan = programs.NewSlidingLogV3Plan(programs.SlidingLogRequest{Limit: p.Limit, Window: p.Window, RateOptions: opts})
 	}
 	if cp.plan != nil {
-		if pol.Algorithm != policy.RateSlidingLog {
-			cp.spec.KeyVersion = leanKeyVersion
-		}
+		cp.spec.KeyVersion = leanKeyVersion
 		if !pol.Dedup.Enabled {
 			cp.kinds = cp.kinds[:1] // no dedup key is sent
 		}

@@ -100,11 +100,11 @@ func TestExactAdmissionTokenBucketDedupBatching(t *testing.T) {
 	}
 }
 
-// Fixed window, sliding counter, GCRA and sliding log run their lean v2
-// programs: with and without dedup, batched and not, 32 goroutines on one
-// subject admit exactly the limit, and the state is the program's string
-// under key version 2 (the sliding log: v1's sorted set, 100 events and
-// the sentinel, under key version 1). A 30-day window or period: nothing
+// Fixed window, sliding counter, GCRA (v2) and sliding log (v3) run their
+// lean programs: with and without dedup, batched and not, 32 goroutines on
+// one subject admit exactly the limit, and the state is the program's
+// under key version 2 (the sliding log: a sorted set of 100 events and the
+// sentinel). A 30-day window or period: nothing
 // rolls over or is emitted back during the test.
 func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
 	s := redistest.StartStandalone(t)
@@ -138,7 +138,7 @@ func TestExactAdmissionLeanProgramsBatching(t *testing.T) {
 				require.NoError(t, s.Admin().Del(ctxT(t), k.Redis()).Err())
 				assert.Equal(t, int64(100), exactAdmission(t, f, c.decl.ID))
 				if c.decl.Algorithm == policy.RateSlidingLog {
-					assert.Contains(t, k.Redis(), ":kv1:")
+					assert.Contains(t, k.Redis(), ":kv2:")
 					n, err := s.Admin().ZCard(ctxT(t), k.Redis()).Result()
 					require.NoError(t, err)
 					assert.Equal(t, int64(101), n)
