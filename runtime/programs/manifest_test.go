@@ -51,7 +51,7 @@ func TestDecodeManifestEmbedded(t *testing.T) {
 	assert.Equal(t, "7.0", m.MinimumRedisVersion)
 	assert.Equal(t, int64(2592000000), m.MaxTTLMillis)
 	assert.Equal(t, 10, m.SetVersion)
-	assert.Len(t, m.Programs, 51)
+	assert.Len(t, m.Programs, 54)
 	for _, p := range m.Programs {
 		assert.Equal(t, "7.0", p.MinimumRedisVersion)
 		// Only the rate programs read Redis TIME (once per call).

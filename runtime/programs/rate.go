@@ -247,6 +247,14 @@ func (e *Executor) RateConcurrencyAcquireV2(ctx context.Context, permits keys.Ke
 	return e.concurrencyAcquire(ctx, "rate-concurrency-acquire-v2", permits, req)
 }
 
+// RateConcurrencyAcquireV3 is RateConcurrencyAcquire with
+// rate-concurrency-acquire-v3: the same state (v1, v2 and v3 may share a
+// key) and decisions in fewer Redis calls than v2; the key's TTL is only
+// ever raised (PEXPIRE GT).
+func (e *Executor) RateConcurrencyAcquireV3(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	return e.concurrencyAcquire(ctx, "rate-concurrency-acquire-v3", permits, req)
+}
+
 func (e *Executor) concurrencyAcquire(ctx context.Context, id string, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
 	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision,
 		strconv.FormatInt(req.MaxPermits, 10), req.Owner, millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
@@ -292,6 +300,13 @@ func (e *Executor) RateConcurrencyRenewV2(ctx context.Context, permits keys.Key,
 	return e.concurrencyRenew(ctx, "rate-concurrency-renew-v2", permits, req)
 }
 
+// RateConcurrencyRenewV3 is RateConcurrencyRenew with
+// rate-concurrency-renew-v3 (v1's state, fewer Redis calls than v2; an
+// expired owner is left for the next acquire to prune).
+func (e *Executor) RateConcurrencyRenewV3(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	return e.concurrencyRenew(ctx, "rate-concurrency-renew-v3", permits, req)
+}
+
 func (e *Executor) concurrencyRenew(ctx context.Context, id string, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
 	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision, req.Owner,
 		millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
@@ -327,6 +342,13 @@ func (e *Executor) RateConcurrencyRelease(ctx context.Context, permits keys.Key,
 // rate-concurrency-release-v2 (v1's state, fewer Redis calls).
 func (e *Executor) RateConcurrencyReleaseV2(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
 	return e.concurrencyRelease(ctx, "rate-concurrency-release-v2", permits, req)
+}
+
+// RateConcurrencyReleaseV3 is RateConcurrencyRelease with
+// rate-concurrency-release-v3 (v1's state, fewer Redis calls than v2; an
+// expired owner is left for the next acquire to prune).
+func (e *Executor) RateConcurrencyReleaseV3(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	return e.concurrencyRelease(ctx, "rate-concurrency-release-v3", permits, req)
 }
 
 func (e *Executor) concurrencyRelease(ctx context.Context, id string, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/keys"
 	"github.com/caphost/caphost/runtime/programs/internal/rateref"
 )
 
@@ -33,15 +35,30 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, Deploy(ctx, cat, admin))
 	for i, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
-		for _, version := range []string{"v1", "v2"} { // v2 keeps v1's state: one reference for both
+		// v2 and v3 keep v1's state: one reference for all. "mixed" runs
+		// each call through v1, v2 or v3 (drawn from its own stream, so the
+		// operations are the same as the others'), as the hosts of a
+		// rolling upgrade do on one key.
+		for _, version := range []string{"v1", "v2", "v3", "mixed"} {
 			t.Run(string(mode)+"/"+version, func(t *testing.T) {
 				t.Parallel()
 				e, err := NewExecutor(cat, mode, client)
 				require.NoError(t, err)
-				acquire, renew, release := e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease
-				if version == "v2" {
-					acquire, renew, release = e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2
+				progs := permitVersions(e)
+				pick := rand.New(rand.NewPCG(uint64(i)+11, 5))
+				programs := func() permitPrograms {
+					if version == "mixed" {
+						return progs[[]string{"v1", "v2", "v3"}[pick.IntN(3)]]
+					}
+					return progs[version]
 				}
+				// v3's renew and release do not prune: an owner expired at or
+				// before the latest effective time (which only grows here:
+				// every step back beyond maxStep is CLOCK_UNSAFE and undone)
+				// may stay in the set until the next acquire, decided on as
+				// absent exactly as v1/v2's pruned one.
+				lenient := version == "v3" || version == "mixed"
+				var maxEff int64
 				r := rand.New(rand.NewPCG(uint64(i)+11, 3))
 				key, _ := rateKeys(t, testBuilder(t), "permits-"+string(mode)+"-"+version, "concurrency")
 				const maxPermits, maxStep = 3, 200
@@ -67,43 +84,57 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 					var (
 						name      string
 						got, want rateref.PermitDecision
+						now       int64
 					)
+					present, observed := ref.Present, ref.Observed
+					p := programs()
 					switch op {
 					case "acquire":
-						res, err := acquire(ctx, key, PermitAcquireRequest{
+						res, err := p.acquire(ctx, key, PermitAcquireRequest{
 							PolicyRevision: "r1", MaxPermits: maxPermits, Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
 							MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
 						})
 						require.NoError(t, err)
-						name = res.Status.String()
+						name, now = res.Status.String(), res.ServerNowMillis
 						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, MaxPermits: res.MaxPermits, ExpiresAtMillis: res.ExpiresAtMillis, RetryAfterMillis: res.RetryAfter.Milliseconds()}
 						want, err = rateref.ConcurrencyAcquire(&ref, res.ServerNowMillis, maxPermits, owner, ttl, maxStep)
 						require.NoError(t, err)
 					case "renew":
-						res, err := renew(ctx, key, PermitRenewRequest{
+						res, err := p.renew(ctx, key, PermitRenewRequest{
 							PolicyRevision: "r1", Owner: []byte(owner), TTL: time.Duration(ttl) * time.Millisecond,
 							MaxClockStep: maxStep * time.Millisecond, CleanupGrace: 10 * time.Second,
 						})
 						require.NoError(t, err)
-						name = "renew " + res.Status.String()
+						name, now = "renew "+res.Status.String(), res.ServerNowMillis
 						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse, ExpiresAtMillis: res.ExpiresAtMillis}
 						want, err = rateref.ConcurrencyRenew(&ref, res.ServerNowMillis, owner, ttl, maxStep)
 						require.NoError(t, err)
 					default:
-						res, err := release(ctx, key, PermitReleaseRequest{PolicyRevision: "r1", Owner: []byte(owner), MaxClockStep: maxStep * time.Millisecond})
+						res, err := p.release(ctx, key, PermitReleaseRequest{PolicyRevision: "r1", Owner: []byte(owner), MaxClockStep: maxStep * time.Millisecond})
 						require.NoError(t, err)
-						name = "release " + res.Status.String()
+						name, now = "release "+res.Status.String(), res.ServerNowMillis
 						got = rateref.PermitDecision{Status: rateref.Status(res.Status), InUse: res.InUse}
 						want, err = rateref.ConcurrencyRelease(&ref, res.ServerNowMillis, owner, maxStep)
 						require.NoError(t, err)
 					}
 					counts[name]++
 					require.Equal(t, want, got, "step %d (%s, owner %s)", n, name, owner)
+					if !strings.HasSuffix(name, "CLOCK_UNSAFE") {
+						eff := now
+						if present && observed > now {
+							eff = observed
+						}
+						maxEff = max(maxEff, eff)
+					}
 					zs, err := admin.ZRangeWithScores(ctx, key.Redis(), 0, -1).Result()
 					require.NoError(t, err)
 					stored := map[string]int64{}
 					for _, z := range zs {
-						stored[fmt.Sprint(z.Member)] = int64(z.Score)
+						m, score := fmt.Sprint(z.Member), int64(z.Score)
+						if lenient && score > 0 && score <= maxEff {
+							continue // expired, left by v3 for the next acquire
+						}
+						stored[m] = score
 					}
 					wantStored := map[string]int64{}
 					if ref.Present {
@@ -196,26 +227,39 @@ func clockStep(r *rand.Rand, oneIn int, undo *int64) int64 {
 	return 0
 }
 
+// permitPrograms is one version's acquire, renew and release facades.
+type permitPrograms struct {
+	acquire func(context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error)
+	renew   func(context.Context, keys.Key, PermitRenewRequest) (PermitRenewResult, error)
+	release func(context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)
+}
+
+// permitVersions returns e's concurrency facades by program version.
+func permitVersions(e *Executor) map[string]permitPrograms {
+	return map[string]permitPrograms{
+		"v1": {e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease},
+		"v2": {e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2},
+		"v3": {e.RateConcurrencyAcquireV3, e.RateConcurrencyRenewV3, e.RateConcurrencyReleaseV3},
+	}
+}
+
 // TestConcurrencyLimiterExactAdmission: many goroutines with distinct
-// owners, half through rate-concurrency-acquire-v1 and half through -v2 on
+// owners, a third each through rate-concurrency-acquire-v1, -v2 and -v3 on
 // the same key, race for 10 permits; exactly 10 are granted.
 func TestConcurrencyLimiterExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, standaloneClient(t, s))
 	require.NoError(t, err)
 	key, _ := rateKeys(t, testBuilder(t), "permits-race", "concurrency")
-	const workers, perWorker, permits = 8, 25, 10
+	const workers, perWorker, permits = 9, 25, 10
 	var granted, contended atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
 		wg.Add(1)
-		// Half the workers run v2 and half v1 on the same key, as the two
-		// halves of a fleet do during a rolling upgrade: they share one set.
-		acquire := e.RateConcurrencyAcquire
-		if w%2 == 1 {
-			acquire = e.RateConcurrencyAcquireV2
-		}
+		// A third of the workers run each version on the same key, as the
+		// parts of a fleet do during a rolling upgrade: they share one set.
+		acquire := permitVersions(e)[[]string{"v1", "v2", "v3"}[w%3]].acquire
 		go func() {
 			defer wg.Done()
 			for i := range perWorker {

@@ -199,6 +199,9 @@ func rateFacades() map[string]facadeCall {
 		"rate-concurrency-renew-v2":   permitRenewFacade((*Executor).RateConcurrencyRenewV2),
 		"rate-concurrency-release-v1": permitReleaseFacade((*Executor).RateConcurrencyRelease),
 		"rate-concurrency-release-v2": permitReleaseFacade((*Executor).RateConcurrencyReleaseV2),
+		"rate-concurrency-acquire-v3": permitAcquireFacade((*Executor).RateConcurrencyAcquireV3),
+		"rate-concurrency-renew-v3":   permitRenewFacade((*Executor).RateConcurrencyRenewV3),
+		"rate-concurrency-release-v3": permitReleaseFacade((*Executor).RateConcurrencyReleaseV3),
 		"rate-token-bucket-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			if len(a) != 10 {
 				return "", 0, nil, fmt.Errorf("want 10 args, have %d", len(a))
@@ -293,7 +296,7 @@ func leanRateFacade(call func(ctx context.Context, e *Executor, st, dd keys.Key,
 	}
 }
 
-// permitAcquireFacade adapts a RateConcurrencyAcquire-shaped facade (v1 or v2) to the vectors.
+// permitAcquireFacade adapts a RateConcurrencyAcquire-shaped facade (v1, v2 or v3) to the vectors.
 func permitAcquireFacade(call func(*Executor, context.Context, keys.Key, PermitAcquireRequest) (PermitAcquireResult, error)) facadeCall {
 	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 		if len(a) != 6 {
@@ -316,7 +319,7 @@ func permitAcquireFacade(call func(*Executor, context.Context, keys.Key, PermitA
 	}
 }
 
-// permitRenewFacade adapts a RateConcurrencyRenew-shaped facade (v1 or v2) to the vectors.
+// permitRenewFacade adapts a RateConcurrencyRenew-shaped facade (v1, v2 or v3) to the vectors.
 func permitRenewFacade(call func(*Executor, context.Context, keys.Key, PermitRenewRequest) (PermitRenewResult, error)) facadeCall {
 	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 		if len(a) != 5 {
@@ -338,7 +341,7 @@ func permitRenewFacade(call func(*Executor, context.Context, keys.Key, PermitRen
 	}
 }
 
-// permitReleaseFacade adapts a RateConcurrencyRelease-shaped facade (v1 or v2) to the vectors.
+// permitReleaseFacade adapts a RateConcurrencyRelease-shaped facade (v1, v2 or v3) to the vectors.
 func permitReleaseFacade(call func(*Executor, context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)) facadeCall {
 	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 		if len(a) != 3 {

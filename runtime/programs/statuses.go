@@ -428,11 +428,11 @@ func facadeStatuses(id string) []statusDef {
 		return leaseRenewStatuses()
 	case "lease-release-v1", "lease-release-v2":
 		return leaseReleaseStatuses()
-	case "rate-concurrency-acquire-v1", "rate-concurrency-acquire-v2":
+	case "rate-concurrency-acquire-v1", "rate-concurrency-acquire-v2", "rate-concurrency-acquire-v3":
 		return permitAcquireStatuses()
-	case "rate-concurrency-renew-v1", "rate-concurrency-renew-v2":
+	case "rate-concurrency-renew-v1", "rate-concurrency-renew-v2", "rate-concurrency-renew-v3":
 		return permitRenewStatuses()
-	case "rate-concurrency-release-v1", "rate-concurrency-release-v2":
+	case "rate-concurrency-release-v1", "rate-concurrency-release-v2", "rate-concurrency-release-v3":
 		return permitReleaseStatuses()
 	case "rate-fixed-window-v1", "rate-fixed-window-v2", "rate-sliding-counter-v1", "rate-sliding-counter-v2",
 		"rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-gcra-v2", "rate-sliding-log-v1", "rate-sliding-log-v2", "rate-sliding-log-v3":
