@@ -19,8 +19,11 @@ import (
 // released when it ends; a holder that dies without releasing loses its
 // permit when the permit's TTL runs out. It is never emulated with
 // token-bucket cost. State is one Redis sorted set per (policy revision,
-// subject), kept by the rate-concurrency-{acquire,renew,release}-v2
-// programs (v1's state in fewer Redis calls: v1 and v2 hosts share it).
+// subject), kept by the rate-concurrency-{acquire,renew,release}-v3
+// programs (v1's state in fewer Redis calls than v2: v1, v2 and v3 hosts
+// share it during a rolling upgrade). v3 never lowers the set's key TTL
+// (PEXPIRE GT) and leaves expired owners for the next acquire to prune;
+// both are cleanup only, every decision is v2's.
 
 // Concurrency bounds.
 const (
@@ -442,7 +445,7 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, req ConcurrencyRequest
 	// applied, the permit lasts at least ttl from here (§22.8).
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitAcquireResult, error) {
-		return c.lim.exec.RateConcurrencyAcquireV2(ctx, pp.key, call)
+		return c.lim.exec.RateConcurrencyAcquireV3(ctx, pp.key, call)
 	}, func(r programs.PermitAcquireResult, err error, retried bool) ConcurrencyOutcome {
 		return c.acquired(p, r, err, retried)
 	})
@@ -510,7 +513,7 @@ func (c *ConcurrencyLimiter) renew(ctx context.Context, pp permitPolicy, owner O
 		MaxClockStep: p.MaxClockStep, CleanupGrace: p.CleanupGrace}
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitRenewResult, error) {
-		return c.lim.exec.RateConcurrencyRenewV2(ctx, pp.key, call)
+		return c.lim.exec.RateConcurrencyRenewV3(ctx, pp.key, call)
 	}, func(r programs.PermitRenewResult, err error, retried bool) ConcurrencyOutcome {
 		return c.renewed(p, r, err, retried)
 	})
@@ -565,7 +568,7 @@ func (c *ConcurrencyLimiter) release(ctx context.Context, pp permitPolicy, owner
 	}
 	call := programs.PermitReleaseRequest{PolicyRevision: p.Revision, Owner: []byte(owner.Reveal()), MaxClockStep: p.MaxClockStep}
 	return callPermit(ctx, c, func(ctx context.Context) (programs.PermitReleaseResult, error) {
-		return c.lim.exec.RateConcurrencyReleaseV2(ctx, pp.key, call)
+		return c.lim.exec.RateConcurrencyReleaseV3(ctx, pp.key, call)
 	}, func(r programs.PermitReleaseResult, err error, retried bool) ConcurrencyOutcome {
 		return c.released(p, r, err, retried)
 	})
