@@ -384,7 +384,7 @@ func BenchmarkRateServerTime(b *testing.B) {
 		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
 		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
 		sl1, sl2, sl3 := key("sl1", "log", 1), key("sl2", "log", 1), key("sl3", "log", 2)
-		cc1, cc2 := key("cc1", "concurrency", 1), key("cc2", "concurrency", 1)
+		cc1, cc2, cc3 := key("cc1", "concurrency", 1), key("cc2", "concurrency", 1), key("cc3", "concurrency", 1)
 		logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond}
 		sl1req, sl2req := logReq, logReq
 		sl1req.RateOptions, sl2req.RateOptions = opts, lean
@@ -430,6 +430,9 @@ func BenchmarkRateServerTime(b *testing.B) {
 			}},
 			{"concurrency-acquire+release-v2", false, nop, func(i int) error {
 				return permitTurn(ctx, i, cc2, []byte(benchOwner), 100, e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2)
+			}},
+			{"concurrency-acquire+release-v3", false, nop, func(i int) error {
+				return permitTurn(ctx, i, cc3, []byte(benchOwner), 100, e.RateConcurrencyAcquireV3, e.RateConcurrencyReleaseV3)
 			}},
 		})
 	}
@@ -511,6 +514,7 @@ func BenchmarkRateServerTimeBusy(b *testing.B) {
 		{"sliding-log-v2", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV2(ctx, k, keys.Key{}, logReq)) }, "log", 1},
 		{"sliding-log-v3", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV3(ctx, k, keys.Key{}, logReq)) }, "log", 2},
 		{"concurrency-acquire+release-v2", permits(e.RateConcurrencyAcquireV2, e.RateConcurrencyReleaseV2), "concurrency", 1},
+		{"concurrency-acquire+release-v3", permits(e.RateConcurrencyAcquireV3, e.RateConcurrencyReleaseV3), "concurrency", 1},
 	}
 	// Callers are numbered across runs: a run may end between a caller's
 	// acquire and its release, so its permit stays held (until its TTL)
