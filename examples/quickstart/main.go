@@ -114,11 +114,13 @@ const (
 		// coordination scene's fenced-lease (TYPE, GET, SET, PTTL, PEXPIRE,
 		// DEL) and idempotency programs (TYPE, HMGET, HGET, HSET, PTTL,
 		// PEXPIRE) need nothing more; the v2 sliding-log and concurrency
-		// programs check a key's presence with EXISTS; the notify programs
+		// programs check a key's presence with EXISTS; sliding-log v3 sets
+		// its TTL with PEXPIREAT, concurrency v3 reads with ZMSCORE and
+		// ZCARD; the notify programs
 		// append, acknowledge and quarantine stream entries (XADD, XACK,
 		// XPENDING, XRANGE)
-		" +time +type +exists +incrby +pttl +pexpire +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
-		" +zadd +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zscore" +
+		" +time +type +exists +incrby +pttl +pexpire +pexpireat +hdel +hexists +hget +hlen +hmget +hrandfield +hset" +
+		" +zadd +zcard +zcount +zrangebyscore +zrem +zremrangebyscore +zrevrangebyscore +zmscore +zscore" +
 		" +xadd +xack +xpending +xrange" +
 		// the notify dispatcher's consumer group: create it, read new
 		// entries (blocking lane), reclaim a dead consumer's, read its lag
