@@ -391,12 +391,6 @@ func BenchmarkRateServerTime(b *testing.B) {
 		dd := key("dedup", "window", 1) // v1 takes it; dedup off, never touched
 		tb1req, tb2req := tb, tb
 		tb1req.RateOptions, tb2req.RateOptions = opts, lean
-		decide := func(r RateResult, err error) error {
-			if err == nil && r.Status != RateAllowed {
-				err = fmt.Errorf("status %s", r.Status)
-			}
-			return err
-		}
 		nop := func(*testing.B) {}
 		runBenchCases(b, s, mode, []benchCase{
 			{"fixed-window-v1", false, nop, func(int) error {
@@ -436,6 +430,15 @@ func BenchmarkRateServerTime(b *testing.B) {
 			}},
 		})
 	}
+}
+
+// decide is a benchmark rate call's error: its own, or a decision other
+// than ALLOWED (every bench row admits everything it offers).
+func decide(r RateResult, err error) error {
+	if err == nil && r.Status != RateAllowed {
+		err = fmt.Errorf("status %s", r.Status)
+	}
+	return err
 }
 
 // benchOwner is the one owner of BenchmarkRateServerTime's permit rows.
@@ -489,12 +492,6 @@ func BenchmarkRateServerTimeBusy(b *testing.B) {
 	const big = 1_000_000_000
 	lean := RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}
 	logReq := SlidingLogRequest{Limit: 10_000, Window: 100 * time.Millisecond, RateOptions: lean}
-	decide := func(r RateResult, err error) error {
-		if err == nil && r.Status != RateAllowed {
-			err = fmt.Errorf("status %s", r.Status)
-		}
-		return err
-	}
 	type row struct {
 		name string
 		call func(k keys.Key, caller, i int) error

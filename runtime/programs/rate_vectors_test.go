@@ -362,7 +362,7 @@ func permitReleaseFacade(call func(*Executor, context.Context, keys.Key, PermitR
 
 // slidingLogFacade adapts a lean sliding-log facade (v2, v3) to the vector
 // runner: 5 arguments without dedup (one key), 8 with (two).
-func slidingLogFacade(call func(*Executor, context.Context, keys.Key, keys.Key, SlidingLogRequest) (RateResult, error)) func(context.Context, *Executor, []keys.Key, []any) (string, certainty.Outcome, []any, error) {
+func slidingLogFacade(call func(*Executor, context.Context, keys.Key, keys.Key, SlidingLogRequest) (RateResult, error)) facadeCall {
 	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 		if len(a) != 5 && len(a) != 8 {
 			return "", 0, nil, fmt.Errorf("want 5 or 8 args, have %d", len(a))
