@@ -192,6 +192,9 @@ type rateAlgorithm struct {
 	plainSet string   // the plain commands, as printed
 	commands []string // their INFO commandstats names
 	plainOp  func(ctx context.Context, p redis.Pipeliner, key string)
+	// plainAfter, when set, is a second round trip of the plain side (the
+	// concurrency row's release, as caphost's is a second call).
+	plainAfter func(ctx context.Context, p redis.Pipeliner, key string)
 }
 
 func rateAlgorithms() []rateAlgorithm {
@@ -205,23 +208,23 @@ func rateAlgorithms() []rateAlgorithm {
 			"INCRBY+PEXPIRE", []string{"incrby", "pexpire"}, func(ctx context.Context, p redis.Pipeliner, k string) {
 				p.IncrBy(ctx, k, 1)
 				p.PExpire(ctx, k, window)
-			}},
+			}, nil},
 		{"sliding counter", decl("st-sc", policy.RateSlidingCounter, policy.RateParameters{Limit: policy.RateMaxLimit, Window: window}),
 			"GET+INCRBY+PEXPIRE", []string{"get", "incrby", "pexpire"}, func(ctx context.Context, p redis.Pipeliner, k string) {
 				p.Get(ctx, k+":prev")
 				p.IncrBy(ctx, k, 1)
 				p.PExpire(ctx, k, 2*window)
-			}},
+			}, nil},
 		{"token bucket", decl("st-tb", policy.RateTokenBucket, policy.RateParameters{Capacity: 1_000_000, RefillTokens: 1_000_000, RefillPeriod: time.Second}),
 			"GET+SET PX", []string{"get", "set"}, func(ctx context.Context, p redis.Pipeliner, k string) {
 				p.Get(ctx, k)
 				p.Set(ctx, k, "1:999999000000:1764000000000", window)
-			}},
+			}, nil},
 		{"GCRA", decl("st-gc", policy.RateGCRA, policy.RateParameters{Limit: policy.RateMaxLimit, Window: window}),
 			"GET+SET PX", []string{"get", "set"}, func(ctx context.Context, p redis.Pipeliner, k string) {
 				p.Get(ctx, k)
 				p.Set(ctx, k, "1764000000000000:1764000000000", window)
-			}},
+			}, nil},
 		{"sliding log", decl("st-sl", policy.RateSlidingLog, policy.RateParameters{Limit: 10_000, Window: time.Second}),
 			"ZREMRANGEBYSCORE+ZCARD+ZADD+PEXPIRE", []string{"zremrangebyscore", "zcard", "zadd", "pexpire"},
 			func(ctx context.Context, p redis.Pipeliner, k string) {
@@ -230,7 +233,18 @@ func rateAlgorithms() []rateAlgorithm {
 				p.ZCard(ctx, k)
 				p.ZAdd(ctx, k, redis.Z{Score: float64(now), Member: strconv.FormatInt(time.Now().UnixNano(), 10)})
 				p.PExpire(ctx, k, time.Second)
-			}},
+			}, nil},
+		{label: "concurrency", decl: decl("st-cc", policy.RateConcurrency, policy.RateParameters{Limit: 1000, PermitTTL: 30 * time.Second}),
+			plainSet: "ZREMRANGEBYSCORE+ZCARD+ZADD+PEXPIRE, ZREM",
+			commands: []string{"zremrangebyscore", "zcard", "zadd", "pexpire", "zrem"},
+			plainOp: func(ctx context.Context, p redis.Pipeliner, k string) {
+				now := time.Now().UnixMilli()
+				p.ZRemRangeByScore(ctx, k, "0", strconv.FormatInt(now, 10))
+				p.ZCard(ctx, k)
+				p.ZAdd(ctx, k, redis.Z{Score: float64(now + 30_000), Member: "owner-" + k})
+				p.PExpire(ctx, k, 30*time.Second)
+			},
+			plainAfter: func(ctx context.Context, p redis.Pipeliner, k string) { p.ZRem(ctx, k, "owner-"+k) }},
 	}
 }
 
@@ -266,6 +280,10 @@ func rateServerTimeRows(ctx context.Context, rt *runtime.Runtime, plain *redis.C
 	if err != nil {
 		return err
 	}
+	cl, err := ratelimit.NewConcurrencyLimiter(lim)
+	if err != nil {
+		return err
+	}
 	subjects := make([]ratelimit.Subject, 64)
 	for i := range subjects {
 		subjects[i] = ratelimit.Subject{policy.DimTenant: []byte("tenant-" + strconv.Itoa(i))}
@@ -286,6 +304,18 @@ func rateServerTimeRows(ctx context.Context, rt *runtime.Runtime, plain *redis.C
 				}
 				return nil
 			}}
+			if a.decl.Algorithm == policy.RateConcurrency {
+				ours.op = func(ctx context.Context) error {
+					out := cl.Acquire(ctx, ratelimit.ConcurrencyRequest{Policy: a.decl.ID, Subject: subjects[n.Add(1)%64]})
+					if !out.Acquired() {
+						return fmt.Errorf("caphost %s acquire: %v %v", a.label, out.Kind(), out.Category())
+					}
+					if rel := out.Lease().Release(ctx); rel.Kind() != ratelimit.Evaluated {
+						return fmt.Errorf("caphost %s release: %v %v", a.label, rel.Kind(), rel.Category())
+					}
+					return nil
+				}
+			}
 			var m atomic.Uint64
 			theirs := contender{"plain " + a.plainSet, func(ctx context.Context) error {
 				k := "bench:st:" + a.decl.ID + ":" + strconv.FormatUint(m.Add(1)%64, 10)
@@ -295,6 +325,12 @@ func rateServerTimeRows(ctx context.Context, rt *runtime.Runtime, plain *redis.C
 				})
 				if err == redis.Nil { // a GET of a key not written yet
 					err = nil
+				}
+				if err == nil && a.plainAfter != nil {
+					_, err = plain.Pipelined(ctx, func(p redis.Pipeliner) error {
+						a.plainAfter(ctx, p, k)
+						return nil
+					})
 				}
 				return err
 			}}
@@ -313,6 +349,7 @@ func rateServerTimeRows(ctx context.Context, rt *runtime.Runtime, plain *redis.C
 	fmt.Println("µs = INFO commandstats time per decision (caphost: EVALSHA/FCALL, which includes the commands it runs; plain: its")
 	fmt.Println("commands summed); cpu = redis-server CPU per decision (also reading, parsing, replying; cut by pipelining);")
 	fmt.Println("each side runs alone, 64 subjects, nothing denied, dedup off. The plain sets are neither atomic nor clock-safe.")
+	fmt.Println("concurrency: one decision = acquire + release of a permit (caphost two calls, plain two round trips).")
 	return nil
 }
 
