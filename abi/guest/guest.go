@@ -38,6 +38,10 @@ type Codec struct {
 	Encode func(value []byte) ([]byte, error)
 	// Decode reads a payload stored with storedVersion (already checked to be
 	// readable) and returns the current interchange value.
+	//
+	// Either may return its input, or a part of it, as its answer: the
+	// Dispatcher copies the answer into the response frame before the input
+	// buffer is used again. Neither may keep the input after returning.
 	Decode func(storedVersion uint32, payload []byte) ([]byte, error)
 }
 
