@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The product and search-page schemas read JSON through readObject rather
@@ -96,8 +97,12 @@ func readCanonical(data []byte, ms ...member) (canon bool, err error) {
 }
 
 // decoder reads one JSON text, data, from pos on. A string value read
-// without escapes is a substring of text, data as one string made at the
-// first such value, so the values of one object cost one allocation.
+// without escapes is a substring of text, which is data itself seen as a
+// string: reading allocates only for escaped strings and arrays, so the
+// values read share data's memory and data must not change while they are
+// in use. Every reader here is done with them before its codec call
+// returns (a decode's value is written out, or is data itself), and a
+// codec call's input is not touched until the call has returned.
 type decoder struct {
 	data    []byte
 	pos     int
@@ -376,10 +381,11 @@ func (d *decoder) stringValue(start int) (s string, ok bool, err error) {
 	return d.substring(from, from+len(b)), true, nil
 }
 
-// substring is string(data[from:to]), sliced from text.
+// substring is data[from:to] as a string sharing data's memory (see
+// decoder): a 1 KiB payload's copy was a fifth of a decode in Wasm.
 func (d *decoder) substring(from, to int) string {
 	if !d.hasText {
-		d.text, d.hasText = string(d.data), true
+		d.text, d.hasText = unsafe.String(unsafe.SliceData(d.data), len(d.data)), true
 	}
 	return d.text[from:to]
 }

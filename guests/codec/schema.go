@@ -14,7 +14,7 @@ import (
 //
 // The last reader also reports whether its input is already that payload
 // (same), as a payload encode wrote always is: then the input is the answer,
-// copied rather than written again.
+// returned rather than written again.
 func jsonSchema[T jsonWriter](id string, readers ...func([]byte) (v T, same bool, err error)) guest.Codec {
 	write := uint32(len(readers))
 	readable := make([]uint32, len(readers))
@@ -44,11 +44,12 @@ func jsonSchema[T jsonWriter](id string, readers ...func([]byte) (v T, same bool
 	}
 }
 
-// written is the canonical payload of v, read from text: a copy of text
-// when it is that payload already.
+// written is the canonical payload of v, read from text: text itself when
+// it is that payload already (the SDK copies a codec's answer into its
+// response frame before the input buffer is used again).
 func written[T jsonWriter](v T, same bool, text []byte) []byte {
 	if same {
-		return append([]byte(nil), text...)
+		return text
 	}
 	return canonical(v)
 }
