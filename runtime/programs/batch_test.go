@@ -615,3 +615,45 @@ func TestBatcherMixesPrograms(t *testing.T) {
 		})
 	}
 }
+
+// raceInOnePipeline holds b's one flight with call(n, 0), queues call(i, 1)
+// and call(i, 2) for every i < n behind it, lets the flight go, checks
+// that the 2n queued calls left as one pipeline and returns, for every i,
+// its owners by the status they got.
+func raceInOnePipeline(t *testing.T, g *gate, b *Batcher, n int, call func(i, owner int) (string, error)) map[int]map[string][]int {
+	t.Helper()
+	type res struct {
+		i, owner int
+		status   string
+		err      error
+	}
+	g.take()
+	release, paused := g.holdNextCommand()
+	out := make(chan res, 2*n+1)
+	run := func(i, owner int) {
+		go func() {
+			st, err := call(i, owner)
+			out <- res{i, owner, st, err}
+		}()
+	}
+	run(n, 0)
+	<-paused
+	for i := range n {
+		run(i, 1)
+		run(i, 2)
+	}
+	waitQueued(t, b, 2*n)
+	release()
+	got := map[int]map[string][]int{}
+	for range 2*n + 1 {
+		x := <-out
+		require.NoError(t, x.err)
+		if got[x.i] == nil {
+			got[x.i] = map[string][]int{}
+		}
+		got[x.i][x.status] = append(got[x.i][x.status], x.owner)
+	}
+	_, pipes := g.take()
+	assert.Equal(t, []int{2 * n}, pipes, "the queued calls went out as one pipeline")
+	return got
+}

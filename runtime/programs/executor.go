@@ -21,9 +21,11 @@ type Executor struct {
 	// plans are the RatePlan programs prepared for the plan path, by
 	// planProgram (nil: not in the catalog).
 	plans [planPrograms]*fastProgram
-	// notifySubmit, leaseAcquireV2 and leaseReleaseV2 are those programs
-	// prepared for the integer-only path (nil: not in the catalog).
-	notifySubmit, leaseAcquireV2, leaseReleaseV2 *fastProgram
+	// notifySubmit, leaseAcquireV2, leaseReleaseV2 and the permit*V3 are
+	// those programs prepared for the integer-only path (nil: not in the
+	// catalog).
+	notifySubmit, leaseAcquireV2, leaseReleaseV2    *fastProgram
+	permitAcquireV3, permitRenewV3, permitReleaseV3 *fastProgram
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -44,6 +46,8 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 	}
 	e.notifySubmit = e.prepare(notifySubmitV2)
 	e.leaseAcquireV2, e.leaseReleaseV2 = e.prepare(leaseAcquireV2), e.prepare(leaseReleaseV2)
+	e.permitAcquireV3, e.permitRenewV3 = e.prepare(concurrencyAcquireV3), e.prepare(concurrencyRenewV3)
+	e.permitReleaseV3 = e.prepare(concurrencyReleaseV3)
 	return e, nil
 }
 

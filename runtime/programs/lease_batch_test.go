@@ -30,11 +30,6 @@ func TestBatcherLeaseAcquireRelease(t *testing.T) {
 		attempt := func(owner int) LeaseAttempt {
 			return LeaseAttempt{Owner: []byte("owner-" + strconv.Itoa(owner)), OperationID: []byte("op-" + strconv.Itoa(owner))}
 		}
-		type res struct {
-			i, owner int
-			status   string
-			err      error
-		}
 		// Warm (loads both scripts), then run each phase behind a held
 		// flight: a call on the spare resource holds it while the others
 		// queue.
@@ -43,35 +38,7 @@ func TestBatcherLeaseAcquireRelease(t *testing.T) {
 		_, err = b.LeaseRelease(ctx, ks[resources], attempt(0))
 		require.NoError(t, err)
 		phase := func(call func(i, owner int) (string, error)) map[int]map[string][]int {
-			g.take()
-			release, paused := g.holdNextCommand()
-			out := make(chan res, 2*resources+1)
-			run := func(i, owner int) {
-				go func() {
-					st, err := call(i, owner)
-					out <- res{i, owner, st, err}
-				}()
-			}
-			run(resources, 0)
-			<-paused
-			for i := range resources {
-				run(i, 1)
-				run(i, 2)
-			}
-			waitQueued(t, b, 2*resources)
-			release()
-			got := map[int]map[string][]int{}
-			for range 2*resources + 1 {
-				x := <-out
-				require.NoError(t, x.err)
-				if got[x.i] == nil {
-					got[x.i] = map[string][]int{}
-				}
-				got[x.i][x.status] = append(got[x.i][x.status], x.owner)
-			}
-			_, pipes := g.take()
-			assert.Equal(t, []int{2 * resources}, pipes, "the queued calls went out as one pipeline")
-			return got
+			return raceInOnePipeline(t, g, b, resources, call)
 		}
 		acquired := phase(func(i, owner int) (string, error) {
 			r, err := b.LeaseAcquire(ctx, ks[i], attempt(owner), time.Minute)

@@ -252,19 +252,52 @@ func (e *Executor) RateConcurrencyAcquireV2(ctx context.Context, permits keys.Ke
 // key) and decisions in fewer Redis calls than v2; the key's TTL is only
 // ever raised (PEXPIRE GT).
 func (e *Executor) RateConcurrencyAcquireV3(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
-	return e.concurrencyAcquire(ctx, "rate-concurrency-acquire-v3", permits, req)
+	return permitAcquireV3Call(ctx, e, permits, req)
 }
 
-func (e *Executor) concurrencyAcquire(ctx context.Context, id string, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
-	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision,
-		strconv.FormatInt(req.MaxPermits, 10), req.Owner, millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
+// RateConcurrencyAcquire is Executor.RateConcurrencyAcquireV3, batched:
+// acquires (and renews and releases) that arrive while the Batcher's sends
+// are in flight leave together as one pipeline, each still its own atomic
+// call with its own status and certainty.
+func (b *Batcher) RateConcurrencyAcquire(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	return permitAcquireV3Call(ctx, b, permits, req)
+}
+
+// The v3 concurrency programs run on the integer-only path (every result
+// field is an integer), so they can share a Batcher's pipelines.
+const (
+	concurrencyAcquireV3 = "rate-concurrency-acquire-v3"
+	concurrencyRenewV3   = "rate-concurrency-renew-v3"
+	concurrencyReleaseV3 = "rate-concurrency-release-v3"
+)
+
+func permitAcquireV3Call(ctx context.Context, s intsSender, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	r, err := sendFast(ctx, s, s.executor().permitAcquireV3, concurrencyAcquireV3, []keys.Key{permits}, permitAcquireArgv(req)...)
 	if err != nil {
 		return PermitAcquireResult{}, err
 	}
+	return permitAcquireResult(&r), nil
+}
+
+func (e *Executor) concurrencyAcquire(ctx context.Context, id string, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+	r, err := e.run(ctx, id, []keys.Key{permits}, permitAcquireArgv(req)...)
+	if err != nil {
+		return PermitAcquireResult{}, err
+	}
+	return permitAcquireResult(&r), nil
+}
+
+// permitAcquireArgv is the ARGV of every acquire version.
+func permitAcquireArgv(req PermitAcquireRequest) []any {
+	return []any{req.PolicyRevision, strconv.FormatInt(req.MaxPermits, 10), req.Owner,
+		millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace)}
+}
+
+func permitAcquireResult(r *reply) PermitAcquireResult {
 	return PermitAcquireResult{
 		Status: PermitAcquireStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0), MaxPermits: r.int(1),
 		ExpiresAtMillis: r.int(2), RetryAfter: time.Duration(r.int(3)) * time.Millisecond,
-	}, nil
+	}
 }
 
 // PermitRenewRequest is one rate-concurrency-renew-v1 call.
@@ -304,16 +337,38 @@ func (e *Executor) RateConcurrencyRenewV2(ctx context.Context, permits keys.Key,
 // rate-concurrency-renew-v3 (v1's state, fewer Redis calls than v2; an
 // expired owner is left for the next acquire to prune).
 func (e *Executor) RateConcurrencyRenewV3(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
-	return e.concurrencyRenew(ctx, "rate-concurrency-renew-v3", permits, req)
+	return permitRenewV3Call(ctx, e, permits, req)
 }
 
-func (e *Executor) concurrencyRenew(ctx context.Context, id string, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
-	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision, req.Owner,
-		millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace))
+// RateConcurrencyRenew is Executor.RateConcurrencyRenewV3, batched (see
+// Batcher.RateConcurrencyAcquire).
+func (b *Batcher) RateConcurrencyRenew(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	return permitRenewV3Call(ctx, b, permits, req)
+}
+
+func permitRenewV3Call(ctx context.Context, s intsSender, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	r, err := sendFast(ctx, s, s.executor().permitRenewV3, concurrencyRenewV3, []keys.Key{permits}, permitRenewArgv(req)...)
 	if err != nil {
 		return PermitRenewResult{}, err
 	}
-	return PermitRenewResult{Status: PermitRenewStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0), ExpiresAtMillis: r.int(1)}, nil
+	return permitRenewResult(&r), nil
+}
+
+func (e *Executor) concurrencyRenew(ctx context.Context, id string, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+	r, err := e.run(ctx, id, []keys.Key{permits}, permitRenewArgv(req)...)
+	if err != nil {
+		return PermitRenewResult{}, err
+	}
+	return permitRenewResult(&r), nil
+}
+
+// permitRenewArgv is the ARGV of every renew version.
+func permitRenewArgv(req PermitRenewRequest) []any {
+	return []any{req.PolicyRevision, req.Owner, millis(req.TTL), millis(req.MaxClockStep), millis(req.CleanupGrace)}
+}
+
+func permitRenewResult(r *reply) PermitRenewResult {
+	return PermitRenewResult{Status: PermitRenewStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0), ExpiresAtMillis: r.int(1)}
 }
 
 // PermitReleaseRequest is one rate-concurrency-release-v1 call.
@@ -348,7 +403,22 @@ func (e *Executor) RateConcurrencyReleaseV2(ctx context.Context, permits keys.Ke
 // rate-concurrency-release-v3 (v1's state, fewer Redis calls than v2; an
 // expired owner is left for the next acquire to prune).
 func (e *Executor) RateConcurrencyReleaseV3(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
-	return e.concurrencyRelease(ctx, "rate-concurrency-release-v3", permits, req)
+	return permitReleaseV3Call(ctx, e, permits, req)
+}
+
+// RateConcurrencyRelease is Executor.RateConcurrencyReleaseV3, batched
+// (see Batcher.RateConcurrencyAcquire).
+func (b *Batcher) RateConcurrencyRelease(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	return permitReleaseV3Call(ctx, b, permits, req)
+}
+
+func permitReleaseV3Call(ctx context.Context, s intsSender, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+	r, err := sendFast(ctx, s, s.executor().permitReleaseV3, concurrencyReleaseV3, []keys.Key{permits},
+		req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
+	if err != nil {
+		return PermitReleaseResult{}, err
+	}
+	return permitReleaseResult(&r), nil
 }
 
 func (e *Executor) concurrencyRelease(ctx context.Context, id string, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
@@ -356,5 +426,9 @@ func (e *Executor) concurrencyRelease(ctx context.Context, id string, permits ke
 	if err != nil {
 		return PermitReleaseResult{}, err
 	}
-	return PermitReleaseResult{Status: PermitReleaseStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0)}, nil
+	return permitReleaseResult(&r), nil
+}
+
+func permitReleaseResult(r *reply) PermitReleaseResult {
+	return PermitReleaseResult{Status: PermitReleaseStatus(r.status), ServerNowMillis: r.serverNow, InUse: r.int(0)}
 }

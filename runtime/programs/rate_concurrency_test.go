@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,10 +37,10 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 	require.NoError(t, Deploy(ctx, cat, admin))
 	for i, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
 		// v2 and v3 keep v1's state: one reference for all. "mixed" runs
-		// each call through v1, v2 or v3 (drawn from its own stream, so the
-		// operations are the same as the others'), as the hosts of a
-		// rolling upgrade do on one key.
-		for _, version := range []string{"v1", "v2", "v3", "mixed"} {
+		// each call through v1, v2, v3 or v3 batched (drawn from its own
+		// stream, so the operations are the same as the others'), as the
+		// hosts of a rolling upgrade do on one key.
+		for _, version := range append(slices.Clone(permitVersionNames), "mixed") {
 			t.Run(string(mode)+"/"+version, func(t *testing.T) {
 				t.Parallel()
 				e, err := NewExecutor(cat, mode, client)
@@ -48,7 +49,7 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 				pick := rand.New(rand.NewPCG(uint64(i)+11, 5))
 				programs := func() permitPrograms {
 					if version == "mixed" {
-						return progs[[]string{"v1", "v2", "v3"}[pick.IntN(3)]]
+						return progs[permitVersionNames[pick.IntN(len(permitVersionNames))]]
 					}
 					return progs[version]
 				}
@@ -57,7 +58,7 @@ func TestConcurrencyLimiterMatchesReference(t *testing.T) {
 				// every step back beyond maxStep is CLOCK_UNSAFE and undone)
 				// may stay in the set until the next acquire, decided on as
 				// absent exactly as v1/v2's pruned one.
-				lenient := version == "v3" || version == "mixed"
+				lenient := version == "v3" || version == "v3-batched" || version == "mixed"
 				var maxEff int64
 				r := rand.New(rand.NewPCG(uint64(i)+11, 3))
 				key, _ := rateKeys(t, testBuilder(t), "permits-"+string(mode)+"-"+version, "concurrency")
@@ -234,32 +235,42 @@ type permitPrograms struct {
 	release func(context.Context, keys.Key, PermitReleaseRequest) (PermitReleaseResult, error)
 }
 
-// permitVersions returns e's concurrency facades by program version.
+// permitVersions returns e's concurrency facades by program version;
+// "v3-batched" sends v3 through a Batcher of e (what the limiter does).
 func permitVersions(e *Executor) map[string]permitPrograms {
+	b := e.NewBatcher(2, 64)
 	return map[string]permitPrograms{
-		"v1": {e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease},
-		"v2": {e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2},
-		"v3": {e.RateConcurrencyAcquireV3, e.RateConcurrencyRenewV3, e.RateConcurrencyReleaseV3},
+		"v1":         {e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease},
+		"v2":         {e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2},
+		"v3":         {e.RateConcurrencyAcquireV3, e.RateConcurrencyRenewV3, e.RateConcurrencyReleaseV3},
+		"v3-batched": {b.RateConcurrencyAcquire, b.RateConcurrencyRenew, b.RateConcurrencyRelease},
 	}
 }
 
+// permitVersionNames are permitVersions' keys in a fixed order.
+var permitVersionNames = []string{"v1", "v2", "v3", "v3-batched"}
+
 // TestConcurrencyLimiterExactAdmission: many goroutines with distinct
-// owners, a third each through rate-concurrency-acquire-v1, -v2 and -v3 on
-// the same key, race for 10 permits; exactly 10 are granted.
+// owners, a quarter each through rate-concurrency-acquire-v1, -v2, -v3 and
+// -v3 through a Batcher on the same key, race for 10 permits; exactly 10
+// are granted.
 func TestConcurrencyLimiterExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, standaloneClient(t, s))
 	require.NoError(t, err)
 	key, _ := rateKeys(t, testBuilder(t), "permits-race", "concurrency")
-	const workers, perWorker, permits = 9, 25, 10
+	versions := permitVersions(e)
+	const workers, perWorker, permits = 12, 25, 10
 	var granted, contended atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
 		wg.Add(1)
-		// A third of the workers run each version on the same key, as the
-		// parts of a fleet do during a rolling upgrade: they share one set.
-		acquire := permitVersions(e)[[]string{"v1", "v2", "v3"}[w%3]].acquire
+		// A quarter of the workers run each version on the same key, as
+		// the parts of a fleet do during a rolling upgrade: they share one
+		// set. The batched ones share one Batcher, so their acquires queue
+		// and leave in pipelines.
+		acquire := versions[permitVersionNames[w%len(permitVersionNames)]].acquire
 		go func() {
 			defer wg.Done()
 			for i := range perWorker {
