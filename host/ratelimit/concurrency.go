@@ -347,6 +347,40 @@ func NewConcurrencyLimiter(l *Limiter, opts ...Option) (*ConcurrencyLimiter, err
 // policies are declared and swapped with the rate policies).
 func (c *ConcurrencyLimiter) Policies() *policy.RatePolicySet { return c.lim.Policies() }
 
+// permitSender sends the v3 permit programs: the limiter's Batcher, so
+// that concurrent acquires, renews and releases share pipelines with each
+// other and with rate evaluations (each still its own atomic call with its
+// own certainty), or its Executor when batching is off.
+type permitSender interface {
+	RateConcurrencyAcquire(context.Context, keys.Key, programs.PermitAcquireRequest) (programs.PermitAcquireResult, error)
+	RateConcurrencyRenew(context.Context, keys.Key, programs.PermitRenewRequest) (programs.PermitRenewResult, error)
+	RateConcurrencyRelease(context.Context, keys.Key, programs.PermitReleaseRequest) (programs.PermitReleaseResult, error)
+}
+
+// unbatchedPermits sends the v3 permit programs through an Executor, one
+// call per round trip.
+type unbatchedPermits struct{ e *programs.Executor }
+
+func (u unbatchedPermits) RateConcurrencyAcquire(ctx context.Context, k keys.Key, r programs.PermitAcquireRequest) (programs.PermitAcquireResult, error) {
+	return u.e.RateConcurrencyAcquireV3(ctx, k, r)
+}
+
+func (u unbatchedPermits) RateConcurrencyRenew(ctx context.Context, k keys.Key, r programs.PermitRenewRequest) (programs.PermitRenewResult, error) {
+	return u.e.RateConcurrencyRenewV3(ctx, k, r)
+}
+
+func (u unbatchedPermits) RateConcurrencyRelease(ctx context.Context, k keys.Key, r programs.PermitReleaseRequest) (programs.PermitReleaseResult, error) {
+	return u.e.RateConcurrencyReleaseV3(ctx, k, r)
+}
+
+// permits is where the permit programs are sent.
+func (c *ConcurrencyLimiter) permits() permitSender {
+	if c.lim.batch != nil {
+		return c.lim.batch
+	}
+	return unbatchedPermits{c.lim.exec}
+}
+
 // permitPolicy is what one operation needs of its policy revision.
 type permitPolicy struct {
 	pol policy.RatePolicy
@@ -445,7 +479,7 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, req ConcurrencyRequest
 	// applied, the permit lasts at least ttl from here (§22.8).
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitAcquireResult, error) {
-		return c.lim.exec.RateConcurrencyAcquireV3(ctx, pp.key, call)
+		return c.permits().RateConcurrencyAcquire(ctx, pp.key, call)
 	}, func(r programs.PermitAcquireResult, err error, retried bool) ConcurrencyOutcome {
 		return c.acquired(p, r, err, retried)
 	})
@@ -513,7 +547,7 @@ func (c *ConcurrencyLimiter) renew(ctx context.Context, pp permitPolicy, owner O
 		MaxClockStep: p.MaxClockStep, CleanupGrace: p.CleanupGrace}
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitRenewResult, error) {
-		return c.lim.exec.RateConcurrencyRenewV3(ctx, pp.key, call)
+		return c.permits().RateConcurrencyRenew(ctx, pp.key, call)
 	}, func(r programs.PermitRenewResult, err error, retried bool) ConcurrencyOutcome {
 		return c.renewed(p, r, err, retried)
 	})
@@ -568,7 +602,7 @@ func (c *ConcurrencyLimiter) release(ctx context.Context, pp permitPolicy, owner
 	}
 	call := programs.PermitReleaseRequest{PolicyRevision: p.Revision, Owner: []byte(owner.Reveal()), MaxClockStep: p.MaxClockStep}
 	return callPermit(ctx, c, func(ctx context.Context) (programs.PermitReleaseResult, error) {
-		return c.lim.exec.RateConcurrencyReleaseV3(ctx, pp.key, call)
+		return c.permits().RateConcurrencyRelease(ctx, pp.key, call)
 	}, func(r programs.PermitReleaseResult, err error, retried bool) ConcurrencyOutcome {
 		return c.released(p, r, err, retried)
 	})

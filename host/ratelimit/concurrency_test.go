@@ -38,7 +38,14 @@ type concFixture struct {
 
 func newConcFixture(t testing.TB, addr string, srv *redistest.Server, cfg Config, opts []Option, decls ...policy.RatePolicyDecl) *concFixture {
 	t.Helper()
-	f := newFixture(t, addr, srv, cfg, nil, decls...)
+	return newConcFixtureWith(t, addr, srv, cfg, nil, opts, decls...)
+}
+
+// newConcFixtureWith is newConcFixture with the limiter's options
+// (limOpts) besides the concurrency limiter's (opts).
+func newConcFixtureWith(t testing.TB, addr string, srv *redistest.Server, cfg Config, limOpts, opts []Option, decls ...policy.RatePolicyDecl) *concFixture {
+	t.Helper()
+	f := newFixture(t, addr, srv, cfg, limOpts, decls...)
 	c, err := NewConcurrencyLimiter(f.l, append([]Option{WithRegisterer(f.reg)}, opts...)...)
 	require.NoError(t, err)
 	return &concFixture{fixture: f, c: c}
@@ -82,8 +89,23 @@ func (f *concFixture) owners(t testing.TB, k keys.Key) []string {
 // Afterwards the permit set is empty and the metrics count every attempt.
 func TestConcurrencyExactAdmission(t *testing.T) {
 	s := redistest.StartStandalone(t)
+	// Batched (the default: the limiter's Batcher pipelines concurrent
+	// permit calls) and one call per round trip.
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"batched", nil}, {"unbatched", []Option{WithBatching(0, 0)}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			concurrencyExactAdmission(t, s, mode.opts)
+		})
+	}
+}
+
+// concurrencyExactAdmission is TestConcurrencyExactAdmission with the
+// limiter options limOpts.
+func concurrencyExactAdmission(t *testing.T, s *redistest.Server, limOpts []Option) {
 	const limit = 5
-	f := newConcFixture(t, s.Addr(), s, Config{Provider: ProviderRedis}, nil, permits("jobs", limit, 30*time.Second))
+	f := newConcFixtureWith(t, s.Addr(), s, Config{Provider: ProviderRedis}, limOpts, nil, permits("jobs", limit, 30*time.Second))
 	ctx := ctxT(t)
 	k := f.permitKey(t, "jobs", "r1", tenant("acme"))
 	var acquired, contended int64 // decided outcomes, checked against the metrics at the end

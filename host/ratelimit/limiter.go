@@ -115,8 +115,8 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // lone caller's latency is unchanged; under concurrency client and server
 // pay one round trip per batch instead of per decision. Each decision stays
 // its own atomic program call with its own outcome. Every algorithm
-// batches (the concurrency limiter, which is not evaluated, does not),
-// policies and algorithms sharing the pipelines. maxFlights 0
+// batches, the concurrency limiter's acquires, renews and releases
+// included, policies and algorithms sharing the pipelines. maxFlights 0
 // turns batching off. Defaults: DefaultBatchFlights, DefaultBatchMax.
 func WithBatching(maxFlights, maxBatch int) Option {
 	return func(o *options) { o.flights, o.batchMax = maxFlights, maxBatch }
