@@ -352,25 +352,9 @@ func (c *ConcurrencyLimiter) Policies() *policy.RatePolicySet { return c.lim.Pol
 // other and with rate evaluations (each still its own atomic call with its
 // own certainty), or its Executor when batching is off.
 type permitSender interface {
-	RateConcurrencyAcquire(context.Context, keys.Key, programs.PermitAcquireRequest) (programs.PermitAcquireResult, error)
-	RateConcurrencyRenew(context.Context, keys.Key, programs.PermitRenewRequest) (programs.PermitRenewResult, error)
-	RateConcurrencyRelease(context.Context, keys.Key, programs.PermitReleaseRequest) (programs.PermitReleaseResult, error)
-}
-
-// unbatchedPermits sends the v3 permit programs through an Executor, one
-// call per round trip.
-type unbatchedPermits struct{ e *programs.Executor }
-
-func (u unbatchedPermits) RateConcurrencyAcquire(ctx context.Context, k keys.Key, r programs.PermitAcquireRequest) (programs.PermitAcquireResult, error) {
-	return u.e.RateConcurrencyAcquireV3(ctx, k, r)
-}
-
-func (u unbatchedPermits) RateConcurrencyRenew(ctx context.Context, k keys.Key, r programs.PermitRenewRequest) (programs.PermitRenewResult, error) {
-	return u.e.RateConcurrencyRenewV3(ctx, k, r)
-}
-
-func (u unbatchedPermits) RateConcurrencyRelease(ctx context.Context, k keys.Key, r programs.PermitReleaseRequest) (programs.PermitReleaseResult, error) {
-	return u.e.RateConcurrencyReleaseV3(ctx, k, r)
+	RateConcurrencyAcquireV3(context.Context, keys.Key, programs.PermitAcquireRequest) (programs.PermitAcquireResult, error)
+	RateConcurrencyRenewV3(context.Context, keys.Key, programs.PermitRenewRequest) (programs.PermitRenewResult, error)
+	RateConcurrencyReleaseV3(context.Context, keys.Key, programs.PermitReleaseRequest) (programs.PermitReleaseResult, error)
 }
 
 // permits is where the permit programs are sent.
@@ -378,7 +362,7 @@ func (c *ConcurrencyLimiter) permits() permitSender {
 	if c.lim.batch != nil {
 		return c.lim.batch
 	}
-	return unbatchedPermits{c.lim.exec}
+	return c.lim.exec
 }
 
 // permitPolicy is what one operation needs of its policy revision.
@@ -479,7 +463,7 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, req ConcurrencyRequest
 	// applied, the permit lasts at least ttl from here (§22.8).
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitAcquireResult, error) {
-		return c.permits().RateConcurrencyAcquire(ctx, pp.key, call)
+		return c.permits().RateConcurrencyAcquireV3(ctx, pp.key, call)
 	}, func(r programs.PermitAcquireResult, err error, retried bool) ConcurrencyOutcome {
 		return c.acquired(p, r, err, retried)
 	})
@@ -547,7 +531,7 @@ func (c *ConcurrencyLimiter) renew(ctx context.Context, pp permitPolicy, owner O
 		MaxClockStep: p.MaxClockStep, CleanupGrace: p.CleanupGrace}
 	start := time.Now()
 	o := callPermit(ctx, c, func(ctx context.Context) (programs.PermitRenewResult, error) {
-		return c.permits().RateConcurrencyRenew(ctx, pp.key, call)
+		return c.permits().RateConcurrencyRenewV3(ctx, pp.key, call)
 	}, func(r programs.PermitRenewResult, err error, retried bool) ConcurrencyOutcome {
 		return c.renewed(p, r, err, retried)
 	})
@@ -602,7 +586,7 @@ func (c *ConcurrencyLimiter) release(ctx context.Context, pp permitPolicy, owner
 	}
 	call := programs.PermitReleaseRequest{PolicyRevision: p.Revision, Owner: []byte(owner.Reveal()), MaxClockStep: p.MaxClockStep}
 	return callPermit(ctx, c, func(ctx context.Context) (programs.PermitReleaseResult, error) {
-		return c.permits().RateConcurrencyRelease(ctx, pp.key, call)
+		return c.permits().RateConcurrencyReleaseV3(ctx, pp.key, call)
 	}, func(r programs.PermitReleaseResult, err error, retried bool) ConcurrencyOutcome {
 		return c.released(p, r, err, retried)
 	})

@@ -255,11 +255,13 @@ func (e *Executor) RateConcurrencyAcquireV3(ctx context.Context, permits keys.Ke
 	return permitAcquireV3Call(ctx, e, permits, req)
 }
 
-// RateConcurrencyAcquire is Executor.RateConcurrencyAcquireV3, batched:
+// RateConcurrencyAcquireV3 is Executor.RateConcurrencyAcquireV3, batched:
 // acquires (and renews and releases) that arrive while the Batcher's sends
 // are in flight leave together as one pipeline, each still its own atomic
-// call with its own status and certainty.
-func (b *Batcher) RateConcurrencyAcquire(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
+// call with its own status and certainty. The Batcher's permit methods
+// keep the version suffix, so *Executor and *Batcher satisfy one
+// interface with the same programs.
+func (b *Batcher) RateConcurrencyAcquireV3(ctx context.Context, permits keys.Key, req PermitAcquireRequest) (PermitAcquireResult, error) {
 	return permitAcquireV3Call(ctx, b, permits, req)
 }
 
@@ -340,9 +342,9 @@ func (e *Executor) RateConcurrencyRenewV3(ctx context.Context, permits keys.Key,
 	return permitRenewV3Call(ctx, e, permits, req)
 }
 
-// RateConcurrencyRenew is Executor.RateConcurrencyRenewV3, batched (see
-// Batcher.RateConcurrencyAcquire).
-func (b *Batcher) RateConcurrencyRenew(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
+// RateConcurrencyRenewV3 is Executor.RateConcurrencyRenewV3, batched (see
+// Batcher.RateConcurrencyAcquireV3).
+func (b *Batcher) RateConcurrencyRenewV3(ctx context.Context, permits keys.Key, req PermitRenewRequest) (PermitRenewResult, error) {
 	return permitRenewV3Call(ctx, b, permits, req)
 }
 
@@ -406,15 +408,14 @@ func (e *Executor) RateConcurrencyReleaseV3(ctx context.Context, permits keys.Ke
 	return permitReleaseV3Call(ctx, e, permits, req)
 }
 
-// RateConcurrencyRelease is Executor.RateConcurrencyReleaseV3, batched
-// (see Batcher.RateConcurrencyAcquire).
-func (b *Batcher) RateConcurrencyRelease(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
+// RateConcurrencyReleaseV3 is Executor.RateConcurrencyReleaseV3, batched
+// (see Batcher.RateConcurrencyAcquireV3).
+func (b *Batcher) RateConcurrencyReleaseV3(ctx context.Context, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
 	return permitReleaseV3Call(ctx, b, permits, req)
 }
 
 func permitReleaseV3Call(ctx context.Context, s intsSender, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
-	r, err := sendFast(ctx, s, s.executor().permitReleaseV3, concurrencyReleaseV3, []keys.Key{permits},
-		req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
+	r, err := sendFast(ctx, s, s.executor().permitReleaseV3, concurrencyReleaseV3, []keys.Key{permits}, permitReleaseArgv(req)...)
 	if err != nil {
 		return PermitReleaseResult{}, err
 	}
@@ -422,11 +423,16 @@ func permitReleaseV3Call(ctx context.Context, s intsSender, permits keys.Key, re
 }
 
 func (e *Executor) concurrencyRelease(ctx context.Context, id string, permits keys.Key, req PermitReleaseRequest) (PermitReleaseResult, error) {
-	r, err := e.run(ctx, id, []keys.Key{permits}, req.PolicyRevision, req.Owner, millis(req.MaxClockStep))
+	r, err := e.run(ctx, id, []keys.Key{permits}, permitReleaseArgv(req)...)
 	if err != nil {
 		return PermitReleaseResult{}, err
 	}
 	return permitReleaseResult(&r), nil
+}
+
+// permitReleaseArgv is the ARGV of every release version.
+func permitReleaseArgv(req PermitReleaseRequest) []any {
+	return []any{req.PolicyRevision, req.Owner, millis(req.MaxClockStep)}
 }
 
 func permitReleaseResult(r *reply) PermitReleaseResult {

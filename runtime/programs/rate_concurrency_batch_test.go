@@ -31,17 +31,17 @@ func TestBatcherConcurrencyPermits(t *testing.T) {
 		}
 		owner := func(o int) []byte { return []byte("owner-" + strconv.Itoa(o)) }
 		acquire := func(i, o int) (string, error) {
-			r, err := b.RateConcurrencyAcquire(ctx, ks[i], PermitAcquireRequest{PolicyRevision: "r1", MaxPermits: 1,
+			r, err := b.RateConcurrencyAcquireV3(ctx, ks[i], PermitAcquireRequest{PolicyRevision: "r1", MaxPermits: 1,
 				Owner: owner(o), TTL: time.Minute, MaxClockStep: time.Second, CleanupGrace: time.Second})
 			return r.Status.String(), err
 		}
 		renew := func(i, o int) (string, error) {
-			r, err := b.RateConcurrencyRenew(ctx, ks[i], PermitRenewRequest{PolicyRevision: "r1", Owner: owner(o),
+			r, err := b.RateConcurrencyRenewV3(ctx, ks[i], PermitRenewRequest{PolicyRevision: "r1", Owner: owner(o),
 				TTL: 2 * time.Minute, MaxClockStep: time.Second, CleanupGrace: time.Second})
 			return r.Status.String(), err
 		}
 		release := func(i, o int) (string, error) {
-			r, err := b.RateConcurrencyRelease(ctx, ks[i], PermitReleaseRequest{PolicyRevision: "r1", Owner: owner(o),
+			r, err := b.RateConcurrencyReleaseV3(ctx, ks[i], PermitReleaseRequest{PolicyRevision: "r1", Owner: owner(o),
 				MaxClockStep: time.Second})
 			return r.Status.String(), err
 		}

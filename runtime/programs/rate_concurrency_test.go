@@ -243,7 +243,7 @@ func permitVersions(e *Executor) map[string]permitPrograms {
 		"v1":         {e.RateConcurrencyAcquire, e.RateConcurrencyRenew, e.RateConcurrencyRelease},
 		"v2":         {e.RateConcurrencyAcquireV2, e.RateConcurrencyRenewV2, e.RateConcurrencyReleaseV2},
 		"v3":         {e.RateConcurrencyAcquireV3, e.RateConcurrencyRenewV3, e.RateConcurrencyReleaseV3},
-		"v3-batched": {b.RateConcurrencyAcquire, b.RateConcurrencyRenew, b.RateConcurrencyRelease},
+		"v3-batched": {b.RateConcurrencyAcquireV3, b.RateConcurrencyRenewV3, b.RateConcurrencyReleaseV3},
 	}
 }
 
