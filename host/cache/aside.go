@@ -202,7 +202,6 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 	}
 	var hit Lookup
 	if c.fromL1(r, loc, &hit) {
-		r.m.lookupOutcome(&hit, nil)
 		return cached(hit), nil
 	}
 	lk, err := c.lookupL2(ctx, r, loc)

@@ -166,8 +166,8 @@ func (r *region) members(loc keys.Location, gen []byte) (entryRef, error) {
 // soft expiry): the L2 read gives the stale path the observation its
 // refresh needs.
 //
-// On a hit it fills lk (which must be the zero Lookup) and reports true;
-// otherwise it leaves lk alone.
+// On a hit it counts the lookup's outcome, fills lk (which must be the
+// zero Lookup) and reports true; otherwise it leaves lk alone.
 func (c *Cache) fromL1(r *region, loc keys.Location, lk *Lookup) bool {
 	if r.l1 == nil || !c.hintsUp() {
 		return false
@@ -180,6 +180,10 @@ func (c *Cache) fromL1(r *region, loc keys.Location, lk *Lookup) bool {
 	if !ok {
 		return false
 	}
+	// Counted here, before the value's copy: a locked instruction right
+	// after a 1 KiB copy waits for the copy's stores to drain (measured
+	// +70 to +100 ns per L1 hit, a sixth of it).
+	r.m.l1Hit(e.negative)
 	lk.Kind, lk.Freshness, lk.FromL1 = Hit, Fresh, true
 	lk.SourceRevision, lk.WrittenAt, lk.SoftExpiresAt, lk.HardExpiresAt = e.rev, e.written, e.soft, e.hard
 	if e.negative {

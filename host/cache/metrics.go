@@ -171,14 +171,27 @@ func (r *regionMetrics) lookup(lk *Lookup, err error) {
 }
 
 // lookupOutcome counts a lookup inside GetOrLoad, whose result counts the
-// guest failure once. A payload read is a hit's value decoded from Redis:
-// an L1 hit read none (l1_events_total counts it), and observing it
-// would cost a good part of the hit.
+// guest failure once. An L1 hit was counted when it was served (l1Hit). A
+// payload read is a hit's value decoded from Redis: an L1 hit read none
+// (l1_events_total counts it), and observing it would cost a good part of
+// the hit.
 func (r *regionMetrics) lookupOutcome(lk *Lookup, err error) {
+	if lk.FromL1 {
+		return
+	}
 	r.lookups[lookupOutcome(lk, err)].Inc()
-	if err == nil && lk.Kind == Hit && !lk.FromL1 {
+	if err == nil && lk.Kind == Hit {
 		r.payloadRead.Observe(float64(len(lk.Value)))
 	}
+}
+
+// l1Hit counts a lookup served from L1.
+func (r *regionMetrics) l1Hit(negative bool) {
+	if negative {
+		r.lookups[outNegativeHit].Inc()
+		return
+	}
+	r.lookups[outHitFresh].Inc()
 }
 
 // lookupOutcome is the index in lookupOutcomeNames of a lookup's outcome.

@@ -129,3 +129,79 @@ func TestL1HitReadsNoPayload(t *testing.T) {
 	}
 	assert.Equal(t, uint64(1), reads, "only the L2 read observed a payload")
 }
+
+// TestL1HitsCountOneLookup: an L1 hit is counted where it is served, so
+// Lookup, GetOrLoad and LookupOrClaim each count it exactly once, as
+// hit_fresh or negative_hit, and no other lookup outcome moves.
+func TestL1HitsCountOneLookup(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	counts := func() map[string]float64 {
+		t.Helper()
+		mfs, err := in.reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "caphost_cache_lookups_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "outcome" {
+						out[lp.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return out
+	}
+	// inL1 reads key until L1 holds it (a host's hint for its own write
+	// may drop the fill of a read that overlapped it).
+	inL1 := func(key Key) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			lk, err := r.Lookup(ctx, key)
+			return err == nil && lk.FromL1
+		}, 10*time.Second, time.Millisecond)
+	}
+	never := func(context.Context) (LoadOutcome, error) {
+		return LoadOutcome{}, fmt.Errorf("the loader ran on an L1 hit")
+	}
+
+	_, err := r.Record(ctx, Parts("k"), []byte("value"), RecordMeta{})
+	require.NoError(t, err)
+	inL1(Parts("k"))
+	before := counts()
+	lk, err := r.Lookup(ctx, Parts("k"))
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+	res, err := r.GetOrLoad(ctx, Parts("k"), never)
+	require.NoError(t, err)
+	require.True(t, res.FromL1)
+	lk, _, _, err = r.LookupOrClaim(ctx, Parts("k"), time.Second)
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+	after := counts()
+	assert.Equal(t, before["hit_fresh"]+3, after["hit_fresh"])
+	after["hit_fresh"] = before["hit_fresh"]
+	assert.Equal(t, before, after, "only hit_fresh moved")
+
+	_, err = r.RecordAbsent(ctx, Parts("gone"), RecordMeta{})
+	require.NoError(t, err)
+	inL1(Parts("gone"))
+	before = counts()
+	lk, err = r.Lookup(ctx, Parts("gone"))
+	require.NoError(t, err)
+	require.Equal(t, NegativeHit, lk.Kind)
+	require.True(t, lk.FromL1)
+	res, err = r.GetOrLoad(ctx, Parts("gone"), never)
+	require.NoError(t, err)
+	require.True(t, res.FromL1)
+	after = counts()
+	assert.Equal(t, before["negative_hit"]+2, after["negative_hit"])
+	after["negative_hit"] = before["negative_hit"]
+	assert.Equal(t, before, after, "only negative_hit moved")
+}
