@@ -205,17 +205,17 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 		return cached(hit), nil
 	}
 	lk, err := c.lookupL2(ctx, r, loc)
-	r.m.lookupOutcome(&lk, err)
+	r.m.lookupOutcome(&lk.Lookup, err)
 	if err != nil {
 		return Result{}, err
 	}
 	switch lk.Kind {
 	case Hit:
 		if lk.Freshness == Fresh {
-			return cached(lk), nil
+			return cached(lk.Lookup), nil
 		}
 	case NegativeHit:
-		return cached(lk), nil
+		return cached(lk.Lookup), nil
 	case IncompatibleSchema:
 		if !lk.reloadable() {
 			return Result{}, &SchemaError{Category: lk.Schema}
@@ -230,7 +230,7 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 		return c.refill(fctx, r, loc, lk, load)
 	})
 	if err != nil {
-		return c.flightErr(r, lk, err)
+		return c.flightErr(r, lk.Lookup, err)
 	}
 	if res.err != nil {
 		return Result{}, res.err
@@ -284,7 +284,7 @@ func (c *Cache) flightErr(r *region, lk Lookup, err error) (Result, error) {
 
 // refill runs once per key per process: the refresh lease (distributed
 // regions), the double check, the bulkhead, the load and the write.
-func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk Lookup, load Loader) (loadResult, error) {
+func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk observed, load Loader) (loadResult, error) {
 	stale := lk.Kind == Hit && lk.Freshness == Stale
 	if r.pol.Stampede == policy.CacheStampedeDistributed {
 		owner := c.leaseOwner()
@@ -300,7 +300,7 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk Loo
 			}
 			switch {
 			case again.Kind == Hit && again.Freshness == Fresh, again.Kind == NegativeHit:
-				return loadResult{result: cached(again)}, nil
+				return loadResult{result: cached(again.Lookup)}, nil
 			case again.Kind == Unavailable:
 			default:
 				lk = again
@@ -309,7 +309,7 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk Loo
 		case err == nil && claim.Status == programs.RefreshClaimContended:
 			r.m.lease("contended")
 			if stale {
-				return loadResult{result: c.staleResult(lk, StaleHit)}, nil
+				return loadResult{result: c.staleResult(lk.Lookup, StaleHit)}, nil
 			}
 			if got, ok := c.awaitRefresh(ctx, r, loc, r.pol.Ops.LeaseWait); ok {
 				return loadResult{result: cached(got)}, nil
@@ -319,7 +319,7 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk Loo
 		case err != nil:
 			r.m.lease("unavailable")
 			if stale {
-				return loadResult{result: c.staleResult(lk, StaleHit)}, nil
+				return loadResult{result: c.staleResult(lk.Lookup, StaleHit)}, nil
 			}
 		default:
 			r.m.lease("refused")
@@ -343,7 +343,7 @@ func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, 
 		lk, err := c.lookupL2(ctx, r, loc)
 		if err == nil && ((lk.Kind == Hit && lk.Freshness == Fresh) || lk.Kind == NegativeHit) {
 			r.m.lease("waited")
-			return lk, true
+			return lk.Lookup, true
 		}
 		t.Reset(r.pol.Ops.LeasePoll)
 	}
@@ -353,12 +353,12 @@ func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, 
 
 // loadAndRecord loads behind the bulkhead and writes the result where lk
 // observed the entry.
-func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location, lk Lookup, stale bool, load Loader) (loadResult, error) {
+func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location, lk observed, stale bool, load Loader) (loadResult, error) {
 	release, err := r.source.Acquire(ctx)
 	if err != nil {
-		if stale && c.beforeHard(lk) {
-			r.m.stale("overload", c.staleAge(lk))
-			return loadResult{result: c.staleResult(lk, StaleFallback)}, nil
+		if stale && c.beforeHard(lk.Lookup) {
+			r.m.stale("overload", c.staleAge(lk.Lookup))
+			return loadResult{result: c.staleResult(lk.Lookup, StaleFallback)}, nil
 		}
 		return loadResult{err: overloadOf(err)}, nil
 	}
@@ -395,9 +395,9 @@ func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location,
 		r.m.record(o, nil)
 		return loadResult{result: res}, nil
 	case transientKind:
-		if stale && r.pol.StaleIfError && c.beforeHard(lk) {
-			r.m.stale("error", c.staleAge(lk))
-			return loadResult{result: c.staleResult(lk, StaleFallback)}, nil
+		if stale && r.pol.StaleIfError && c.beforeHard(lk.Lookup) {
+			r.m.stale("error", c.staleAge(lk.Lookup))
+			return loadResult{result: c.staleResult(lk.Lookup, StaleFallback)}, nil
 		}
 		return loadResult{err: &SourceError{Kind: "transient", Code: out.code, Cause: out.cause}}, nil
 	case permanentKind:

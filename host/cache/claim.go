@@ -69,32 +69,32 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 		rg.m.lookup(&Lookup{}, err)
 		return Lookup{}, NotClaimed, "", err
 	}
-	var lk Lookup
-	if !r.c.fromL1(rg, loc, &lk) {
+	var lk observed
+	if !r.c.fromL1(rg, loc, &lk.Lookup) {
 		lk, err = r.c.lookupL2(ctx, rg, loc)
 	}
-	rg.m.lookup(&lk, err)
-	if err != nil || !needsRefresh(lk) {
-		return lk, NotClaimed, "", err
+	rg.m.lookup(&lk.Lookup, err)
+	if err != nil || !needsRefresh(lk.Lookup) {
+		return lk.Lookup, NotClaimed, "", err
 	}
 	owner := r.c.leaseOwner()
 	claim, err := r.c.exec.CacheRefreshClaim(ctx, lk.obs.ref.lease, owner, rg.pol.Ops.LeaseTTL, owner[16:])
 	switch {
 	case err != nil:
 		rg.m.lease("unavailable")
-		return lk, ClaimUnavailable, "", nil
+		return lk.Lookup, ClaimUnavailable, "", nil
 	case claim.Status == programs.RefreshClaimAcquired || claim.Status == programs.RefreshClaimAlreadyOwned:
 		rg.m.lease("acquired")
 		again, err := r.c.lookupL2(ctx, rg, loc)
-		if err == nil && !needsRefresh(again) {
+		if err == nil && !needsRefresh(again.Lookup) {
 			r.c.releaseLease(rg, lk.obs.ref.lease, owner)
-			return again, NotClaimed, "", nil
+			return again.Lookup, NotClaimed, "", nil
 		}
 		if err == nil {
 			lk = again
 		}
 		expires := r.c.clock().Add(rg.pol.Ops.LeaseTTL)
-		return lk, Granted, r.c.sealToken(rg, lk.obs, owner, expires), nil
+		return lk.Lookup, Granted, r.c.sealToken(rg, lk.obs, owner, expires), nil
 	case claim.Status == programs.RefreshClaimContended:
 		rg.m.lease("contended")
 		if lk.Kind == Miss && wait > 0 {
@@ -102,10 +102,10 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 				return got, NotClaimed, "", nil
 			}
 		}
-		return lk, Contended, "", nil
+		return lk.Lookup, Contended, "", nil
 	}
 	rg.m.lease("refused")
-	return lk, ClaimUnavailable, "", nil
+	return lk.Lookup, ClaimUnavailable, "", nil
 }
 
 // needsRefresh reports a lookup the refresh protocol applies to.

@@ -43,6 +43,15 @@ const (
 	obsTombstone
 )
 
+// observed is a lookup from Redis with what its read saw. Lookup does
+// not carry the observation: an L1 hit fills and returns a Lookup, and
+// each 16-byte store after its value's copy waits for the copy to drain
+// (the observation was 200 of Lookup's 360 bytes).
+type observed struct {
+	Lookup
+	obs observation
+}
+
 // observation is what a lookup saw, so that a later write (the cache-aside
 // refill, a quarantine) applies only if the entry is still that: a
 // per-key invalidation or another writer in between refuses the write.
@@ -85,7 +94,7 @@ func (r *Region) Lookup(ctx context.Context, key Key) (lk Lookup, err error) {
 	if err != nil {
 		return Lookup{}, err
 	}
-	// The outcome is filled in place: a Lookup is some 360 bytes, and an
+	// The outcome is filled in place: a Lookup is some 160 bytes, and an
 	// L1 hit is cheap enough for copies of it to show.
 	err = r.c.lookup(ctx, rg, key, &lk)
 	rg.m.lookup(&lk, err)
@@ -101,7 +110,8 @@ func (c *Cache) lookup(ctx context.Context, r *region, key Key, lk *Lookup) erro
 	if c.fromL1(r, loc, lk) {
 		return nil
 	}
-	*lk, err = c.lookupL2(ctx, r, loc)
+	ol, err := c.lookupL2(ctx, r, loc)
+	*lk = ol.Lookup
 	return err
 }
 
@@ -234,7 +244,7 @@ func (r *region) deleteL1(ref entryRef) {
 // lookupL2 reads loc from Redis and interprets the entry. A fresh hit or a
 // negative hit is copied into L1 (when the region has one and the hint
 // channel is up), unless an invalidation raced the read.
-func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (Lookup, error) {
+func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (observed, error) {
 	useL1 := r.l1 != nil && c.hintsUp()
 	var ticket l1.Ticket
 	if useL1 {
@@ -242,7 +252,8 @@ func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (Loo
 	}
 	rd, ref, moved, err := c.read(ctx, r, loc)
 	if err != nil {
-		return c.readFailed(ctx, r, ref, err)
+		lk, err := c.readFailed(ctx, r, ref, err)
+		return observed{Lookup: lk}, err
 	}
 	lk, entry, err := c.interpret(ctx, r, rd, ref, moved, useL1)
 	if err == nil && entry != nil {
@@ -349,10 +360,10 @@ func unavailable(err error) Lookup {
 //
 // rd is interpret's: a hit's Value may alias rd.Value (the caller's copy
 // of the reply, which nothing else holds).
-func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved, keepL1 bool) (Lookup, *l1Entry, error) {
+func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved, keepL1 bool) (observed, *l1Entry, error) {
 	obs := observation{ref: ref, mode: obsAbsent}
 	if !rd.Found {
-		lk := Lookup{Kind: Miss, MissReason: Absent, obs: obs}
+		lk := observed{Lookup{Kind: Miss, MissReason: Absent}, obs}
 		if moved {
 			lk.MissReason = Invalidated
 		}
@@ -371,7 +382,7 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 	raw := rd.Value
 	if envelope.IsTombstone(raw) {
 		obs.mode = obsTombstone
-		return Lookup{Kind: Miss, MissReason: Invalidated, obs: obs}, nil, nil
+		return observed{Lookup{Kind: Miss, MissReason: Invalidated}, obs}, nil, nil
 	}
 	env, err := envelope.Decode(raw, r.lim)
 	switch {
@@ -385,18 +396,18 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		return c.incompatible(r, TooLarge, obs), nil, nil
 	case err != nil:
 		c.quarantine(ctx, r, obs, "envelope")
-		return Lookup{}, nil, corrupt("the stored envelope fails its checks")
+		return observed{}, nil, corrupt("the stored envelope fails its checks")
 	}
 	now := c.clock()
 	state := env.State(now)
 	if state == envelope.Expired {
-		return Lookup{Kind: Miss, MissReason: Expired, obs: obs}, nil, nil
+		return observed{Lookup{Kind: Miss, MissReason: Expired}, obs}, nil, nil
 	}
 	if env.CodecID != r.pol.Codec {
 		return c.incompatible(r, UnknownEnvelope, obs), nil, nil
 	}
-	lk := Lookup{SourceRevision: revisionOf(env), WrittenAt: env.WrittenAt, SoftExpiresAt: env.SoftExpiresAt,
-		HardExpiresAt: env.HardExpiresAt, obs: obs}
+	lk := observed{Lookup{SourceRevision: revisionOf(env), WrittenAt: env.WrittenAt, SoftExpiresAt: env.SoftExpiresAt,
+		HardExpiresAt: env.HardExpiresAt}, obs}
 	if env.Negative {
 		lk.Kind = NegativeHit
 		if !keepL1 {
@@ -416,12 +427,12 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		return c.incompatible(r, RetiredVersion, obs), nil, nil
 	case errors.Is(err, errPayload):
 		c.quarantine(ctx, r, obs, "payload")
-		return Lookup{}, nil, corrupt("the region's codec cannot read the payload")
+		return observed{}, nil, corrupt("the region's codec cannot read the payload")
 	case err != nil:
 		if poisoned(err) && ctx.Err() == nil {
 			c.quarantine(ctx, r, obs, "codec-failure")
 		}
-		return Lookup{}, nil, err
+		return observed{}, nil, err
 	}
 	lk.Kind, lk.Value, lk.Freshness = Hit, value, Fresh
 	if state == envelope.Stale {
@@ -465,8 +476,8 @@ func poisoned(err error) bool {
 }
 
 // incompatible is the IncompatibleSchema outcome under r's policy.
-func (c *Cache) incompatible(r *region, cat SchemaCategory, obs observation) Lookup {
-	return Lookup{Kind: IncompatibleSchema, Schema: cat, SchemaPolicy: string(r.pol.Ops.SchemaPolicy), obs: obs}
+func (c *Cache) incompatible(r *region, cat SchemaCategory, obs observation) observed {
+	return observed{Lookup{Kind: IncompatibleSchema, Schema: cat, SchemaPolicy: string(r.pol.Ops.SchemaPolicy)}, obs}
 }
 
 func revisionOf(e envelope.Envelope) Revision {

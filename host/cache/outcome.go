@@ -124,8 +124,6 @@ type Lookup struct {
 	// Unavailable.
 	Unavailable UnavailableCategory
 	Certainty   certainty.Outcome
-
-	obs observation
 }
 
 // RecordOutcome is the outcome of a write (Record, RecordAbsent, and the
