@@ -174,7 +174,9 @@ type CacheOps struct {
 	SourceQueued int
 	// LeaseTTL is the refresh soft lease's TTL; LeaseWait bounds how long a
 	// caller that finds another host refreshing a missing key waits for the
-	// value, polling every LeasePoll.
+	// value. It reads the entry when the holder announces its write (on
+	// the same host, or through the hint channel when one is configured)
+	// and every LeasePoll in any case.
 	LeaseTTL  time.Duration
 	LeaseWait time.Duration
 	LeasePoll time.Duration

@@ -286,12 +286,14 @@ func (c *Cache) flightErr(r *region, lk Lookup, err error) (Result, error) {
 // regions), the double check, the bulkhead, the load and the write.
 func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk observed, load Loader) (loadResult, error) {
 	stale := lk.Kind == Hit && lk.Freshness == Stale
+	leased := false // this host holds the refresh lease: others may wait for its write
 	if r.pol.Stampede == policy.CacheStampedeDistributed {
 		owner := c.leaseOwner()
 		claim, err := c.exec.CacheRefreshClaim(ctx, lk.obs.ref.lease, owner, r.pol.Ops.LeaseTTL, owner[16:])
 		switch {
 		case err == nil && (claim.Status == programs.RefreshClaimAcquired || claim.Status == programs.RefreshClaimAlreadyOwned):
 			r.m.lease("acquired")
+			leased = true
 			defer c.releaseLease(r, lk.obs.ref.lease, owner)
 			// Double check: someone may have refreshed it meanwhile.
 			again, err := c.lookupL2(ctx, r, loc)
@@ -325,20 +327,29 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk obs
 			r.m.lease("refused")
 		}
 	}
-	return c.loadAndRecord(ctx, r, loc, lk, stale, load)
+	return c.loadAndRecord(ctx, r, loc, lk, stale, leased, load)
 }
 
-// awaitRefresh polls for the value another host is loading, for at most
-// wait.
+// awaitRefresh waits, for at most wait, for the value another caller is
+// loading under the refresh lease: it reads the entry when the holder's
+// write is announced (see waiters) and every LeasePoll in any case. It is
+// registered as a waiter across each read too, so an announcement that
+// arrives during a read that came too early is not lost.
 func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, wait time.Duration) (Lookup, bool) {
 	deadline := time.Now().Add(wait)
 	t := time.NewTimer(r.pol.Ops.LeasePoll)
 	defer t.Stop()
+	k := waitKeyOf(r, loc)
+	slot := c.waiters.watch(k)
+	defer func() { c.waiters.unwatch(k, slot) }()
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return Lookup{}, false
 		case <-t.C:
+		case <-slot.ch:
+			c.waiters.unwatch(k, slot)
+			slot = c.waiters.watch(k)
 		}
 		lk, err := c.lookupL2(ctx, r, loc)
 		if err == nil && ((lk.Kind == Hit && lk.Freshness == Fresh) || lk.Kind == NegativeHit) {
@@ -352,8 +363,9 @@ func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, 
 }
 
 // loadAndRecord loads behind the bulkhead and writes the result where lk
-// observed the entry.
-func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location, lk observed, stale bool, load Loader) (loadResult, error) {
+// observed the entry; leased says the write ends this host's refresh
+// lease.
+func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location, lk observed, stale, leased bool, load Loader) (loadResult, error) {
 	release, err := r.source.Acquire(ctx)
 	if err != nil {
 		if stale && c.beforeHard(lk.Lookup) {
@@ -378,7 +390,7 @@ func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location,
 			meta.Intent = OnlyIfSourceRevisionNewer
 		}
 		obs := lk.obs
-		o, err := c.record(ctx, r, loc, writeReq{value: out.value, meta: meta, obs: &obs, loadLatency: latency})
+		o, err := c.record(ctx, r, loc, writeReq{value: out.value, meta: meta, obs: &obs, leased: leased, loadLatency: latency})
 		if err != nil {
 			return loadResult{err: err}, nil
 		}
@@ -387,7 +399,7 @@ func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location,
 		return loadResult{result: res}, nil
 	case absentKind:
 		obs := lk.obs
-		o, err := c.record(ctx, r, loc, writeReq{negative: true, meta: RecordMeta{Revision: out.rev}, obs: &obs, loadLatency: latency})
+		o, err := c.record(ctx, r, loc, writeReq{negative: true, meta: RecordMeta{Revision: out.rev}, obs: &obs, leased: leased, loadLatency: latency})
 		if err != nil {
 			return loadResult{err: err}, nil
 		}

@@ -56,6 +56,8 @@ type Cache struct {
 	cfg    Config
 	m      *metrics
 	hints  *hints // nil: no hint channel (no region uses L1)
+	// waiters are the callers waiting for a refresh lease holder's write.
+	waiters waiters
 	// instance identifies this Cache in hints (a host ignores its own) and
 	// prefixes its refresh-lease owners.
 	instance [16]byte

@@ -154,7 +154,7 @@ func (r *Region) RecordClaimed(ctx context.Context, key Key, token string, value
 		return NotRecordedCondition, nil
 	}
 	obs := observation{mode: t.mode, length: t.length, digest: &t.digest, ref: ref}
-	o, err := r.c.record(ctx, rg, loc, writeReq{value: value, negative: absent, meta: meta, obs: &obs})
+	o, err := r.c.record(ctx, rg, loc, writeReq{value: value, negative: absent, meta: meta, obs: &obs, leased: true})
 	rg.m.record(o, err)
 	return o, err
 }

@@ -37,7 +37,9 @@
 // local single-flight, the distributed refresh soft lease, a source
 // bulkhead, stale-while-revalidate and stale-if-error before the hard
 // expiry, negative caching only of authoritative absence, and a degraded
-// source read while Redis is unavailable. Sidecar serves the same to
+// source read while Redis is unavailable. A caller that finds another
+// host refreshing waits for that host's write, which it learns of from the
+// hint channel (or its poll). Sidecar serves the same to
 // non-Go services over HTTP, with refresh tokens so one caller of many
 // loads a missing key.
 //

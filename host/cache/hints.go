@@ -18,6 +18,10 @@ import (
 // one. Pub/Sub is best effort: while the subscription is down no L1 is
 // used at all, and every L1 is flushed when it goes down and again when it
 // is back, so a hint lost meanwhile cannot leave a stale copy behind.
+//
+// The write that ends a refresh lease sends a key hint too, in any region:
+// receivers wake their callers waiting for that refresh (waiters), which
+// otherwise find the value at their next poll.
 type hints struct {
 	c       *Cache
 	codec   *hint.Codec
@@ -110,6 +114,9 @@ func (h *hints) receive(payload []byte) {
 		return
 	}
 	h.c.m.hint("received")
+	if msg.Kind == hint.KeyInvalidated && h.c.waiters.wake(waitKey{region: msg.Region, loc: msg.Location}) {
+		r.m.lease("woken")
+	}
 	if r.l1 == nil {
 		return
 	}

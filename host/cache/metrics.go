@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		guestFailures: c("guest_failures_total", "Codec, canonicaliser and admission guest failures.", "region", "op"),
 		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
 		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
-		hints:         c("hints_total", "L1 invalidation hints by direction and result.", "direction", "result"),
+		hints:         c("hints_total", "L1 invalidation and refresh hints by direction and result.", "direction", "result"),
 		reloads:       c("policy_reloads_total", "Region rebuilds after a codec or cache-region guest swap, by result (ok, failed).", "result"),
 		regions:       map[string]*regionMetrics{},
 	}

@@ -59,6 +59,9 @@ type writeReq struct {
 	// after a load); nil writes to the current generation, following a
 	// moved generation once (a plain Record).
 	obs *observation
+	// leased says the write ends a refresh lease: callers waiting for it,
+	// here and on other hosts, are told once it is stored.
+	leased bool
 	// loadLatency is the source load's duration, for admission.
 	loadLatency time.Duration
 	// keep are the envelope times of a rewrite (nil: planned anew).
@@ -168,10 +171,14 @@ func (c *Cache) record(ctx context.Context, r *region, loc keys.Location, w writ
 				// fresh in L1. A conditional write replaced what its lookup
 				// observed — absent, a tombstone, a stale or unreadable entry
 				// (or, for a rewrite, the same value) — which no L1 serves;
-				// a hint would only drop other hosts' unrelated fills.
+				// a hint would only drop other hosts' unrelated fills. (A
+				// leased one sends it below anyway, to wake its waiters.)
 				if w.obs == nil {
 					c.publishKey(r, ref)
 				}
+			}
+			if w.leased {
+				c.announceRefresh(r, loc, ref)
 			}
 			return Recorded, nil
 		case programs.CachePutGenerationMoved:

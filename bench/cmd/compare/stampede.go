@@ -280,7 +280,8 @@ func stampedeRows(ctx context.Context, s *cacheSides, plain *redis.Client, o run
 	fmt.Printf("stampede: %d rounds × %s per side, alternating; loads/exp = source loads per expiry (mean; max = the most\n", o.rounds, o.stampedeSlice)
 	fmt.Println("in one expiry); p99 refr = p99 latency of the ops that overlapped a refresh (first load start to last load end")
 	fmt.Println("of one expiry); p99 rest = every other op. caphost: region stampede distributed (refresh lease, default")
-	fmt.Println("lease wait 1 s, poll 20 ms); go-redis/cache: Once (singleflight per instance), one instance per host.")
+	fmt.Println("lease wait 1 s, poll 20 ms, woken by the holder's hint); go-redis/cache: Once (singleflight per instance),")
+	fmt.Println("one instance per host.")
 	return nil
 }
 
