@@ -288,10 +288,16 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk obs
 	stale := lk.Kind == Hit && lk.Freshness == Stale
 	leased := false // this host holds the refresh lease: others may wait for its write
 	if r.pol.Stampede == policy.CacheStampedeDistributed {
+		var w *refreshWatch // a stale value is served rather than waited on
+		if !stale {
+			w = c.watchRefresh(r, loc)
+			defer w.end()
+		}
 		owner := c.leaseOwner()
 		claim, err := c.exec.CacheRefreshClaim(ctx, lk.obs.ref.lease, owner, r.pol.Ops.LeaseTTL, owner[16:])
 		switch {
 		case err == nil && (claim.Status == programs.RefreshClaimAcquired || claim.Status == programs.RefreshClaimAlreadyOwned):
+			w.end() // this host writes: nothing to wait for
 			r.m.lease("acquired")
 			leased = true
 			defer c.releaseLease(r, lk.obs.ref.lease, owner)
@@ -313,7 +319,7 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk obs
 			if stale {
 				return loadResult{result: c.staleResult(lk.Lookup, StaleHit)}, nil
 			}
-			if got, ok := c.awaitRefresh(ctx, r, loc, r.pol.Ops.LeaseWait); ok {
+			if got, ok := c.awaitRefresh(ctx, r, loc, r.pol.Ops.LeaseWait, w); ok {
 				return loadResult{result: cached(got)}, nil
 			}
 			// The holder did not fill it in time: load here (a bounded
@@ -332,24 +338,20 @@ func (c *Cache) refill(ctx context.Context, r *region, loc keys.Location, lk obs
 
 // awaitRefresh waits, for at most wait, for the value another caller is
 // loading under the refresh lease: it reads the entry when the holder's
-// write is announced (see waiters) and every LeasePoll in any case. It is
-// registered as a waiter across each read too, so an announcement that
-// arrives during a read that came too early is not lost.
-func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, wait time.Duration) (Lookup, bool) {
+// write is announced (see waiters) and every LeasePoll in any case. w was
+// registered before the claim that found the lease taken and stays
+// registered across each read, so no announcement is lost in between.
+func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, wait time.Duration, w *refreshWatch) (Lookup, bool) {
 	deadline := time.Now().Add(wait)
 	t := time.NewTimer(r.pol.Ops.LeasePoll)
 	defer t.Stop()
-	k := waitKeyOf(r, loc)
-	slot := c.waiters.watch(k)
-	defer func() { c.waiters.unwatch(k, slot) }()
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return Lookup{}, false
 		case <-t.C:
-		case <-slot.ch:
-			c.waiters.unwatch(k, slot)
-			slot = c.waiters.watch(k)
+		case <-w.slot.ch:
+			w.renew()
 		}
 		lk, err := c.lookupL2(ctx, r, loc)
 		if err == nil && ((lk.Kind == Hit && lk.Freshness == Fresh) || lk.Kind == NegativeHit) {

@@ -77,6 +77,11 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 	if err != nil || !needsRefresh(lk.Lookup) {
 		return lk.Lookup, NotClaimed, "", err
 	}
+	var w *refreshWatch // nil: the caller would not wait
+	if lk.Kind == Miss && wait > 0 {
+		w = r.c.watchRefresh(rg, loc)
+		defer w.end()
+	}
 	owner := r.c.leaseOwner()
 	claim, err := r.c.exec.CacheRefreshClaim(ctx, lk.obs.ref.lease, owner, rg.pol.Ops.LeaseTTL, owner[16:])
 	switch {
@@ -84,6 +89,7 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 		rg.m.lease("unavailable")
 		return lk.Lookup, ClaimUnavailable, "", nil
 	case claim.Status == programs.RefreshClaimAcquired || claim.Status == programs.RefreshClaimAlreadyOwned:
+		w.end()
 		rg.m.lease("acquired")
 		again, err := r.c.lookupL2(ctx, rg, loc)
 		if err == nil && !needsRefresh(again.Lookup) {
@@ -97,8 +103,8 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 		return lk.Lookup, Granted, r.c.sealToken(rg, lk.obs, owner, expires), nil
 	case claim.Status == programs.RefreshClaimContended:
 		rg.m.lease("contended")
-		if lk.Kind == Miss && wait > 0 {
-			if got, ok := r.c.awaitRefresh(ctx, rg, loc, min(wait, rg.pol.Ops.LeaseWait)); ok {
+		if w != nil {
+			if got, ok := r.c.awaitRefresh(ctx, rg, loc, min(wait, rg.pol.Ops.LeaseWait), w); ok {
 				return got, NotClaimed, "", nil
 			}
 		}

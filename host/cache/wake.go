@@ -89,6 +89,37 @@ func (w *waiters) wake(k waitKey) bool {
 	return ok
 }
 
+// refreshWatch is one caller's registration for the announcement of a
+// refresh: taken before the claim that may find the lease taken, so that a
+// holder's write landing before the caller starts waiting still wakes it.
+// The zero of *refreshWatch (nil) is no registration.
+type refreshWatch struct {
+	w    *waiters
+	k    waitKey
+	slot *waitSlot
+}
+
+func (c *Cache) watchRefresh(r *region, loc keys.Location) *refreshWatch {
+	k := waitKeyOf(r, loc)
+	return &refreshWatch{w: &c.waiters, k: k, slot: c.waiters.watch(k)}
+}
+
+// renew replaces a woken slot with a fresh one, so that a wake during the
+// read it prompted is kept.
+func (rw *refreshWatch) renew() {
+	rw.w.unwatch(rw.k, rw.slot)
+	rw.slot = rw.w.watch(rw.k)
+}
+
+// end ends the registration; it may be called more than once, and on nil.
+func (rw *refreshWatch) end() {
+	if rw == nil || rw.slot == nil {
+		return
+	}
+	rw.w.unwatch(rw.k, rw.slot)
+	rw.slot = nil
+}
+
 // len reports the keys being waited for.
 func (w *waiters) len() int { return int(w.n.Load()) }
 
