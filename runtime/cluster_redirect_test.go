@@ -180,6 +180,10 @@ func TestClusterFollowsMovedOnce(t *testing.T) {
 	s.cl.MigrateSlot(t, s.slot, s.from)
 	other := s.keyOn(t, func(a string) bool { return a != s.from.Addr() && a != s.to.Addr() })
 	fromBase, toBase = commandStat(t, s.from, "set"), commandStat(t, s.to, "set")
+	// Counted from here: a GET of the loop above may itself have met the
+	// MOVED (go-redis reloads the map in the background) and been followed.
+	followed, _ = s.obs.counts()
+	movedBase := followed[RedirectMoved]
 	pipe := s.c.Pipeline()
 	a := pipe.Set(ctx, s.key, "p1", time.Minute)
 	b := pipe.Set(ctx, s.sibling(1), "p2", time.Minute)
@@ -194,7 +198,7 @@ func TestClusterFollowsMovedOnce(t *testing.T) {
 	toDelta := commandStat(t, s.to, "set").minus(toBase)
 	assert.Equal(t, int64(2), toDelta.rejected, "the old owner answered MOVED twice")
 	followed, _ = s.obs.counts()
-	assert.Equal(t, 3, followed[RedirectMoved])
+	assert.Equal(t, 2, followed[RedirectMoved]-movedBase, "each moved command of the pipeline followed once")
 }
 
 // TestClusterFollowsAskDuringMigration opens a slot migration and moves one
