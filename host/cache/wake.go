@@ -48,6 +48,26 @@ func waitKeyOf(r *region, loc keys.Location) waitKey {
 func (w *waiters) watch(k waitKey) *waitSlot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.watchLocked(k)
+}
+
+// unwatch ends one waiter's registration of s.
+func (w *waiters) unwatch(k waitKey, s *waitSlot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unwatchLocked(k, s)
+}
+
+// rewatch ends one waiter's registration of the woken slot s and registers
+// it again under one lock, so that no wake of k can fall in between.
+func (w *waiters) rewatch(k waitKey, s *waitSlot) *waitSlot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unwatchLocked(k, s)
+	return w.watchLocked(k)
+}
+
+func (w *waiters) watchLocked(k waitKey) *waitSlot {
 	s, ok := w.m[k]
 	if !ok {
 		if w.m == nil {
@@ -61,10 +81,7 @@ func (w *waiters) watch(k waitKey) *waitSlot {
 	return s
 }
 
-// unwatch ends one waiter's registration of s.
-func (w *waiters) unwatch(k waitKey, s *waitSlot) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (w *waiters) unwatchLocked(k waitKey, s *waitSlot) {
 	s.refs--
 	if s.refs == 0 && w.m[k] == s {
 		delete(w.m, k)
@@ -106,10 +123,7 @@ func (c *Cache) watchRefresh(r *region, loc keys.Location) *refreshWatch {
 
 // renew replaces a woken slot with a fresh one, so that a wake during the
 // read it prompted is kept.
-func (rw *refreshWatch) renew() {
-	rw.w.unwatch(rw.k, rw.slot)
-	rw.slot = rw.w.watch(rw.k)
-}
+func (rw *refreshWatch) renew() { rw.slot = rw.w.rewatch(rw.k, rw.slot) }
 
 // end ends the registration; it may be called more than once, and on nil.
 func (rw *refreshWatch) end() {

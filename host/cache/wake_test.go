@@ -40,7 +40,12 @@ func TestWaitersRegistry(t *testing.T) {
 	w.unwatch(a, s2)
 	assert.Equal(t, 2, w.len())
 	assert.True(t, w.wake(a))
-	w.unwatch(a, s4)
+	// rewatch leaves a woken slot and takes the key's current one in one
+	// step: here a fresh slot, since the wake removed s4's.
+	s5 := w.rewatch(a, s4)
+	require.NotSame(t, s4, s5)
+	assert.Equal(t, 2, w.len())
+	w.unwatch(a, s5)
 
 	w.unwatch(b, s3) // leaves unwoken
 	assert.Zero(t, w.len())
