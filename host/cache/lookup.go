@@ -43,10 +43,10 @@ const (
 	obsTombstone
 )
 
-// observed is a lookup from Redis with what its read saw. Lookup does
-// not carry the observation: an L1 hit fills and returns a Lookup, and
-// each 16-byte store after its value's copy waits for the copy to drain
-// (the observation was 200 of Lookup's 360 bytes).
+// observed is a lookup from Redis with what its read saw. Only the writes
+// that follow a lookup (the refill, LookupOrClaim's token, a quarantine)
+// need the observation, so the public Lookup does not carry it: it was
+// 200 of Lookup's 360 bytes, copied with every result.
 type observed struct {
 	Lookup
 	obs observation
