@@ -262,3 +262,44 @@ func TestBadText(t *testing.T) {
 	assert.Equal(t, 2, badText([]byte(`"a\u12"`), 6))
 	assert.Equal(t, 2, badText([]byte(`"a\x"`), 3))
 }
+
+// TestStrictProfile pins user-profile to the same strict reading as the
+// other schemas: before it moved off encoding/json, "ID" was read as id, a
+// repeated name kept its last value, null read as "" and a byte that is not
+// UTF-8 as U+FFFD.
+func TestStrictProfile(t *testing.T) {
+	const ok = `{"id":"u","name":"n","email":"e","locale":"de"}`
+	checkStrict(t, "user-profile", []strictCase{
+		{"canonical", ok, "", ok},
+		{"members in another order", `{"locale":"de","email":"e","name":"n","id":"u"}`, "", ok},
+		{"a name in another case", `{"ID":"u","name":"n","email":"e","locale":"de"}`, `unknown member "ID"`, ""},
+		{"a member twice", `{"id":"u","name":"n","email":"e","locale":"de","name":"x"}`, "repeated member", ""},
+		{"null locale", `{"id":"u","name":"n","email":"e","locale":null}`, "locale must be a string", ""},
+		{"an empty locale", `{"id":"u","name":"n","email":"e","locale":""}`, "id, name, email and locale are required", ""},
+		{"a missing locale", `{"id":"u","name":"n","email":"e"}`, `missing member "locale"`, ""},
+		{"invalid UTF-8", `{"id":"u` + "\xff" + `","name":"n","email":"e","locale":"de"}`, "malformed JSON at byte 8", ""},
+		{"a lone surrogate", `{"id":"\ud800","name":"n","email":"e","locale":"de"}`, "malformed JSON at byte 7", ""},
+		{"trailing data", ok + `{}`, "trailing data after the object", ""},
+	})
+
+	c := codecOf(t, "user-profile")
+	v1 := func(payload string) (string, error) {
+		out, err := c.Decode(1, []byte(payload))
+		return string(out), err
+	}
+	got, err := v1(`{"id":"u","full_name":"n","email":"e"}`)
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"u","name":"n","email":"e","locale":"en"}`, got, "v1 upgrades with the default locale")
+	for payload, detail := range map[string]string{
+		`{"id":"u","Full_Name":"n","email":"e"}`:              `v1 payload: unknown member "Full_Name"`,
+		`{"id":"u","full_name":"n","email":"e","locale":"de"}`: `v1 payload: unknown member "locale"`,
+		`{"id":"u","email":"e"}`:                               `v1 payload: missing member "full_name"`,
+		`{"id":"u","full_name":null,"email":"e"}`:              "v1 payload: full_name must be a string",
+	} {
+		_, err := v1(payload)
+		require.Error(t, err, payload)
+		code, d := refusal(t, err)
+		assert.Equal(t, abi.CodeCorrupt, code, payload)
+		assert.Equal(t, detail, d, payload)
+	}
+}

@@ -6,7 +6,9 @@ package main
 // reader walks encoding/json's token decoder and adds the strict checks; its
 // canonical payloads are encoding/json's Marshal. Only identifiers changed
 // (a ref prefix); the schemas' types, bounds and valid methods are shared,
-// as the change left them alone.
+// as the change left them alone. user-profile's reading was encoding/json's
+// own until it moved to the codec's strict reader too; differ holds it to
+// answering alike whatever it accepts.
 
 import (
 	"bytes"
@@ -33,6 +35,29 @@ func refModule() *guest.Module {
 		refJSONSchema("product", refReadProductV1, refReadProduct),
 		refJSONSchema("search-page", refReadSearchPage),
 	}}
+}
+
+// profileV1 is the reference's legacy user-profile form.
+type profileV1 struct {
+	ID       string `json:"id"`
+	FullName string `json:"full_name"`
+	Email    string `json:"email"`
+}
+
+// strict is the reference's user-profile reading: encoding/json with
+// unknown members refused and nothing after the object. It matches member
+// names case-insensitively, keeps the last of a repeated member, reads null
+// as "" and invalid UTF-8 as U+FFFD, which the codec's own reading refuses.
+func strict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data")
+	}
+	return nil
 }
 
 func refEncode(value []byte) ([]byte, error) {

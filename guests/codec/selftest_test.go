@@ -29,8 +29,10 @@ func TestSelfTestVectors(t *testing.T) {
 		"encode writes the canonical v2 payload at write version 2":                   {abi.CodeOK, "", ada},
 		"decode reads a v2 payload unchanged":                                         {abi.CodeOK, "", ada},
 		"decode upgrades a v1 payload: full_name becomes name, locale defaults to en": {abi.CodeOK, "", `{"id":"u-9","name":"Grace Hopper","email":"grace@example.com","locale":"en"}`},
-		"encode refuses a value missing required fields":                              {abi.CodeInvalidRequest, "value: id, name, email and locale are required", ""},
-		"a v1 payload without a name is corrupt, not upgraded to an empty name":       {abi.CodeCorrupt, "payload: id, name, email and locale are required", ""},
+		"encode refuses a value missing required fields":                              {abi.CodeInvalidRequest, `value: missing member "email"`, ""},
+		"a v1 payload without a name is corrupt, not upgraded to an empty name":       {abi.CodeCorrupt, "v1 payload: id, name, email and locale are required", ""},
+		"user-profile: a case-variant member name is corrupt, not read as id":         {abi.CodeCorrupt, `v2 payload: unknown member "ID"`, ""},
+		"user-profile: encode refuses a repeated member rather than keeping the last": {abi.CodeInvalidRequest, "value: repeated member", ""},
 
 		"product: encode writes the canonical v2 payload (fixed member order) at write version 2": {abi.CodeOK, "", shoe},
 		"product: decode reads a v2 payload unchanged":                                            {abi.CodeOK, "", shoe},
