@@ -201,7 +201,7 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 		return Result{}, err
 	}
 	var hit Lookup
-	if c.fromL1(r, loc, &hit) {
+	if c.fromL1(r, loc, &hit, nil, false) {
 		return cached(hit), nil
 	}
 	lk, err := c.lookupL2(ctx, r, loc)

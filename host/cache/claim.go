@@ -70,7 +70,7 @@ func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration)
 		return Lookup{}, NotClaimed, "", err
 	}
 	var lk observed
-	if !r.c.fromL1(rg, loc, &lk.Lookup) {
+	if !r.c.fromL1(rg, loc, &lk.Lookup, nil, false) {
 		lk, err = r.c.lookupL2(ctx, rg, loc)
 	}
 	rg.m.lookup(&lk.Lookup, err)

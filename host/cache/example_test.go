@@ -68,6 +68,50 @@ func ExampleRegion_GetOrLoad() {
 	// MISS INVALIDATED source loads: 1
 }
 
+// Region.LookupAppend reads a hit's value into the caller's buffer: a
+// server that answers many lookups reuses one buffer per worker, and an L1
+// hit then allocates nothing.
+func ExampleRegion_LookupAppend() {
+	ctx := context.Background()
+	addr, stop := redistest.ForExample()
+	defer stop()
+	rt, err := exampleRuntime(ctx, addr)
+	if err != nil {
+		panic(err)
+	}
+	defer rt.Close(ctx)
+	dep, _ := rt.Role(policy.RoleCache)
+	cfg, err := cache.Decode(cache.ProviderRedis, policy.RoleCache, map[string]any{
+		"regions": map[string]any{"products": map[string]any{
+			"ttl": map[string]any{"soft": "30s", "hard": "5m", "negative": "10s"},
+		}},
+	}, false)
+	if err != nil {
+		panic(err)
+	}
+	c, err := cache.New(ctx, dep, rt.Keys(), cfg, cache.Options{Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close(ctx)
+	products, _ := c.Region("products")
+	if _, err := products.Record(ctx, cache.Parts("sku-42"), []byte(`{"name":"lamp"}`), cache.RecordMeta{}); err != nil {
+		panic(err)
+	}
+
+	buf := make([]byte, 0, 4096)
+	for _, sku := range []string{"sku-42", "sku-43"} {
+		lk, err := products.LookupAppend(ctx, cache.Parts(sku), buf[:0])
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(sku, lk.Kind, string(lk.Value)) // lk.Value is valid until buf is reused
+	}
+	// Output:
+	// sku-42 HIT {"name":"lamp"}
+	// sku-43 MISS
+}
+
 // Decode reads a capabilities.cache block strictly; every problem is
 // reported at once.
 func ExampleDecode() {

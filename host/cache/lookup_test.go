@@ -1,0 +1,73 @@
+package cache
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+)
+
+// TestLookupAppend: a hit's value lands after dst's bytes, in dst's array
+// when it has the room, and an L1 hit into a reused buffer allocates
+// nothing; the caller's copy is its own (writing it changes no later
+// hit), and an outcome without a value leaves dst alone.
+func TestLookupAppend(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	_, err := r.Record(ctx, Parts("k"), value, RecordMeta{})
+	require.NoError(t, err)
+
+	// From L2 first: the write may have filled L1.
+	in.c.state.Load().regions["items"].l1.Flush()
+	buf := make([]byte, 0, 4096)
+	lk, err := r.LookupAppend(ctx, Parts("k"), append(buf, "prefix:"...))
+	require.NoError(t, err)
+	require.Equal(t, Hit, lk.Kind)
+	require.False(t, lk.FromL1)
+	assert.Equal(t, "prefix:"+string(value), string(lk.Value))
+	assert.Same(t, &buf[:1][0], &lk.Value[0], "the value is appended in dst's array")
+
+	require.Eventually(t, func() bool {
+		lk, err := r.Lookup(ctx, Parts("k"))
+		return err == nil && lk.FromL1
+	}, 10*time.Second, time.Millisecond)
+	lk, err = r.LookupAppend(ctx, Parts("k"), buf[:0])
+	require.NoError(t, err)
+	require.True(t, lk.FromL1)
+	assert.Equal(t, value, lk.Value)
+	assert.Same(t, &buf[:1][0], &lk.Value[0])
+	clear(lk.Value) // the caller's copy: no later hit may see this
+	again, err := r.Lookup(ctx, Parts("k"))
+	require.NoError(t, err)
+	require.True(t, again.FromL1)
+	assert.Equal(t, value, again.Value)
+
+	if !raceEnabled { // the race detector's runtime allocates on its own
+		var out []byte
+		allocs := testing.AllocsPerRun(200, func() {
+			lk, err := r.LookupAppend(ctx, Parts("k"), buf[:0])
+			if err != nil || !lk.FromL1 {
+				t.Errorf("not an L1 hit: %v %v", lk.Kind, err)
+			}
+			out = lk.Value
+		})
+		assert.Zero(t, allocs, "an L1 hit into a reused buffer")
+		assert.Equal(t, value, out)
+	}
+
+	dst := append(buf[:0], "untouched"...)
+	lk, err = r.LookupAppend(ctx, Parts("absent"), dst)
+	require.NoError(t, err)
+	assert.Equal(t, Miss, lk.Kind)
+	assert.Nil(t, lk.Value)
+	assert.Equal(t, "untouched", string(dst))
+}
