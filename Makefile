@@ -98,6 +98,9 @@ test: ensure-redis guests transports
 	# The swap-under-load test runs its full 100 swaps (and its heap-leak bound) only
 	# without the race detector, whose runtime retains memory per generation.
 	$(GO) test -count=1 -run '^TestManagerSwapUnderLoad$$' ./plugins/
+	# The codec twins' differential corpus runs whole only without it (a tenth under -race,
+	# where it would take minutes and no goroutines race).
+	$(GO) test -count=1 -run '^TestTwinDifferential$$' ./guests/codec/
 
 ## test-short: the quick loop while editing, never a substitute for `make test`: the tests of
 ## every package whose test binary links neither the Redis harness (internal/redistest, which
