@@ -291,7 +291,7 @@ func TestStrictProfile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{"id":"u","name":"n","email":"e","locale":"en"}`, got, "v1 upgrades with the default locale")
 	for payload, detail := range map[string]string{
-		`{"id":"u","Full_Name":"n","email":"e"}`:              `v1 payload: unknown member "Full_Name"`,
+		`{"id":"u","Full_Name":"n","email":"e"}`:               `v1 payload: unknown member "Full_Name"`,
 		`{"id":"u","full_name":"n","email":"e","locale":"de"}`: `v1 payload: unknown member "locale"`,
 		`{"id":"u","email":"e"}`:                               `v1 payload: missing member "full_name"`,
 		`{"id":"u","full_name":null,"email":"e"}`:              "v1 payload: full_name must be a string",
