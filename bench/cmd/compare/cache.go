@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	gocache "github.com/go-redis/cache/v9"
@@ -29,7 +30,10 @@ import (
 //   - L2 hit through the envelope and the reference codec guest's
 //     "product" schema, and through the built-in bytes codec (no guest), so
 //     the guest's share shows;
-//   - L1 hit against go-redis/cache's TinyLFU local cache;
+//   - L1 hit against go-redis/cache's TinyLFU local cache, with Lookup (a
+//     new copy per hit, as go-redis/cache's Get makes) and with
+//     LookupAppend into a pooled buffer (a copy into the caller's memory,
+//     which go-redis/cache has no call for);
 //   - a stampede on a hot key expiring under two hosts (a row no peer
 //     has): source loads per expiry and p99 latency during the refresh.
 
@@ -125,8 +129,13 @@ func (g *codecGuests) Manager() *plugins.Manager         { return g.mgr }
 func (g *codecGuests) ModulesOfKind(k abi.Kind) []string { return slices.Clone(g.mods[k]) }
 
 // codecWasm is where `make guests` leaves the reference codec guest, with
-// its self-test vectors bundled (relative to bench/, where make bench runs).
-const codecWasm = "../build/guests/codec.wasm"
+// its self-test vectors bundled (relative to bench/, where make bench runs),
+// and codecASWasm its AssemblyScript twin (guests/codec-as), which answers
+// every request byte for byte alike.
+const (
+	codecWasm   = "../build/guests/codec.wasm"
+	codecASWasm = "../build/guests/codec-as.wasm"
+)
 
 // loadCodecGuest loads build/guests/codec.wasm as module "codec".
 func loadCodecGuest(ctx context.Context, path string) (*codecGuests, func(), error) {
@@ -229,7 +238,8 @@ type cacheSides struct {
 	json        []byte
 	hostA       *cache.Cache
 	hostB       *cache.Cache
-	gcTyped     *goCache // L2, Get into a product (msgpack + s2)
+	hostC       *cache.Cache // region products through the codec guest's AssemblyScript twin
+	gcTyped     *goCache     // L2, Get into a product (msgpack + s2)
 	gcTypedTwin *goCache
 	gcBytes     *goCache // L2, Get into *[]byte
 	gcL1        *goCache // TinyLFU
@@ -274,6 +284,18 @@ func newCacheSides(ctx context.Context, plain *redis.Client, o runOpts) (_ *cach
 	if s.hostB, err = s.newHost(ctx, o, cacheConfig(false), nil); err != nil {
 		return nil, err
 	}
+	// Host C reads region products through the AssemblyScript twin of the
+	// codec guest: the same entries, the same answers, another language.
+	twin, closeTwin, err := loadCodecGuest(ctx, o.codecASWasm)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, closeTwin)
+	cfgC := cacheConfig(true)
+	cfgC.Regions = slices.DeleteFunc(cfgC.Regions, func(d policy.CacheRegionDecl) bool { return d.ID != regionProducts })
+	if s.hostC, err = s.newHost(ctx, o, cfgC, twin); err != nil {
+		return nil, err
+	}
 
 	for _, id := range []string{regionProducts, regionRaw, regionL1} {
 		r, err := s.hostA.Region(id)
@@ -312,11 +334,14 @@ func newCacheSides(ctx context.Context, plain *redis.Client, o runOpts) (_ *cach
 	if err := s.gcTyped.cd.Get(ctx, gcKeyTyped, &got); err != nil || !jsonEqual(&got, value) {
 		return nil, fmt.Errorf("go-redis/cache: the product did not round-trip (%v)", err)
 	}
-	for _, id := range []string{regionProducts, regionRaw} {
-		r, _ := s.hostA.Region(id)
+	for _, h := range []struct {
+		host *cache.Cache
+		id   string
+	}{{s.hostA, regionProducts}, {s.hostA, regionRaw}, {s.hostC, regionProducts}} {
+		r, _ := h.host.Region(h.id)
 		lk, err := r.Lookup(ctx, cache.Parts(cacheKey))
 		if err != nil || lk.Kind != cache.Hit || !bytes.Equal(lk.Value, value) {
-			return nil, fmt.Errorf("caphost: %s did not round-trip (%v, %v)", id, lk.Kind, err)
+			return nil, fmt.Errorf("caphost: %s did not round-trip (%v, %v)", h.id, lk.Kind, err)
 		}
 	}
 	return s, nil
@@ -370,6 +395,30 @@ func lookupOp(name string, host *cache.Cache, id string, fromL1 bool) contender 
 	}}
 }
 
+// appendOp is lookupOp's L1 hit through LookupAppend into a buffer from a
+// pool, as a server that answers many lookups would hold one per request.
+func appendOp(name string, host *cache.Cache, id string) contender {
+	r, err := host.Region(id)
+	if err != nil {
+		panic(err) // the region was declared and recorded above
+	}
+	key := cache.Parts(cacheKey)
+	bufs := sync.Pool{New: func() any { return new([]byte) }}
+	return contender{name, func(ctx context.Context) error {
+		buf := bufs.Get().(*[]byte)
+		defer bufs.Put(buf)
+		lk, err := r.LookupAppend(ctx, key, (*buf)[:0])
+		switch {
+		case err != nil:
+			return err
+		case lk.Kind != cache.Hit || !lk.FromL1:
+			return fmt.Errorf("%s: %v FromL1=%v, not an L1 hit: the row would measure the wrong thing", name, lk.Kind, lk.FromL1)
+		}
+		*buf = lk.Value
+		return nil
+	}}
+}
+
 // typedOp is go-redis/cache's Get into a product.
 func typedOp(name string, g *goCache) contender {
 	return contender{name, func(ctx context.Context) error {
@@ -391,9 +440,11 @@ func bytesOp(name string, g *goCache, key string) contender {
 func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
 	want func(string) bool, row func(string, []result), stats func([]contender, int)) error {
 	labels := []string{"cache L2 hit, codec guest, 1 gor.", "cache L2 hit, codec guest, 32 gor.",
+		"cache L2 hit, codec guest in AssemblyScript, 1 gor.", "cache L2 hit, codec guest in AssemblyScript, 32 gor.",
 		"cache L2 hit, bytes codec, 1 gor.", "cache L2 hit, bytes codec, 32 gor.",
 		"  cache L2 A/A control, 1", "  cache L2 A/A control, 32",
-		"cache L1 hit, 1 gor.", "cache L1 hit, 32 gor.", "  cache L1 A/A control, 1", "  cache L1 A/A control, 32",
+		"cache L1 hit, 1 gor.", "cache L1 hit, 32 gor.", "cache L1 hit, caller's buffer, 1 gor.",
+		"cache L1 hit, caller's buffer, 32 gor.", "  cache L1 A/A control, 1", "  cache L1 A/A control, 32",
 		stampedeLabel, stampedeControlLabel}
 	if !slices.ContainsFunc(labels, want) {
 		return nil
@@ -407,8 +458,10 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
 	fmt.Printf("\ncache rows: left column = github.com/go-redis/cache/v9, right = caphost host/cache; value %d bytes of product JSON\n", len(s.json))
 
 	guestOp := lookupOp("caphost Lookup, product guest", s.hostA, regionProducts, false)
+	twinOp := lookupOp("caphost Lookup, product guest in AssemblyScript", s.hostC, regionProducts, false)
 	rawOp := lookupOp("caphost Lookup, bytes codec", s.hostA, regionRaw, false)
 	l1Op := lookupOp("caphost Lookup, L1", s.hostA, regionL1, true)
+	l1AppendOp := appendOp("caphost LookupAppend, L1", s.hostA, regionL1)
 	groups := []struct {
 		label    string
 		peer     contender
@@ -418,10 +471,12 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
 		twinPeer *goCache
 	}{
 		{label: "cache L2 hit, codec guest", peer: typedOp("go-redis/cache Get→product", s.gcTyped), ours: guestOp},
+		{label: "cache L2 hit, codec guest in AssemblyScript", peer: typedOp("go-redis/cache Get→product", s.gcTyped), ours: twinOp},
 		{label: "cache L2 hit, bytes codec", peer: bytesOp("go-redis/cache Get→[]byte", s.gcBytes, gcKeyBytes), ours: rawOp},
 		{label: "  cache L2 A/A control", peer: typedOp("go-redis/cache Get→product", s.gcTyped),
 			twin: typedOp("go-redis/cache Get→product (twin)", s.gcTypedTwin)},
 		{label: "cache L1 hit", peer: bytesOp("go-redis/cache TinyLFU Get→[]byte", s.gcL1, gcKeyL1), ours: l1Op, isL1: true},
+		{label: "cache L1 hit, caller's buffer", peer: bytesOp("go-redis/cache TinyLFU Get→[]byte", s.gcL1, gcKeyL1), ours: l1AppendOp, isL1: true},
 		{label: "  cache L1 A/A control", peer: bytesOp("go-redis/cache TinyLFU Get→[]byte", s.gcL1, gcKeyL1),
 			twin: bytesOp("go-redis/cache TinyLFU Get→[]byte (twin)", s.gcL1Twin, gcKeyL1), isL1: true, twinPeer: s.gcL1Twin},
 	}
@@ -480,10 +535,13 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
   L2 codec guest: caphost the product's interchange JSON bytes (envelope checked, payload decoded, validated
     and re-encoded canonically by the codec guest's "product" schema, in Wasm); go-redis/cache a decoded
     product struct (its default codec: s2 + msgpack into a Go struct). Each side's own schema-aware decode.
+    "in AssemblyScript": the same schema and answers from the codec guest's AssemblyScript twin (codec-as).
   L2 bytes codec: both a private copy of the same JSON bytes (caphost: envelope checked, built-in codec;
     go-redis/cache: Get into *[]byte, stored raw). The gap between the two caphost rows is the guest's share.
   L1: both a private copy of the same JSON bytes from the in-process cache (caphost L1, max-age 1 h, hints up;
     go-redis/cache TinyLFU, TTL 1 h); every measured op was checked to be an L1 hit on both sides.
+  L1 caller's buffer: caphost LookupAppend copies the value into a pooled buffer of the caller's (no
+    allocation); go-redis/cache, which has no such call, as in the L1 row (a new []byte per Get).
   caphost L2 is one round trip of GET generation + GETRANGE (pipeline); go-redis/cache one GET.
   The codec guest runs with caphost serve's default limits (pool 4, 100 ms deadline, 16 MiB, recycle-after
   100000).`)

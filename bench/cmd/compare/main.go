@@ -52,6 +52,7 @@ func main() {
 	idleCheck := flag.Duration("idle-check", policy.DefaultIdleCheck, "caphost's timeouts.idle-check (0: peek every pooled connection on reuse, as go-redis does; the default is the config file's)")
 	control := flag.Bool("control", false, "also run go-redis (GET), redis_rate (rate) and go-redis/cache (cache) against an identical second client (A/A): their ratios are the noise floor")
 	codecWasmPath := flag.String("codec-wasm", codecWasm, "the reference codec guest the cache rows load (`make guests` builds it)")
+	codecASWasmPath := flag.String("codec-as-wasm", codecASWasm, "the codec guest's AssemblyScript twin the cache rows load (`make guests` builds it)")
 	webhookBinPath := flag.String("webhook-bin", webhookBin, "the webhook transport plugin the notify rows launch (`make transports` builds it)")
 	stampedeSlice := flag.Duration("stampede-slice", 4*time.Second, "length of one side's slice in the cache stampede row (several 1 s expiries)")
 	sidecar := flag.Bool("sidecar", false, "instead of the library rows, compare `caphost serve` with envoyproxy/ratelimit as sidecars (HTTP and gRPC; needs -caphost-bin and -envoy-ratelimit-bin)")
@@ -101,7 +102,7 @@ func main() {
 	}
 	o := runOpts{dur: *dur, slice: *slice, rounds: *rounds, addr: *addr, control: *control,
 		get: !*onlyRate, rate: !*onlyGet, cache: !*onlyGet && !*onlyRate, lease: !*onlyGet && !*onlyRate, serverStats: *serverStats, rows: *rowFilter,
-		codecWasm: *codecWasmPath, stampedeSlice: *stampedeSlice, webhookBin: *webhookBinPath,
+		codecWasm: *codecWasmPath, codecASWasm: *codecASWasmPath, stampedeSlice: *stampedeSlice, webhookBin: *webhookBinPath,
 		solo: *solo, soloGoroutines: *soloG, batchFlights: *batchFlights, idleCheck: *idleCheck}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
@@ -144,6 +145,7 @@ type runOpts struct {
 	batchFlights   int // -1: limiter default
 	idleCheck      time.Duration
 	codecWasm      string        // the codec guest of the cache rows
+	codecASWasm    string        // its AssemblyScript twin
 	webhookBin     string        // the webhook plugin of the notify rows
 	stampedeSlice  time.Duration // one side's slice in the stampede row
 }
