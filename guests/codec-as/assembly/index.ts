@@ -7,7 +7,10 @@
 // describes itself as module "codec" and `make guests` bundles the Go
 // guest's self-test vectors (guests/codec/selftest.json) into it. Any
 // change to guests/codec (a schema, a check, a text) must be made here too;
-// guests/codec/twin_test.go compares the two modules.
+// guests/codec/twin_test.go compares the two modules. The ABI encoding by
+// hand is guests/internal/asabi/wire.ts, shared with guests/rate-policy-as
+// (a change there must keep both guests' answers); this guest's requests
+// are decoded in wire.ts.
 //
 // Why a twin: the cache decodes a payload through the codec on every L2
 // hit, and a hand-written reader without a Go runtime in the module costs
@@ -24,10 +27,12 @@
 // target, then selftestpack).
 
 import {
-  Buf, Decoder, Field, CodecRequest, MAX_MESSAGE_BYTES,
+  Buf, Decoder, Field, MAX_MESSAGE_BYTES,
   CODE_OK, CODE_SCHEMA_MISMATCH, CODE_CORRUPT, CODE_INVALID_REQUEST, CODE_NOT_FOUND, CODE_UNSUPPORTED,
-  TAG_CODEC_ENCODE_RESPONSE, TAG_CODEC_DECODE_RESPONSE,
-  appendErrorFrame, appendTextFrame, decodeCanonicalizeRequest, decodeAdmitRequest,
+  appendErrorFrame, appendTextFrame,
+} from "../../internal/asabi/wire";
+import {
+  CodecRequest, TAG_CODEC_ENCODE_RESPONSE, TAG_CODEC_DECODE_RESPONSE, decodeCanonicalizeRequest, decodeAdmitRequest,
 } from "./wire";
 import { DESCRIPTION, SCHEMA_IDS, writeVersion, read, appendReadError, READ_FAILED, READ_SAME } from "./schemas";
 

@@ -12,7 +12,8 @@
 // (an unescaped string is never longer than its text), so it never moves
 // during one, and it is reused by the next: a read allocates nothing.
 
-import { Buf, runeSize, decodeRune } from "./wire";
+import { Buf, runeSize } from "../../internal/asabi/wire";
+import { decodeRune } from "./wire";
 import { isPrint } from "./isprint";
 
 // A member's kind: what its value must be.

@@ -9,7 +9,7 @@
 //     cents digit by digit) and 2 {id, name, price_cents, currency, tags?};
 //   - "search-page": write 1 {query, page, ids}.
 
-import { Buf } from "./wire";
+import { Buf } from "../../internal/asabi/wire";
 import { Member, K_STRING, K_INT, K_STRINGS, readCanonical, isCanon, text, appendError } from "./scanner";
 import { appendName, appendValue } from "./writer";
 

@@ -3,7 +3,8 @@
 // Marshal escapes them (HTML characters included), so equal values have
 // equal payloads, and the same bytes as the Go guest writes.
 
-import { Buf, runeSize, decodeRune } from "./wire";
+import { Buf, runeSize } from "../../internal/asabi/wire";
+import { decodeRune } from "./wire";
 import { Member, K_STRING, K_INT, skipPlain } from "./scanner";
 
 const HEX = "0123456789abcdef";

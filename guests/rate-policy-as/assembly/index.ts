@@ -13,6 +13,10 @@
 // packed version. The caphost_v1 host functions are the Extism user
 // functions caphost_log(level, block) and caphost_count(block).
 //
+// The ABI encoding by hand is guests/internal/asabi/wire.ts, shared with
+// guests/codec-as; this guest's own message is in wire.ts, the policy
+// table and the response in tiers.ts.
+//
 // Build: `make guests` (npm ci, then asc with asconfig.json's release
 // target, then selftestpack).
 
@@ -27,7 +31,10 @@ import {
   store_u8,
 } from "@extism/as-pdk/lib/env";
 
-import { Buf, Decoder, RateSelectRequest, MAX_MESSAGE_BYTES, CODE_INVALID_REQUEST, CODE_OK, appendErrorFrame, appendDecodeErrorFrame } from "./wire";
+import {
+  Buf, Decoder, MAX_MESSAGE_BYTES, CODE_INVALID_REQUEST, CODE_OK, appendTextFrame, appendDecodeErrorFrame,
+} from "../../internal/asabi/wire";
+import { RateSelectRequest } from "./wire";
 import { appendDescription, appendSelect } from "./tiers";
 
 @external("extism:host/user", "caphost_log")
@@ -88,7 +95,7 @@ export function caphost_rate_select(): i32 {
     if (!request.decode(decoder)) {
       appendDecodeErrorFrame(output, decoder);
     } else if (!appendSelect(output, decoder, request.route, request.method, request.principalTier, request.apiKeyPlan)) {
-      appendErrorFrame(output, CODE_INVALID_REQUEST, "unknown method");
+      appendTextFrame(output, CODE_INVALID_REQUEST, "unknown method");
     }
   }
   send(output);

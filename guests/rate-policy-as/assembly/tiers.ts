@@ -6,7 +6,8 @@
 // plugins/extism compare this guest's describe output byte for byte and its
 // answers over an attribute matrix with the native guest's.
 
-import { Buf, Decoder, Field, TAG_RATE_SELECT_RESPONSE, CODE_OK } from "./wire";
+import { Buf, Decoder, Field, CODE_OK } from "../../internal/asabi/wire";
+import { TAG_RATE_SELECT_RESPONSE } from "./wire";
 
 // Every policy is declared at this revision, limits and bursts multiplied by
 // it: tiers.Policies(REVISION). It is 1 (what the Go twins build by default)
