@@ -16,20 +16,18 @@ func exampleRuntime(ctx context.Context, addr string) (*runtime.Runtime, error) 
 	return runtime.New(ctx, redistest.ExampleConfig(addr, policy.RoleCache), runtime.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
-// Region.GetOrLoad is cache-aside: the first call loads from the source and
-// stores the result; the next is a hit; after an invalidation the next
-// lookup misses. Redis is a private redis-server the example starts.
-func ExampleRegion_GetOrLoad() {
-	ctx := context.Background()
+// exampleProducts starts a private redis-server, builds a runtime on it and
+// a Cache with one region, products (fresh for 30 s, kept for 5 min, an
+// absence cached for 10 s, TTLs spread by up to 10 %), and returns the
+// region and what closes it all.
+func exampleProducts(ctx context.Context) (*cache.Region, func()) {
 	addr, stop := redistest.ForExample()
-	defer stop()
 	rt, err := exampleRuntime(ctx, addr)
 	if err != nil {
+		stop()
 		panic(err)
 	}
-	defer rt.Close(ctx)
 	dep, _ := rt.Role(policy.RoleCache)
-
 	cfg, err := cache.Decode(cache.ProviderRedis, policy.RoleCache, map[string]any{
 		"regions": map[string]any{"products": map[string]any{
 			"ttl": map[string]any{"soft": "30s", "hard": "5m", "negative": "10s"}, "jitter": 0.1,
@@ -42,8 +40,21 @@ func ExampleRegion_GetOrLoad() {
 	if err != nil {
 		panic(err)
 	}
-	defer c.Close(ctx)
 	products, _ := c.Region("products")
+	return products, func() {
+		c.Close(ctx)
+		rt.Close(ctx)
+		stop()
+	}
+}
+
+// Region.GetOrLoad is cache-aside: the first call loads from the source and
+// stores the result; the next is a hit; after an invalidation the next
+// lookup misses. Redis is a private redis-server the example starts.
+func ExampleRegion_GetOrLoad() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
 
 	loads := 0
 	load := func(ctx context.Context) (cache.LoadOutcome, error) {
@@ -73,28 +84,8 @@ func ExampleRegion_GetOrLoad() {
 // hit then allocates nothing.
 func ExampleRegion_LookupAppend() {
 	ctx := context.Background()
-	addr, stop := redistest.ForExample()
-	defer stop()
-	rt, err := exampleRuntime(ctx, addr)
-	if err != nil {
-		panic(err)
-	}
-	defer rt.Close(ctx)
-	dep, _ := rt.Role(policy.RoleCache)
-	cfg, err := cache.Decode(cache.ProviderRedis, policy.RoleCache, map[string]any{
-		"regions": map[string]any{"products": map[string]any{
-			"ttl": map[string]any{"soft": "30s", "hard": "5m", "negative": "10s"},
-		}},
-	}, false)
-	if err != nil {
-		panic(err)
-	}
-	c, err := cache.New(ctx, dep, rt.Keys(), cfg, cache.Options{Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close(ctx)
-	products, _ := c.Region("products")
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
 	if _, err := products.Record(ctx, cache.Parts("sku-42"), []byte(`{"name":"lamp"}`), cache.RecordMeta{}); err != nil {
 		panic(err)
 	}
