@@ -97,7 +97,21 @@ func benchInstance(b *testing.B) (*instance, []byte) {
 // benchLookup runs Lookup on region id at 1 and 32 goroutines; every op
 // must be a hit, from L1 exactly when fromL1.
 func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
+	benchLookupWith(b, in, id, fromL1, false)
+}
+
+// benchLookupWith is benchLookup, through LookupAppend into a buffer each
+// goroutine reuses when appendTo is set.
+func benchLookupWith(b *testing.B, in *instance, id string, fromL1, appendTo bool) {
 	r := in.region(b, id)
+	lookup := func(ctx context.Context, key Key, buf *[]byte) (Lookup, error) {
+		if !appendTo {
+			return r.Lookup(ctx, key)
+		}
+		lk, err := r.LookupAppend(ctx, key, (*buf)[:0])
+		*buf = lk.Value
+		return lk, err
+	}
 	key := Parts("sku-000042")
 	ctx := context.Background()
 	check := func(lk Lookup, err error) error {
@@ -121,8 +135,9 @@ func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
 	b.Run("goroutines=1", func(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b)()
+		var buf []byte
 		for b.Loop() {
-			if err := check(r.Lookup(ctx, key)); err != nil {
+			if err := check(lookup(ctx, key, &buf)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -132,8 +147,9 @@ func benchLookup(b *testing.B, in *instance, id string, fromL1 bool) {
 		defer reportCPU(b)()
 		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 		b.RunParallel(func(pb *testing.PB) {
+			var buf []byte
 			for pb.Next() {
-				if err := check(r.Lookup(ctx, key)); err != nil {
+				if err := check(lookup(ctx, key, &buf)); err != nil {
 					b.Error(err)
 					return
 				}
@@ -165,10 +181,12 @@ func BenchmarkLookupL2(b *testing.B) {
 	b.Run("codec=product-guest", func(b *testing.B) { benchLookup(b, in, "products", false) })
 }
 
-// BenchmarkLookupL1 is an L1 hit (hints up).
+// BenchmarkLookupL1 is an L1 hit (hints up), through Lookup (a new copy
+// per hit) and through LookupAppend into a reused buffer.
 func BenchmarkLookupL1(b *testing.B) {
 	in, _ := benchInstance(b)
-	benchLookup(b, in, "products-l1", true)
+	b.Run("call=Lookup", func(b *testing.B) { benchLookupWith(b, in, "products-l1", true, false) })
+	b.Run("call=LookupAppend", func(b *testing.B) { benchLookupWith(b, in, "products-l1", true, true) })
 }
 
 // BenchmarkLookupParts times the parts of a hit one at a time: the key's
