@@ -11,13 +11,13 @@ import (
 	"github.com/caphost/caphost/runtime/keys"
 )
 
-// MaxScopedReadBytes bounds ReadScoped's maxBytes: 1 MiB, the catalog's
+// MaxScopedReadBytes bounds the maxBytes of ReadScoped and ReadMember: 1 MiB, the catalog's
 // value cap (programs.MaxCacheValueBytes).
 const MaxScopedReadBytes = 1 << 20
 
 var (
-	// ErrWrongType is matched (errors.Is) by a ReadScoped error whose anchor
-	// or member holds another Redis type than a string. The server answered:
+	// ErrWrongType is matched (errors.Is) by a ReadScoped or ReadMember
+	// error whose anchor or member holds another Redis type than a string. The server answered:
 	// the error's certainty is REJECTED, never an unavailability, and the
 	// key is not absent either (the cache treats it as a corrupt entry).
 	ErrWrongType = errors.New("redis key holds another type than a string")
@@ -28,6 +28,7 @@ var (
 
 	errScopedMaxBytes  = certainty.Wrap("read-scoped", rejectedError("maxBytes must be within 1..1048576"), false)
 	errScopedCrossSlot = certainty.Wrap("read-scoped", ErrCrossSlot, false)
+	errMemberMaxBytes  = certainty.Wrap("read-member", rejectedError("maxBytes must be within 1..1048576"), false)
 )
 
 // ScopedRead is what ReadScoped saw: an anchor (a cache shard's generation)
@@ -105,39 +106,70 @@ func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, ma
 	// Every command carries its own error (a refusal or a transport
 	// failure is set on each), which scopedResult reads.
 	_, _ = p.Exec(ctx)
-	r, err := scopedResult(gen, head, maxBytes)
+	r, err := scopedResult("read-scoped", gen, head, maxBytes)
 	if err != nil || len(r.Value) <= maxBytes {
 		return r, err
 	}
+	return d.sizeMember(ctx, "read-scoped", member, r)
+}
+
+// ReadMember reads a member as ReadScoped does, bounded the same way, but
+// without its anchor: one GETRANGE (and only for an oversized member a
+// STRLEN). It is for a caller that read the anchor with ReadScoped a
+// moment ago and has a reason to trust it still (the cache trusts a shard
+// generation while invalidation hints would tell it of a move); the
+// pipeline's GET is the share of ReadScoped it saves. Anchor and
+// AnchorFound are left zero. Errors are as ReadScoped's.
+func (d *Deployment) ReadMember(ctx context.Context, member keys.Key, maxBytes int) (ScopedRead, error) {
+	switch {
+	case member.IsZero():
+		return ScopedRead{}, errZeroKey
+	case maxBytes < 1 || maxBytes > MaxScopedReadBytes:
+		return ScopedRead{}, errMemberMaxBytes
+	}
+	head := d.regular.client.GetRange(ctx, member.Redis(), 0, int64(maxBytes))
+	r, err := scopedResult("read-member", nil, head, maxBytes)
+	if err != nil || len(r.Value) <= maxBytes {
+		return r, err
+	}
+	return d.sizeMember(ctx, "read-member", member, r)
+}
+
+// sizeMember asks for the exact length of a member whose read answered
+// more than maxBytes (its head): never for its bytes.
+func (d *Deployment) sizeMember(ctx context.Context, op string, member keys.Key, r ScopedRead) (ScopedRead, error) {
 	n, err := d.regular.client.StrLen(ctx, member.Redis()).Result()
 	switch {
 	case wrongType(err):
-		return ScopedRead{}, wrongTypeError("member", err)
+		return ScopedRead{}, wrongTypeError(op, "member", err)
 	case err != nil:
-		return ScopedRead{}, certainty.Wrap("read-scoped", err, false)
+		return ScopedRead{}, certainty.Wrap(op, err, false)
 	}
 	r.Length = max(n, int64(len(r.Value)))
 	return r, nil
 }
 
-// scopedResult turns ReadScoped's two replies into a ScopedRead. A failure
-// other than a wrong type wins, so a WRONGTYPE on one command is never
-// mistaken for the whole read having been answered.
-func scopedResult(gen, head *redis.StringCmd, maxBytes int) (ScopedRead, error) {
-	cmds := [...]redis.Cmder{gen, head}
-	for _, cmd := range cmds {
+// scopedResult turns the replies of a read (the anchor's, nil when none was
+// asked for, and the member's) into a ScopedRead. A failure other than a
+// wrong type wins, so a WRONGTYPE on one command is never mistaken for the
+// whole read having been answered.
+func scopedResult(op string, gen, head *redis.StringCmd, maxBytes int) (ScopedRead, error) {
+	for _, cmd := range [...]*redis.StringCmd{gen, head} {
+		if cmd == nil {
+			continue
+		}
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !wrongType(err) {
-			return ScopedRead{}, certainty.Wrap("read-scoped", err, false)
+			return ScopedRead{}, certainty.Wrap(op, err, false)
 		}
 	}
 	switch {
-	case wrongType(gen.Err()):
-		return ScopedRead{}, wrongTypeError("anchor", gen.Err())
+	case gen != nil && wrongType(gen.Err()):
+		return ScopedRead{}, wrongTypeError(op, "anchor", gen.Err())
 	case wrongType(head.Err()):
-		return ScopedRead{}, wrongTypeError("member", head.Err())
+		return ScopedRead{}, wrongTypeError(op, "member", head.Err())
 	}
 	var r ScopedRead
-	if gen.Err() == nil {
+	if gen != nil && gen.Err() == nil {
 		r.Anchor, r.AnchorFound = []byte(gen.Val()), true
 	}
 	v := head.Val()
@@ -151,7 +183,7 @@ func scopedResult(gen, head *redis.StringCmd, maxBytes int) (ScopedRead, error) 
 	default:
 		// GETRANGE 0 maxBytes cannot return more; a server or proxy that
 		// does is not trusted with the rest of the read either.
-		return ScopedRead{}, &certainty.Error{Outcome: certainty.Rejected, Op: "read-scoped", Code: "reply",
+		return ScopedRead{}, &certainty.Error{Outcome: certainty.Rejected, Op: op, Code: "reply",
 			Cause: fmt.Errorf("GETRANGE 0 %d answered %d bytes", maxBytes, len(v))}
 	}
 	return r, nil
@@ -164,7 +196,7 @@ func wrongType(err error) bool {
 
 // wrongTypeError keeps the server's answer (REJECTED, code WRONGTYPE) and
 // adds ErrWrongType for errors.Is.
-func wrongTypeError(which string, err error) error {
-	return &certainty.Error{Outcome: certainty.Rejected, Op: "read-scoped", Code: "WRONGTYPE",
+func wrongTypeError(op, which string, err error) error {
+	return &certainty.Error{Outcome: certainty.Rejected, Op: op, Code: "WRONGTYPE",
 		Cause: fmt.Errorf("%w: the %s: %w", ErrWrongType, which, err)}
 }

@@ -43,6 +43,9 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 	rd, err := dep.ReadScoped(ctx, anchor, entry, max)
 	require.NoError(t, err)
 	assert.Equal(t, ScopedRead{}, rd, "absent anchor, absent member")
+	rd, err = dep.ReadMember(ctx, entry, max)
+	require.NoError(t, err)
+	assert.Equal(t, ScopedRead{}, rd, "ReadMember: absent member")
 
 	require.NoError(t, admin.Set(ctx, anchor.Redis(), gen, 0).Err())
 	rd, err = dep.ReadScoped(ctx, anchor, entry, max)
@@ -55,6 +58,9 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 		rd, err = dep.ReadScoped(ctx, anchor, entry, max)
 		require.NoError(t, err)
 		assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: int64(n), Found: true, Value: []byte(v)}, rd, "%d bytes", n)
+		rd, err = dep.ReadMember(ctx, entry, max)
+		require.NoError(t, err)
+		assert.Equal(t, ScopedRead{Length: int64(n), Found: true, Value: []byte(v)}, rd, "ReadMember: %d bytes", n)
 	}
 	for _, n := range []int{max + 1, 4 << 20} {
 		require.NoError(t, admin.Set(ctx, entry.Redis(), strings.Repeat("w", n), time.Minute).Err())
@@ -62,6 +68,10 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 		require.NoError(t, err)
 		assert.Equal(t, ScopedRead{Anchor: gen, AnchorFound: true, Length: int64(n), Found: true,
 			Value: []byte(strings.Repeat("w", max+1))}, rd, "%d bytes: too large, only its head kept", n)
+		rd, err = dep.ReadMember(ctx, entry, max)
+		require.NoError(t, err)
+		assert.Equal(t, ScopedRead{Length: int64(n), Found: true,
+			Value: []byte(strings.Repeat("w", max+1))}, rd, "ReadMember: %d bytes: too large, only its head kept", n)
 	}
 
 	// A member of another type is ErrWrongType, REJECTED: never absent,
@@ -69,6 +79,8 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 	require.NoError(t, admin.Del(ctx, entry.Redis()).Err())
 	require.NoError(t, admin.HSet(ctx, entry.Redis(), "f", "v").Err())
 	_, err = dep.ReadScoped(ctx, anchor, entry, max)
+	requireWrongType(t, err)
+	_, err = dep.ReadMember(ctx, entry, max)
 	requireWrongType(t, err)
 	require.NoError(t, admin.Del(ctx, entry.Redis(), anchor.Redis()).Err())
 	require.NoError(t, admin.SAdd(ctx, anchor.Redis(), "g").Err())
@@ -89,6 +101,12 @@ func checkReadScoped(t *testing.T, dep *Deployment, b *keys.Builder, admin redis
 		assert.Equal(t, certainty.Rejected, outcomeOf(t, err), "maxBytes %d", bad)
 	}
 	_, err = dep.ReadScoped(ctx, keys.Key{}, entry, max)
+	assert.Equal(t, certainty.Rejected, outcomeOf(t, err))
+	for _, bad := range []int{0, -1, MaxScopedReadBytes + 1} {
+		_, err = dep.ReadMember(ctx, entry, bad)
+		assert.Equal(t, certainty.Rejected, outcomeOf(t, err), "ReadMember: maxBytes %d", bad)
+	}
+	_, err = dep.ReadMember(ctx, keys.Key{}, max)
 	assert.Equal(t, certainty.Rejected, outcomeOf(t, err))
 }
 
@@ -117,15 +135,13 @@ func TestReadScopedStandalone(t *testing.T) {
 	before := calls()
 	checkReadScoped(t, dep, r.Keys(), srv.Admin(), "scoped")
 	after := calls()
-	// Nine reads reached the server, each one GET and one GETRANGE; only
-	// the two of an oversized member also sized it with STRLEN (the refused
+	// Nine ReadScoped calls reached the server, each one GET and one
+	// GETRANGE, and seven ReadMember calls, each one GETRANGE; only the two
+	// of each on an oversized member also sized it with STRLEN (the refused
 	// calls sent nothing).
+	want := map[string]int64{"get": 9, "getrange": 16, "strlen": 4}
 	for c, n := range after {
-		want := int64(9)
-		if c == "strlen" {
-			want = 2
-		}
-		assert.Equal(t, want, n-before[c], c)
+		assert.Equal(t, want[c], n-before[c], c)
 	}
 }
 
@@ -194,6 +210,12 @@ func TestReadScopedReadsAtMostMaxPlusOne(t *testing.T) {
 	overhead := int64(len("$21\r\n\r\n:4194304\r\n$1025\r\n\r\n")) + int64(len(gen))
 	assert.Equal(t, int64(max+1)+overhead, n, "exactly maxBytes+1 value bytes and the framing")
 	t.Logf("ReadScoped of a %d-byte member with maxBytes %d: %d bytes on the wire", stored, max, n)
+	n = down(func() {
+		rd, err = dep.ReadMember(ctx, entry, max)
+		require.NoError(t, err)
+	})
+	assert.Equal(t, ScopedRead{Length: stored, Found: true, Value: []byte(strings.Repeat("x", max+1))}, rd)
+	assert.Equal(t, int64(max+1)+int64(len(":4194304\r\n$1025\r\n\r\n")), n, "ReadMember: maxBytes+1 value bytes and the framing")
 	n = down(func() {
 		_, _, err := dep.Get(ctx, entry)
 		require.NoError(t, err)
@@ -298,6 +320,12 @@ func TestReadScopedServerGone(t *testing.T) {
 	assert.Equal(t, certainty.Indeterminate, outcomeOf(t, err))
 	assert.NotErrorIs(t, err, ErrWrongType)
 	proxy.Passthrough()
+	_, err = dep.ReadMember(ctx, entry, 64) // a fresh connection
+	require.NoError(t, err)
+	proxy.Stall()
+	_, err = dep.ReadMember(ctx, entry, 64)
+	assert.Equal(t, certainty.Indeterminate, outcomeOf(t, err), "ReadMember")
+	proxy.Passthrough()
 
 	srv.Kill()
 	for range 3 { // whatever connection the pool still holds, never a result
@@ -330,15 +358,15 @@ func TestScopedResult(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tc.want.Anchor, tc.want.AnchorFound = []byte("generation-0123456789"), true
-		got, err := scopedResult(gen, redis.NewStringResult(tc.head, nil), 4)
+		got, err := scopedResult("read-scoped", gen, redis.NewStringResult(tc.head, nil), 4)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.want, got, tc.name)
 	}
-	_, err := scopedResult(gen, redis.NewStringResult("123456", nil), 4)
+	_, err := scopedResult("read-scoped", gen, redis.NewStringResult("123456", nil), 4)
 	assert.Equal(t, certainty.Rejected, outcomeOf(t, err), "more than maxBytes+1 bytes is not a read")
 	down := &certainty.Error{Outcome: certainty.Indeterminate, Code: "timeout", Cause: errors.New("i/o timeout")}
 	wrong := &certainty.Error{Outcome: certainty.Rejected, Op: "GET", Code: "WRONGTYPE", Cause: errors.New("WRONGTYPE")}
-	_, err = scopedResult(redis.NewStringResult("", wrong), redis.NewStringResult("", down), 4)
+	_, err = scopedResult("read-scoped", redis.NewStringResult("", wrong), redis.NewStringResult("", down), 4)
 	assert.Equal(t, certainty.Indeterminate, outcomeOf(t, err))
 	assert.NotErrorIs(t, err, ErrWrongType)
 }
