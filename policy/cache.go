@@ -23,10 +23,12 @@ const (
 	// CacheBestEffort: entries may be stale until their TTL; L1 allowed.
 	CacheBestEffort CacheConsistency = "best-effort"
 	// CacheBoundedStaleness: stale by at most the soft TTL (and, with L1,
-	// the L1 age cap); L1 allowed.
+	// the L1 age cap; after a region invalidation whose hint is lost, the
+	// generation trust); L1 and generation trust allowed.
 	CacheBoundedStaleness CacheConsistency = "bounded-staleness"
 	// CacheReadAfterInvalidation: once an invalidation returns, no host
-	// serves the invalidated value; no L1 (a lost hint would break it).
+	// serves the invalidated value; no L1 and no generation trust (a lost
+	// hint would break it).
 	CacheReadAfterInvalidation CacheConsistency = "read-after-invalidation"
 	// CacheSourceRevisionGuarded: as read-after-invalidation, and a load's
 	// write is conditional on its source revision being newer; no L1.
@@ -98,12 +100,14 @@ const (
 	CacheMaxL1Entries   = 10_000_000
 	CacheMaxL1Bytes     = 1 << 36
 	CacheMaxL1Age       = time.Hour
-	CacheMaxFlightKeys  = 1 << 20
-	CacheMaxWaiters     = 1 << 20
-	CacheMaxLoadTimeout = 5 * time.Minute
-	CacheMaxSourceLoads = 1 << 16
-	CacheMaxQueued      = 1 << 20
-	CacheMaxLeaseTTL    = 10 * time.Minute
+	// CacheMaxGenerationTrust bounds ops.generation-trust.
+	CacheMaxGenerationTrust = time.Minute
+	CacheMaxFlightKeys      = 1 << 20
+	CacheMaxWaiters         = 1 << 20
+	CacheMaxLoadTimeout     = 5 * time.Minute
+	CacheMaxSourceLoads     = 1 << 16
+	CacheMaxQueued          = 1 << 20
+	CacheMaxLeaseTTL        = 10 * time.Minute
 	// CacheEnvelopeOverhead is what the envelope adds to a payload at most
 	// (its header with a 255-byte codec id), so a region's stored values
 	// stay within MaxBytes + CacheEnvelopeOverhead.
@@ -180,6 +184,13 @@ type CacheOps struct {
 	LeaseTTL  time.Duration
 	LeaseWait time.Duration
 	LeasePoll time.Duration
+	// GenerationTrust is how long a host reads under a shard generation it
+	// confirmed in Redis without reading the generation again (0: every
+	// lookup reads it). It applies only while the invalidation hints are
+	// up, which drop it on every region invalidation, and never in a
+	// strict region (compiled to 0): the staleness bound when a region
+	// invalidation's hint is lost while the subscription stays up.
+	GenerationTrust time.Duration
 }
 
 // DefaultCacheOps returns the operational defaults.
@@ -190,6 +201,7 @@ func DefaultCacheOps() CacheOps {
 		FlightKeys: 1024, FlightWaiters: 1024, LoadTimeout: 5 * time.Second,
 		SourceLoads: 32, SourceQueued: 256,
 		LeaseTTL: 6 * time.Second, LeaseWait: time.Second, LeasePoll: 20 * time.Millisecond,
+		GenerationTrust: time.Second,
 	}
 }
 
@@ -496,6 +508,10 @@ func compileRegion(d CacheRegionDecl, o CacheCompileOptions, at func(id, field s
 	clamp("l1", RuleCacheL1, p.L1 && p.Consistency.Strict(), func() { p.L1 = false },
 		"a %s region gets no L1 (a lost invalidation hint would serve an invalidated value)", p.Consistency)
 	clamp("l1", RuleCacheL1, p.L1 && !b.AllowL1, func() { p.L1 = false }, "bounds.l1 is false: no region may use L1")
+	if p.Consistency.Strict() {
+		// A lost hint would let a host read an invalidated generation.
+		p.Ops.GenerationTrust = 0
+	}
 	if len(*ps) > n {
 		return CacheRegionPolicy{}, false
 	}
@@ -552,6 +568,9 @@ func checkOps(o CacheOps, path string, ps *Problems) {
 	}
 	if o.L1.MaxAge < time.Millisecond || o.L1.MaxAge > CacheMaxL1Age {
 		bad("l1.max-age", "must be within 1ms..%s", CacheMaxL1Age)
+	}
+	if o.GenerationTrust < 0 || o.GenerationTrust > CacheMaxGenerationTrust {
+		bad("generation-trust", "must be within 0..%s", CacheMaxGenerationTrust)
 	}
 	if o.FlightKeys < 1 || o.FlightKeys > CacheMaxFlightKeys {
 		bad("single-flight.max-keys", "must be within 1..%d", CacheMaxFlightKeys)
@@ -641,7 +660,8 @@ func canonicalCacheRegion(p CacheRegionPolicy, jitterStrategy string) []byte {
 	o := p.Ops
 	for _, v := range []int64{int64(o.Shards), int64(o.MinTTL), int64(o.CompressAbove), int64(o.MaxCompressionRatio),
 		int64(o.L1.MaxEntries), o.L1.MaxBytes, int64(o.L1.MaxAge), int64(o.FlightKeys), int64(o.FlightWaiters),
-		int64(o.LoadTimeout), int64(o.SourceLoads), int64(o.SourceQueued), int64(o.LeaseTTL), int64(o.LeaseWait), int64(o.LeasePoll)} {
+		int64(o.LoadTimeout), int64(o.SourceLoads), int64(o.SourceQueued), int64(o.LeaseTTL), int64(o.LeaseWait), int64(o.LeasePoll),
+		int64(o.GenerationTrust)} {
 		num(v)
 	}
 	str(string(o.SchemaPolicy))

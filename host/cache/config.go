@@ -30,9 +30,10 @@ type Config struct {
 	Defaults policy.CacheOps
 	// Bounds clamp guest regions and bound configured ones.
 	Bounds policy.CacheBounds
-	// HintSecret authenticates the L1 invalidation hints; required when a
-	// region uses L1. HintWindow is how old (or how far in the future) an
-	// accepted hint may be.
+	// HintSecret authenticates the invalidation hints; required when a
+	// region uses L1 or generation-trust is configured (without hints no
+	// host trusts a generation). HintWindow is how old (or how far in the
+	// future) an accepted hint may be.
 	HintSecret policy.Secret
 	HintWindow time.Duration
 	// Regions are the configured regions, sorted by id.
@@ -110,6 +111,8 @@ func Decode(provider string, role policy.Role, raw map[string]any, guests bool) 
 		d.Problems = append(d.Problems, verr.Problems...)
 	case err == nil && set.UsesL1() && cfg.HintSecret.IsZero():
 		d.Problems.Add(capPath+".hints.hmac", policy.RuleCacheHints, "a region uses L1: invalidation hints need a secret (secret://env/NAME or secret://file/PATH, at least %d bytes)", MinHintSecret)
+	case err == nil && len(d.trustSet) > 0 && cfg.HintSecret.IsZero():
+		d.Problems.Add(d.trustSet[0], policy.RuleCacheHints, "generation-trust applies only while invalidation hints are up: configure hints.hmac, or remove it")
 	}
 	if err := d.Problems.Err(); err != nil {
 		return Config{}, err
@@ -123,10 +126,15 @@ func (c Config) compileOptions(codecs map[string]policy.CacheCodecInfo) policy.C
 		Codecs: codecs, JitterStrategy: jitterStrategy}
 }
 
-type decoder struct{ strict.Reader }
+type decoder struct {
+	strict.Reader
+	// trustSet lists where a positive generation-trust was written: it
+	// needs the hints, so without a hint secret it is an error.
+	trustSet []string
+}
 
 // opsKeys are the operational keys, in defaults and as region overrides.
-var opsKeys = []string{"shards", "min-ttl", "incompatible-schema", "compression", "l1-limits", "single-flight", "source", "refresh-lease"}
+var opsKeys = []string{"shards", "min-ttl", "incompatible-schema", "compression", "l1-limits", "single-flight", "source", "refresh-lease", "generation-trust"}
 
 // ops reads the operational keys of m into o (keys absent keep o's value).
 func (d *decoder) ops(p string, m map[string]any, o *policy.CacheOps) {
@@ -179,6 +187,12 @@ func (d *decoder) ops(p string, m map[string]any, o *policy.CacheOps) {
 		}
 		if n, ok := d.Int64In(p+".source.max-queued", c["max-queued"], 0, policy.CacheMaxQueued); ok {
 			o.SourceQueued = int(n)
+		}
+	}
+	if v, ok := d.Duration(p+".generation-trust", m["generation-trust"]); ok {
+		o.GenerationTrust = v
+		if v > 0 {
+			d.trustSet = append(d.trustSet, p+".generation-trust")
 		}
 	}
 	if c, ok := d.Object(p+".refresh-lease", m["refresh-lease"]); ok {
@@ -278,6 +292,10 @@ func (d *decoder) region(id string, v any, defaults policy.CacheOps) (policy.Cac
 			decl.Ops = &ops
 			break
 		}
+	}
+	if decl.Ops != nil && m["generation-trust"] != nil && decl.Ops.GenerationTrust > 0 && decl.Consistency.Strict() {
+		d.Problems.Add(p+".generation-trust", policy.RuleCacheConsistency,
+			"a %s region never trusts a generation (a lost invalidation hint would serve an invalidated value): remove it or set 0s", decl.Consistency)
 	}
 	return decl, true
 }

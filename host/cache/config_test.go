@@ -115,6 +115,66 @@ func TestDecodeHints(t *testing.T) {
 	assert.Equal(t, policy.RuleCacheHints, problems(t, err)["capabilities.cache.hints.hmac"], "a short secret is refused")
 }
 
+// TestDecodeGenerationTrust: generation-trust is read in defaults and per
+// region, bounded, compiled to 0 in a strict region, and refused where the
+// host could not act on it: written on a strict region, or anywhere
+// without a hint secret (trust needs the hints).
+func TestDecodeGenerationTrust(t *testing.T) {
+	// decode decodes block, with a hint secret when hints (the loader
+	// resolves secret references before Decode sees them).
+	decode := func(block string, hints bool) (Config, error) {
+		var raw map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(block), &raw))
+		if hints {
+			raw["hints"] = map[string]any{"hmac": policy.NewSecret([]byte("0123456789abcdef0123456789abcdef"))}
+		}
+		return Decode(ProviderRedis, policy.RoleCache, raw, false)
+	}
+	cfg, err := decode(`
+defaults: {generation-trust: 250ms}
+regions:
+  p: {ttl: {hard: 1m}}
+  q: {ttl: {hard: 1m}, generation-trust: 0s}
+  s: {ttl: {hard: 1m}, consistency: read-after-invalidation}
+`, true)
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, cfg.Defaults.GenerationTrust)
+	assert.Equal(t, time.Second, policy.DefaultCacheOps().GenerationTrust, "the default")
+	set, err := policy.CompileCacheRegions(cfg.Regions, cfg.compileOptions(map[string]policy.CacheCodecInfo{
+		policy.CacheBuiltinCodec: BuiltinCodecInfo()}))
+	require.NoError(t, err)
+	got := map[string]time.Duration{}
+	for _, id := range []string{"p", "q", "s"} {
+		p, ok := set.Lookup(id)
+		require.True(t, ok, id)
+		got[id] = p.Ops.GenerationTrust
+	}
+	assert.Equal(t, map[string]time.Duration{"p": 250 * time.Millisecond, "q": 0, "s": 0}, got,
+		"a strict region never trusts, whatever the defaults say")
+
+	for _, tc := range []struct {
+		block string
+		hints bool
+		want  map[string]policy.Rule
+	}{
+		{"regions: {p: {ttl: {hard: 1m}, generation-trust: 2m}}", true,
+			map[string]policy.Rule{"capabilities.cache.regions.p.generation-trust": policy.RuleCacheOps}},
+		{"regions: {p: {ttl: {hard: 1m}, generation-trust: -1s}}", true,
+			map[string]policy.Rule{"capabilities.cache.regions.p.generation-trust": policy.RuleCacheOps}},
+		{"regions: {p: {ttl: {hard: 1m}, generation-trust: 1s, consistency: source-revision-guarded}}", true,
+			map[string]policy.Rule{"capabilities.cache.regions.p.generation-trust": policy.RuleCacheConsistency}},
+		{"defaults: {generation-trust: 1s}\nregions: {p: {ttl: {hard: 1m}}}", false,
+			map[string]policy.Rule{"capabilities.cache.defaults.generation-trust": policy.RuleCacheHints}},
+	} {
+		_, err := decode(tc.block, tc.hints)
+		assert.Equal(t, tc.want, problems(t, err), tc.block)
+	}
+	_, err = decode("regions: {p: {ttl: {hard: 1m}, generation-trust: 0s}}", false)
+	require.NoError(t, err, "0 needs no hints")
+	_, err = decode("regions: {p: {ttl: {hard: 1m}}}", false)
+	require.NoError(t, err, "the default needs no hints: without them no host trusts")
+}
+
 // TestDecodeGuestsMayDeclareRegions: with guest modules the block may hold
 // no region, and a configured region may name a codec a guest will
 // declare; without guests both are refused.

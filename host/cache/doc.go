@@ -14,7 +14,10 @@
 //
 // Reads: a lookup reads the shard's generation and the entry in one round
 // trip with a bounded read (never more than the region's largest value + 1
-// byte), checks the envelope (magic, versions, length, digest, expiries)
+// byte) — or, while the hint subscription is up and a read confirmed the
+// generation less than the region's generation trust ago, only the entry
+// (a region invalidation's hint ends the trust; strict regions never
+// trust) — checks the envelope (magic, versions, length, digest, expiries)
 // and the codec's versions, and answers one of a closed set of outcomes:
 // Hit (FRESH or STALE), NegativeHit, Miss (ABSENT, EXPIRED, INVALIDATED),
 // IncompatibleSchema, Unavailable. A corrupt entry or a codec failure is an

@@ -114,6 +114,6 @@ func ExampleDecode() {
 	fmt.Println(err)
 	// Output:
 	// invalid configuration (2 problems)
-	//   capabilities.cache.regions.products.jiter: unknown key (known: codec, key-version, ttl, jitter, max-bytes, stale-if-error, l1, consistency, stampede, shards, min-ttl, incompatible-schema, compression, l1-limits, single-flight, source, refresh-lease) [config.unknown-key]
+	//   capabilities.cache.regions.products.jiter: unknown key (known: codec, key-version, ttl, jitter, max-bytes, stale-if-error, l1, consistency, stampede, shards, min-ttl, incompatible-schema, compression, l1-limits, single-flight, source, refresh-lease, generation-trust) [config.unknown-key]
 	//   capabilities.cache.regions.products.ttl.soft: longer than the hard TTL [cache.ttl]
 }

@@ -19,6 +19,10 @@ import (
 // used at all, and every L1 is flushed when it goes down and again when it
 // is back, so a hint lost meanwhile cannot leave a stale copy behind.
 //
+// A region invalidation also ends every host's generation trust for the
+// region (generations), and the subscription's changes of state end it
+// for every region: trust is only ever used while the hints are up.
+//
 // The write that ends a refresh lease sends a key hint too, in any region:
 // receivers wake their callers waiting for that refresh (waiters), which
 // otherwise find the value at their next poll.
@@ -82,8 +86,11 @@ func (h *hints) state(up bool) {
 	h.c.log.Info("cache invalidation hints up: L1 in use")
 }
 
+// flushAll empties every L1 and ends every generation trust: across a
+// change of the subscription's state, hints may have been lost.
 func (h *hints) flushAll() {
 	for _, r := range h.c.state.Load().regions {
+		r.gens.distrust()
 		if r.l1 != nil {
 			r.l1.Flush()
 		}
@@ -117,11 +124,16 @@ func (h *hints) receive(payload []byte) {
 	if msg.Kind == hint.KeyInvalidated && h.c.waiters.wake(waitKey{region: msg.Region, loc: msg.Location}) {
 		r.m.lease("woken")
 	}
-	if r.l1 == nil {
+	if msg.Kind == hint.RegionInvalidated {
+		// Before the flush: a lookup after it must not read under a
+		// generation trusted before the hint.
+		r.gens.distrust()
+		if r.l1 != nil {
+			r.l1.Flush()
+		}
 		return
 	}
-	if msg.Kind == hint.RegionInvalidated {
-		r.l1.Flush()
+	if r.l1 == nil {
 		return
 	}
 	// A generation of another size than this package creates has no L1
@@ -139,11 +151,10 @@ func (c *Cache) publishKey(r *region, ref entryRef) {
 	c.publish(r, hint.Message{Kind: hint.KeyInvalidated, Location: ref.loc.Digest(), Scope: ref.gen})
 }
 
-// publishRegion tells the other hosts to flush the region's L1.
+// publishRegion tells the other hosts that the region's generations moved:
+// they flush its L1 and end their generation trust. It is sent whatever
+// this host's own policy for the region: another host's may use either.
 func (c *Cache) publishRegion(r *region) {
-	if r.l1 == nil {
-		return
-	}
 	c.publish(r, hint.Message{Kind: hint.RegionInvalidated})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/caphost/caphost/host/cache/envelope"
 	"github.com/caphost/caphost/host/cache/l1"
@@ -293,8 +294,29 @@ func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (obs
 // A missing generation is never read as a default: a new random one is
 // created (SET NX semantics) and every older entry of the shard becomes
 // unreachable.
+//
+// In a region with generation trust, while the hints are up, a generation
+// such a read confirmed less than the trust ago is taken as current and
+// only the entry is read (one command instead of two). A region
+// invalidation elsewhere reaches this host as a hint, which ends the
+// trust; a lost hint leaves this host reading the old generation's entries
+// for at most the trust, as a lost hint leaves an L1 copy for at most its
+// age cap. Writes still check the generation atomically.
 func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime.ScopedRead, entryRef, bool, error) {
 	shard := loc.Shard()
+	trust := r.pol.Ops.GenerationTrust > 0 && c.hintsUp()
+	if trust {
+		if gen, ok := r.gens.trusted(shard, c.clock(), r.pol.Ops.GenerationTrust); ok {
+			ref, err := r.members(loc, gen)
+			if err != nil {
+				return runtime.ScopedRead{}, ref, false, err
+			}
+			rd, err := c.dep.ReadMember(ctx, ref.entry, r.readBound)
+			rd.Anchor, rd.AnchorFound = gen, err == nil
+			r.m.generationRead(true)
+			return rd, ref, false, err
+		}
+	}
 	anchor := r.layout.Anchor(shard)
 	moved := false
 	gen := r.gens.get(shard)
@@ -314,9 +336,21 @@ func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime
 		if ref, err = r.members(loc, gen); err != nil {
 			return rd, ref, moved, err
 		}
+		// The epoch and the time are taken before the read is sent: a hint
+		// that arrives while it is out, or the trust's age, counts from then.
+		var (
+			epoch uint64
+			sent  time.Time
+		)
+		if trust {
+			epoch, sent = r.gens.epoch.Load(), c.clock()
+		}
 		rd, err = c.dep.ReadScoped(ctx, anchor, ref.entry, r.readBound)
 		if err != nil {
 			return rd, ref, moved, err
+		}
+		if r.pol.Ops.GenerationTrust > 0 {
+			r.m.generationRead(false)
 		}
 		switch {
 		case !rd.AnchorFound:
@@ -330,6 +364,9 @@ func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime
 			r.gens.observe(shard, gen, rd.Anchor)
 			gen, moved = rd.Anchor, true
 		default:
+			if trust {
+				r.gens.confirm(shard, gen, epoch, sent)
+			}
 			return rd, ref, moved, nil
 		}
 	}
@@ -348,11 +385,18 @@ func (c *Cache) initGeneration(ctx context.Context, r *region, shard int, was []
 		return nil, err
 	}
 	switch res.Status {
-	case programs.GenerationInitInitialized, programs.GenerationInitExisting:
+	case programs.GenerationInitInitialized:
+		r.gens.observe(shard, was, res.Generation)
+		if was != nil {
+			// The generation this host saw was evicted or deleted: other
+			// hosts may still trust it, with its entries now orphans.
+			c.publishRegion(r)
+		}
+	case programs.GenerationInitExisting:
+		r.gens.observe(shard, was, res.Generation)
 	default:
 		return nil, corrupt("region-generation-init-v1 answered " + res.Status.String())
 	}
-	r.gens.observe(shard, was, res.Generation)
 	return res.Generation, nil
 }
 

@@ -35,6 +35,7 @@ type metrics struct {
 	rewrites      *prometheus.CounterVec   // region, result
 	hints         *prometheus.CounterVec   // direction, result
 	reloads       *prometheus.CounterVec   // result
+	genReads      *prometheus.CounterVec   // region, generation
 
 	mu      sync.Mutex
 	regions map[string]*regionMetrics
@@ -89,7 +90,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
 		hints:         c("hints_total", "L1 invalidation and refresh hints by direction and result.", "direction", "result"),
 		reloads:       c("policy_reloads_total", "Region rebuilds after a codec or cache-region guest swap, by result (ok, failed).", "result"),
-		regions:       map[string]*regionMetrics{},
+		genReads: c("generation_reads_total", "L2 reads of regions with generation trust, by how the shard generation was known: "+
+			"trusted (only the entry read) or read (read with the entry).", "region", "generation"),
+		regions: map[string]*regionMetrics{},
 	}
 	for _, r := range hintResults {
 		m.hints.WithLabelValues(hintDirection(r), r)
@@ -101,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.lookups, m.results, m.records, m.notRecorded, m.invalidations,
 		m.sourceLoads, m.sourceSeconds, m.stale, m.staleAge, m.payload, m.leases, m.guestFailures, m.quarantines,
-		m.rewrites, m.hints, m.reloads} {
+		m.rewrites, m.hints, m.reloads, m.genReads} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -136,7 +139,8 @@ func (m *metrics) region(id string) *regionMetrics {
 	if len(m.regions) >= maxRegionLabels {
 		label = "other"
 	}
-	r := &regionMetrics{m: m, label: label, payloadRead: m.payload.WithLabelValues(label, "read")}
+	r := &regionMetrics{m: m, label: label, payloadRead: m.payload.WithLabelValues(label, "read"),
+		genTrusted: m.genReads.WithLabelValues(label, "trusted"), genRead: m.genReads.WithLabelValues(label, "read")}
 	for i, o := range lookupOutcomes {
 		r.lookups[i] = m.lookups.WithLabelValues(label, o)
 	}
@@ -152,6 +156,18 @@ type regionMetrics struct {
 	label       string
 	lookups     [len(lookupOutcomeNames)]prometheus.Counter
 	payloadRead prometheus.Observer
+	genTrusted  prometheus.Counter
+	genRead     prometheus.Counter
+}
+
+// generationRead counts an L2 read of a region with generation trust:
+// under a trusted generation, or one that read the generation too.
+func (r *regionMetrics) generationRead(trusted bool) {
+	if trusted {
+		r.genTrusted.Inc()
+		return
+	}
+	r.genRead.Inc()
 }
 
 // guestErr counts a guest failure an operation ended with.

@@ -44,13 +44,14 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 	closed := map[string][]string{
 		"outcome": append(slices.Clone(lookupOutcomes), "RECORDED", "NOT_RECORDED_CONDITION", "NOT_RECORDED_PROVIDER_POLICY",
 			"DEGRADED_UNAVAILABLE", "INDETERMINATE", "INVALIDATED", "ALREADY_ABSENT", "error"),
-		"result":    append(slices.Clone(hintResults), "FRESH_HIT", "STALE_HIT", "LOADED_FROM_SOURCE", "AUTHORITATIVE_ABSENCE", "STALE_FALLBACK", "DEGRADED_SOURCE", "overloaded", "error", "loaded", "absent", "transient", "permanent", "cancelled", "unclassified", "invalid", "acquired", "contended", "unavailable", "refused", "waited", "woken", "wait-expired", "release-failed", "rewritten", "not-rewritten", "skipped", "failed", "ok"),
-		"scope":     {"key", "region"},
-		"direction": {"in", "out", "subscription"},
-		"op":        {"read", "write", "encode", "decode", "canonicalize", "admit"},
-		"reason":    {"negative-off", "too-large", "admission-failed", "not-admitted", "expired", "envelope", "payload", "codec-failure", "revalidate", "error", "overload"},
-		"event":     {"hit", "miss", "stored", "raced", "refused", "evicted_size", "evicted_expiry", "flush", "load", "join", "abandoned", "timed_out", "refused_keys", "refused_waiters", "panic"},
-		"region":    {"items"},
+		"result":     append(slices.Clone(hintResults), "FRESH_HIT", "STALE_HIT", "LOADED_FROM_SOURCE", "AUTHORITATIVE_ABSENCE", "STALE_FALLBACK", "DEGRADED_SOURCE", "overloaded", "error", "loaded", "absent", "transient", "permanent", "cancelled", "unclassified", "invalid", "acquired", "contended", "unavailable", "refused", "waited", "woken", "wait-expired", "release-failed", "rewritten", "not-rewritten", "skipped", "failed", "ok"),
+		"scope":      {"key", "region"},
+		"direction":  {"in", "out", "subscription"},
+		"op":         {"read", "write", "encode", "decode", "canonicalize", "admit"},
+		"reason":     {"negative-off", "too-large", "admission-failed", "not-admitted", "expired", "envelope", "payload", "codec-failure", "revalidate", "error", "overload"},
+		"event":      {"hit", "miss", "stored", "raced", "refused", "evicted_size", "evicted_expiry", "flush", "load", "join", "abandoned", "timed_out", "refused_keys", "refused_waiters", "panic"},
+		"region":     {"items"},
+		"generation": {"trusted", "read"},
 	}
 	mfs, err := in.reg.Gather()
 	require.NoError(t, err)

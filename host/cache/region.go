@@ -71,7 +71,7 @@ func newRegion(b *keys.Builder, p policy.CacheRegionPolicy, gens *generations, c
 		return nil, fmt.Errorf("cache: region %s: key layout: %w", p.ID, err)
 	}
 	if gens == nil || len(gens.slots) != p.Ops.Shards {
-		gens = &generations{slots: make([]atomic.Pointer[[]byte], p.Ops.Shards)}
+		gens = &generations{slots: make([]atomic.Pointer[genView], p.Ops.Shards)}
 	}
 	r := &region{pol: p, layout: layout, gens: gens, codec: cd, guest: rg, m: m, memo: newKeyMemo(),
 		exp: expiry.Policy{Revision: p.Revision, Spread: p.Jitter, Min: p.Ops.MinTTL},
@@ -110,32 +110,81 @@ func (r *region) close() {
 }
 
 // generations is a host's view of a region's shard generations: the last
-// value each shard's generation key was seen to hold. It is only a hint
-// for building keys: every read checks it against Redis in the same round
-// trip and every write checks it atomically, so a stale view costs a
-// second round trip, never a wrong answer.
+// value each shard's generation key was seen to hold, and when a read last
+// confirmed it. A view that is not trusted is only a hint for building
+// keys: the read checks it against Redis in the same round trip and every
+// write checks it atomically, so a stale view costs a second round trip,
+// never a wrong answer. A trusted view (see trusted) is read under without
+// that check.
 type generations struct {
-	slots []atomic.Pointer[[]byte]
+	slots []atomic.Pointer[genView]
+	// epoch moves whenever a trusted view may have gone stale without a
+	// read showing it: a region invalidation's hint, and the hints going
+	// down or coming up. A confirmation made under an older epoch is not
+	// trusted.
+	epoch atomic.Uint64
+}
+
+// genView is one shard's view. It is immutable once stored.
+type genView struct {
+	gen []byte
+	// confirmed is when the read that saw Redis hold gen was sent (zero:
+	// not confirmed); epoch is the generations' epoch read before it.
+	confirmed time.Time
+	epoch     uint64
 }
 
 // get returns shard i's last seen generation, or nil.
 func (g *generations) get(i int) []byte {
-	if p := g.slots[i].Load(); p != nil {
-		return *p
+	if v := g.slots[i].Load(); v != nil {
+		return v.gen
 	}
 	return nil
 }
 
 // observe records that shard i holds gen, unless another caller already
-// recorded a value other than was (the caller's stale view).
+// recorded a value other than was (the caller's stale view). A view
+// already holding gen is kept, confirmation and all.
 func (g *generations) observe(i int, was, gen []byte) {
 	cur := g.slots[i].Load()
-	if cur != nil && !bytes.Equal(*cur, was) {
+	switch {
+	case cur != nil && bytes.Equal(cur.gen, gen):
+		return
+	case cur != nil && !bytes.Equal(cur.gen, was):
 		return
 	}
-	v := append([]byte(nil), gen...)
-	g.slots[i].CompareAndSwap(cur, &v)
+	g.slots[i].CompareAndSwap(cur, &genView{gen: append([]byte(nil), gen...)})
 }
+
+// confirm records that a read sent at sent, under epoch, saw shard i hold
+// gen. It is dropped when the view moved to another generation or the
+// epoch moved since (a hint may have arrived while the read was out).
+func (g *generations) confirm(i int, gen []byte, epoch uint64, sent time.Time) {
+	cur := g.slots[i].Load()
+	if cur == nil || !bytes.Equal(cur.gen, gen) || epoch != g.epoch.Load() ||
+		(cur.epoch == epoch && !cur.confirmed.Before(sent)) {
+		return
+	}
+	g.slots[i].CompareAndSwap(cur, &genView{gen: cur.gen, confirmed: sent, epoch: epoch})
+}
+
+// trusted returns shard i's generation when a read confirmed it less than
+// trust before now and under the current epoch. The caller checks that
+// the hints are up: only they can move the epoch when another host moves
+// the generation.
+func (g *generations) trusted(i int, now time.Time, trust time.Duration) ([]byte, bool) {
+	v := g.slots[i].Load()
+	if v == nil || v.confirmed.IsZero() || v.epoch != g.epoch.Load() {
+		return nil, false
+	}
+	if age := now.Sub(v.confirmed); age < 0 || age >= trust {
+		return nil, false
+	}
+	return v.gen, true
+}
+
+// distrust makes every confirmation made so far untrusted.
+func (g *generations) distrust() { g.epoch.Add(1) }
 
 // newGeneration returns a fresh random generation.
 func newGeneration() []byte {

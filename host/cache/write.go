@@ -368,7 +368,8 @@ const regionBumpParallel = 8
 // (old entries become orphans that expire by TTL; nothing is scanned or
 // deleted on the request path). A bump whose reply is lost is repeated once
 // with the same generation, which the program recognises as applied. The
-// local L1 is flushed and a hint flushes the other hosts' L1.
+// local L1 is flushed and the local generation trust ended; a hint does
+// both on the other hosts.
 // InvalidationUnavailable or InvalidationIndeterminate means some shards
 // may not have moved; repeating the call is safe.
 func (r *Region) InvalidateRegion(ctx context.Context) (InvalidationOutcome, error) {
@@ -396,6 +397,9 @@ func (c *Cache) invalidateRegion(ctx context.Context, r *region) (InvalidationOu
 		}()
 	}
 	wg.Wait()
+	// A bump whose reply was lost left this host's view on the old
+	// generation: no read may trust it.
+	r.gens.distrust()
 	if r.l1 != nil {
 		r.l1.Flush()
 	}
