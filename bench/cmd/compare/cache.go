@@ -542,7 +542,8 @@ func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
     go-redis/cache TinyLFU, TTL 1 h); every measured op was checked to be an L1 hit on both sides.
   L1 caller's buffer: caphost LookupAppend copies the value into a pooled buffer of the caller's (no
     allocation); go-redis/cache, which has no such call, as in the L1 row (a new []byte per Get).
-  caphost L2 is one round trip of GET generation + GETRANGE (pipeline); go-redis/cache one GET.
+  caphost L2 is one GETRANGE under the shard generation it trusts while hints are up (generation-trust
+    1 s; once a second per shard GET generation + GETRANGE in one pipeline); go-redis/cache one GET.
   The codec guest runs with caphost serve's default limits (pool 4, 100 ms deadline, 16 MiB, recycle-after
   100000).`)
 	return nil
