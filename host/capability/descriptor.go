@@ -45,7 +45,8 @@ const (
 	// GuaranteeBoundedStaleness: no value is served past its hard expiry; an
 	// in-process copy never outlives its Redis entry's hard expiry or the
 	// region's L1 age cap, and is dropped when invalidation hints may have
-	// been lost.
+	// been lost; a region generation is trusted without reading it for at
+	// most the region's generation trust, and only while hints are up.
 	GuaranteeBoundedStaleness Guarantee = "bounded-staleness"
 	// GuaranteeEfficiencyOnly: a lease makes one holder of a resource the
 	// usual case, so duplicated work is rare; it is not mutual exclusion
