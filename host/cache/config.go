@@ -111,8 +111,11 @@ func Decode(provider string, role policy.Role, raw map[string]any, guests bool) 
 		d.Problems = append(d.Problems, verr.Problems...)
 	case err == nil && set.UsesL1() && cfg.HintSecret.IsZero():
 		d.Problems.Add(capPath+".hints.hmac", policy.RuleCacheHints, "a region uses L1: invalidation hints need a secret (secret://env/NAME or secret://file/PATH, at least %d bytes)", MinHintSecret)
-	case err == nil && len(d.trustSet) > 0 && cfg.HintSecret.IsZero():
-		d.Problems.Add(d.trustSet[0], policy.RuleCacheHints, "generation-trust applies only while invalidation hints are up: configure hints.hmac, or remove it")
+	}
+	if cfg.HintSecret.IsZero() {
+		for _, p := range d.trustSet {
+			d.Problems.Add(p, policy.RuleCacheHints, "generation-trust applies only while invalidation hints are up: configure hints.hmac, or remove it")
+		}
 	}
 	if err := d.Problems.Err(); err != nil {
 		return Config{}, err

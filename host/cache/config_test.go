@@ -165,6 +165,10 @@ regions:
 			map[string]policy.Rule{"capabilities.cache.regions.p.generation-trust": policy.RuleCacheConsistency}},
 		{"defaults: {generation-trust: 1s}\nregions: {p: {ttl: {hard: 1m}}}", false,
 			map[string]policy.Rule{"capabilities.cache.defaults.generation-trust": policy.RuleCacheHints}},
+		{"regions: {p: {ttl: {hard: 1m}, l1: true, generation-trust: 2s}, q: {ttl: {hard: 1m}, generation-trust: 3s}}", false,
+			map[string]policy.Rule{"capabilities.cache.hints.hmac": policy.RuleCacheHints,
+				"capabilities.cache.regions.p.generation-trust": policy.RuleCacheHints,
+				"capabilities.cache.regions.q.generation-trust": policy.RuleCacheHints}},
 	} {
 		_, err := decode(tc.block, tc.hints)
 		assert.Equal(t, tc.want, problems(t, err), tc.block)
