@@ -85,7 +85,8 @@ func (o observation) condition() programs.CacheObservation {
 
 // Lookup reads key's entry: from L1 when the region has one and holds a
 // fresh copy, else from Redis in one round trip (the shard's generation
-// and at most the region's bound of the entry). Errors are caller mistakes
+// and at most the region's bound of the entry, or the entry alone under a
+// generation the host trusts; see the package doc). Errors are caller mistakes
 // (ErrUnknownRegion, ErrInvalidKey), codec and programming errors
 // (ErrCorrupt, *CodecError: an entry the guest crashed on is quarantined)
 // and ctx's; an
