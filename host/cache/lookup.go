@@ -386,17 +386,15 @@ func (c *Cache) initGeneration(ctx context.Context, r *region, shard int, was []
 		return nil, err
 	}
 	switch res.Status {
-	case programs.GenerationInitInitialized:
-		r.gens.observe(shard, was, res.Generation)
-		if was != nil {
-			// The generation this host saw was evicted or deleted: other
-			// hosts may still trust it, with its entries now orphans.
-			c.publishRegion(r)
-		}
-	case programs.GenerationInitExisting:
-		r.gens.observe(shard, was, res.Generation)
+	case programs.GenerationInitInitialized, programs.GenerationInitExisting:
 	default:
 		return nil, corrupt("region-generation-init-v1 answered " + res.Status.String())
+	}
+	r.gens.observe(shard, was, res.Generation)
+	if res.Status == programs.GenerationInitInitialized && was != nil {
+		// The generation this host saw was evicted or deleted: other hosts
+		// may still trust it, with its entries now orphans.
+		c.publishRegion(r)
 	}
 	return res.Generation, nil
 }
