@@ -26,6 +26,17 @@ func waitHintsUp(t testing.TB, ins ...*instance) {
 	}
 }
 
+// waitHintsDown waits until each instance has counted its hint
+// subscription going down (and so has flushed L1 and ended its trust).
+func waitHintsDown(t testing.TB, within time.Duration, ins ...*instance) {
+	t.Helper()
+	for _, in := range ins {
+		require.Eventually(t, func() bool {
+			return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
+		}, within, time.Millisecond, "the hint subscription never went down")
+	}
+}
+
 // TestL1CoherentAcrossInstances: two hosts hold a key in L1; a write or an
 // invalidation on one reaches the other's L1 through an authenticated
 // hint, and a region invalidation flushes it.
@@ -164,9 +175,7 @@ func TestL1FlushedWhileHintsAreDown(t *testing.T) {
 	require.Equal(t, 1.0, entries())
 
 	require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
-	require.Eventually(t, func() bool {
-		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
-	}, 10*time.Second, time.Millisecond)
+	waitHintsDown(t, 10*time.Second, in)
 	assert.Zero(t, entries(), "L1 is flushed when hints may be lost")
 	waitHintsUp(t, in)
 	for range 2 {
@@ -237,12 +246,8 @@ func TestL1AcrossSentinelFailover(t *testing.T) {
 	fill(b, "v1")
 
 	sen.Primary().Kill()
-	for _, in := range []*instance{ia, ib} {
-		require.Eventually(t, func() bool {
-			return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
-		}, 20*time.Second, 10*time.Millisecond, "the kill drops the hint subscription")
-	}
-	lk, _ := b.Lookup(ctx, key) // Unavailable or a hit on the new primary, never L1
+	waitHintsDown(t, 20*time.Second, ia, ib) // the kill drops the hint subscription
+	lk, _ := b.Lookup(ctx, key)              // Unavailable or a hit on the new primary, never L1
 	assert.False(t, lk.FromL1, "L1 is bypassed while the hints are down")
 	waitHintsUp(t, ia, ib)
 	// The write may need a moment while clients find the new primary.

@@ -60,9 +60,7 @@ func TestGenerationTrustReadsOnlyTheEntry(t *testing.T) {
 	// The hints going down and coming back end it: a hint may have been
 	// lost meanwhile.
 	require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
-	require.Eventually(t, func() bool {
-		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
-	}, 10*time.Second, time.Millisecond)
+	waitHintsDown(t, 10*time.Second, in)
 	waitHintsUp(t, in)
 	gets, _ = lookups(2)
 	assert.Equal(t, int64(1), gets, "no trust survives the hints' down and up")
