@@ -11,15 +11,16 @@ import (
 	"github.com/caphost/caphost/runtime/keys"
 )
 
-// MaxScopedReadBytes bounds the maxBytes of ReadScoped and ReadMember: 1 MiB, the catalog's
-// value cap (programs.MaxCacheValueBytes).
+// MaxScopedReadBytes bounds the maxBytes of ReadScoped and ReadMember:
+// 1 MiB, the catalog's value cap (programs.MaxCacheValueBytes).
 const MaxScopedReadBytes = 1 << 20
 
 var (
 	// ErrWrongType is matched (errors.Is) by a ReadScoped or ReadMember
-	// error whose anchor or member holds another Redis type than a string. The server answered:
-	// the error's certainty is REJECTED, never an unavailability, and the
-	// key is not absent either (the cache treats it as a corrupt entry).
+	// error whose anchor or member holds another Redis type than a string.
+	// The server answered: the error's certainty is REJECTED, never an
+	// unavailability, and the key is not absent either (the cache treats
+	// it as a corrupt entry).
 	ErrWrongType = errors.New("redis key holds another type than a string")
 	// ErrCrossSlot is matched by a ReadScoped error whose anchor and member
 	// are in different Cluster slots; nothing was sent (REJECTED), on
@@ -31,9 +32,9 @@ var (
 	errMemberMaxBytes  = certainty.Wrap("read-member", rejectedError("maxBytes must be within 1..1048576"), false)
 )
 
-// ScopedRead is what ReadScoped saw: an anchor (a cache shard's generation)
-// and one member built under a scope (an entry under the generation the
-// caller last saw).
+// ScopedRead is what ReadScoped saw (ReadMember: the member alone): an
+// anchor (a cache shard's generation) and one member built under a scope
+// (an entry under the generation the caller last saw).
 type ScopedRead struct {
 	// Anchor is the anchor's value; nil when absent (AnchorFound false).
 	Anchor []byte
