@@ -436,6 +436,38 @@ func bytesOp(name string, g *goCache, key string) contender {
 	}}
 }
 
+// cacheSolo runs every cache lookup contender whose name contains o.solo
+// alone, as rateSolo does for the rate contenders: one side's profile, or
+// its system calls per op under strace -c.
+func cacheSolo(ctx context.Context, plain *redis.Client, o runOpts) error {
+	names := []string{"go-redis/cache Get→product", "go-redis/cache Get→[]byte", "go-redis/cache TinyLFU Get→[]byte",
+		"caphost Lookup, product guest", "caphost Lookup, bytes codec", "caphost Lookup, L1", "caphost LookupAppend, L1"}
+	if !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, o.solo) }) {
+		return nil
+	}
+	s, err := newCacheSides(ctx, plain, o)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	for _, c := range []contender{
+		typedOp(names[0], s.gcTyped), bytesOp(names[1], s.gcBytes, gcKeyBytes), bytesOp(names[2], s.gcL1, gcKeyL1),
+		lookupOp(names[3], s.hostA, regionProducts, false),
+		lookupOp(names[3]+" in AssemblyScript", s.hostC, regionProducts, false),
+		lookupOp(names[4], s.hostA, regionRaw, false),
+		lookupOp(names[5], s.hostA, regionL1, true), appendOp(names[6], s.hostA, regionL1),
+	} {
+		if !strings.Contains(c.name, o.solo) {
+			continue
+		}
+		measure(ctx, c, o.soloGoroutines, o.dur/4) // warm
+		m := measure(ctx, c, o.soloGoroutines, o.dur)
+		fmt.Printf("%-48s %d goroutine(s): %9.0f op/s, client cpu/op %.1fµs\n", c.name, o.soloGoroutines,
+			float64(m.ops)/m.elapsed.Seconds(), float64(m.cpu.Nanoseconds())/1000/float64(m.ops))
+	}
+	return nil
+}
+
 // cacheRows runs the cache rows (labels "cache ...").
 func cacheRows(ctx context.Context, plain *redis.Client, o runOpts,
 	want func(string) bool, row func(string, []result), stats func([]contender, int)) error {

@@ -139,7 +139,7 @@ type runOpts struct {
 	lease       bool
 	serverStats bool
 	rows        string // label filter ("" = all)
-	// solo runs the matching rate contenders alone instead of the rows.
+	// solo runs the matching rate and cache contenders alone instead of the rows.
 	solo           string
 	soloGoroutines int
 	batchFlights   int // -1: limiter default
@@ -191,7 +191,10 @@ func run(o runOpts) error {
 	}}
 
 	if o.solo != "" {
-		return rateSolo(ctx, rt, plain, o)
+		if err := rateSolo(ctx, rt, plain, o); err != nil {
+			return err
+		}
+		return cacheSolo(ctx, plain, o)
 	}
 	fmt.Printf("caphost vs go-redis on a private redis-server (%s), %d rounds × %s per side in %s slices, median round\n\n",
 		addr, rounds, dur, slice)
