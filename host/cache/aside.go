@@ -175,9 +175,11 @@ func (e *SchemaError) Is(target error) bool { return target == ErrIncompatibleSc
 // single-flight (one load per key per process) and, for a region with the
 // distributed stampede strategy, the refresh soft lease (one load per key
 // across hosts while the lease holds; the others serve stale or wait,
-// bounded), behind the region's source bulkhead. The load's result is
-// written to the generation and entry the lookup observed, so an
-// invalidation during the load wins. Negative caching only for
+// bounded), behind the region's source bulkhead. For a stale hit only the
+// caller that starts the refresh waits for it; the others, on this host
+// and on hosts that lose the lease, get StaleHit at once. The load's
+// result is written to the generation and entry the lookup observed, so
+// an invalidation during the load wins. Negative caching only for
 // AuthoritativeAbsent; stale-if-error only for TransientFailure and only
 // before the hard expiry. When Redis is unavailable the value is loaded
 // within the bulkhead and reported DegradedSource.
@@ -226,9 +228,23 @@ func (c *Cache) getOrLoad(ctx context.Context, r *region, key Key, load Loader) 
 		return c.degraded(ctx, r, loc, load)
 	}
 	flightKey := lk.obs.ref.entry.Redis()
-	res, shared, err := r.flight.Do(ctx, flightKey, func(fctx context.Context) (loadResult, error) {
+	refill := func(fctx context.Context) (loadResult, error) {
 		return c.refill(fctx, r, loc, lk, load)
-	})
+	}
+	var (
+		res    loadResult
+		shared bool
+	)
+	if lk.Kind == Hit && lk.Freshness == Stale {
+		// Stale-while-revalidate within this host too: one caller refreshes
+		// and waits; the others answer with the stale value at once.
+		res, err = r.flight.Lead(ctx, flightKey, refill)
+		if errors.Is(err, flight.ErrRunning) {
+			return c.staleResult(lk.Lookup, StaleHit), nil
+		}
+	} else {
+		res, shared, err = r.flight.Do(ctx, flightKey, refill)
+	}
 	if err != nil {
 		return c.flightErr(r, lk.Lookup, err)
 	}

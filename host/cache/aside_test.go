@@ -295,6 +295,67 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	wg.Wait()
 }
 
+// TestStaleWhileRevalidateWithinInstance: on the host that refreshes a
+// stale key, only the caller that started the refresh waits for it; the
+// others get the stale value at once, under either stampede strategy.
+func TestStaleWhileRevalidateWithinInstance(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	for _, st := range []policy.CacheStampede{policy.CacheStampedeLocal, policy.CacheStampedeDistributed} {
+		t.Run(string(st), func(t *testing.T) {
+			clk := newClock()
+			in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(d *policy.CacheRegionDecl, _ *policy.CacheOps) {
+				d.Stampede = st
+			}), clk, nil)
+			r := in.region(t, "items")
+			rg := in.c.state.Load().regions["items"]
+			ctx, key := ctxT(t), Parts("swr-local-"+string(st))
+			_, err := r.Record(ctx, key, []byte("v1"), RecordMeta{})
+			require.NoError(t, err)
+			clk.Advance(11 * time.Second) // past the soft TTL, before the hard one
+
+			var loads atomic.Int32
+			started, release := make(chan struct{}), make(chan struct{})
+			done := make(chan Result, 1)
+			go func() {
+				res, err := r.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+					loads.Add(1)
+					close(started)
+					if !await(ctx, release) {
+						return Cancelled(), nil
+					}
+					return Loaded([]byte("v2"), SourceRevision(2)), nil
+				})
+				assert.NoError(t, err)
+				done <- res
+			}()
+			<-started
+			for range 3 {
+				res, err := r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+					t.Error("a caller behind the refresh must not load")
+					return Loaded(nil, Revision{}), nil
+				})
+				require.NoError(t, err)
+				assert.Equal(t, StaleHit, res.Kind, "served stale, not queued behind the refresh")
+				assert.Equal(t, []byte("v1"), res.Value)
+				assert.Greater(t, res.StaleAge, time.Duration(0))
+			}
+			assert.Equal(t, uint64(3), rg.flight.Stats().Skips)
+			assert.Equal(t, uint64(0), rg.flight.Stats().Joins)
+			close(release)
+			res := <-done
+			assert.Equal(t, LoadedFromSource, res.Kind)
+			assert.Equal(t, int32(1), loads.Load())
+			res, err = r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+				t.Error("refreshed: no load")
+				return Loaded(nil, Revision{}), nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, FreshHit, res.Kind)
+			assert.Equal(t, []byte("v2"), res.Value)
+		})
+	}
+}
+
 // TestRedisDownServesFromSource: with Redis gone a lookup is Unavailable
 // (never a miss) and GetOrLoad answers from the source, degraded, without
 // writing.

@@ -29,6 +29,11 @@
 //   - The entry is removed the moment fn returns: the map holds only loads
 //     in progress and never becomes a cache.
 //
+// A caller that has something to serve while a load runs (a stale value)
+// calls Lead instead of Do: it starts the load when none runs, and
+// otherwise gets ErrRunning at once rather than joining, so one caller per
+// key waits for a refresh and the others answer.
+//
 // fn runs on a goroutine of its own with a context detached from every
 // caller's cancellation but carrying the starting caller's values (trace
 // ids), so a caller can leave without failing the others. A panic in fn is

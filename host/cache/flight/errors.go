@@ -52,6 +52,10 @@ const (
 	// ErrQueueOutOfRange: NewBulkhead's maxQueued is not in
 	// [0, MaxQueuedLimit]. Matches ErrInvalid.
 	ErrQueueOutOfRange
+	// ErrRunning: Lead found a load for the key already running and, as
+	// asked, did not join it. The caller has something to serve meanwhile
+	// (a stale value). Neither an overload nor a failure.
+	ErrRunning
 )
 
 var reasonNames = [...]string{
@@ -67,17 +71,18 @@ var reasonNames = [...]string{
 	ErrLoadTimeoutOutOfRange: "LOAD_TIMEOUT_OUT_OF_RANGE",
 	ErrConcurrencyOutOfRange: "CONCURRENCY_OUT_OF_RANGE",
 	ErrQueueOutOfRange:       "QUEUE_OUT_OF_RANGE",
+	ErrRunning:               "RUNNING",
 }
 
 // Reasons lists every valid reason in declaration order.
 func Reasons() []Reason {
 	return []Reason{ErrTooManyKeys, ErrTooManyWaiters, ErrBulkheadFull, ErrBulkheadTimeout, ErrLoadTimeout,
 		ErrClosed, ErrAbandoned, ErrKeysOutOfRange, ErrWaitersOutOfRange, ErrLoadTimeoutOutOfRange,
-		ErrConcurrencyOutOfRange, ErrQueueOutOfRange}
+		ErrConcurrencyOutOfRange, ErrQueueOutOfRange, ErrRunning}
 }
 
 // Valid reports whether r is one of the closed set.
-func (r Reason) Valid() bool { return r >= ErrTooManyKeys && r <= ErrQueueOutOfRange }
+func (r Reason) Valid() bool { return r >= ErrTooManyKeys && r <= ErrRunning }
 
 // String returns the canonical upper-case name (e.g. "TOO_MANY_KEYS").
 func (r Reason) String() string {

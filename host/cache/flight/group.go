@@ -64,8 +64,8 @@ type Stats struct {
 	Waiters int
 
 	// Loads counts loads started; Joins callers that joined a running
-	// load.
-	Loads, Joins uint64
+	// load; Skips Lead calls that found one running and did not join.
+	Loads, Joins, Skips uint64
 	// Abandoned counts loads cancelled because every caller left;
 	// TimedOut loads whose LoadTimeout passed before fn returned; Panics
 	// loads whose fn panicked (or called runtime.Goexit).
@@ -162,6 +162,20 @@ func New[K comparable, V any](cfg Config) (*Group[K, V], error) {
 // Refusals return at once without running anything: ErrTooManyKeys,
 // ErrTooManyWaiters, ErrClosed, or ctx.Err() when ctx has already ended.
 func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(ctx context.Context) (V, error)) (v V, shared bool, err error) {
+	return g.do(ctx, key, fn, true)
+}
+
+// Lead is Do for a caller that has something to serve while a load runs
+// (a stale value): when a load for key is already running and joinable it
+// returns ErrRunning at once instead of joining it, and otherwise starts
+// the load and waits for it as Do does. So one caller per key waits for
+// the refresh and the others answer at once. The refusals are Do's.
+func (g *Group[K, V]) Lead(ctx context.Context, key K, fn func(ctx context.Context) (V, error)) (V, error) {
+	v, _, err := g.do(ctx, key, fn, false)
+	return v, err
+}
+
+func (g *Group[K, V]) do(ctx context.Context, key K, fn func(ctx context.Context) (V, error), join bool) (v V, shared bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return v, false, err
 	}
@@ -178,6 +192,11 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(ctx context.Context
 		g.detach(c)
 		g.noteEnd(c)
 		ok = false
+	}
+	if ok && !join {
+		g.st.Skips++
+		g.mu.Unlock()
+		return v, false, ErrRunning
 	}
 	if ok {
 		if c.waiters >= g.cfg.MaxWaiters {

@@ -57,6 +57,54 @@ func TestConcurrentMissesShareOneLoad(t *testing.T) {
 	})
 }
 
+// TestLeadDoesNotJoin: a caller with a stale value to serve leads a load
+// when none runs, and otherwise gets ErrRunning at once instead of
+// waiting; a later Do still joins the running load.
+func TestLeadDoesNotJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroup(t, testConfig())
+		l := newLoader(true)
+		leader := make(chan outcome, 1)
+		go func() {
+			v, err := g.Lead(t.Context(), "hot", l.fn)
+			leader <- outcome{v: v, err: err}
+		}()
+		synctest.Wait()
+		pending(t, leader)
+
+		_, err := g.Lead(t.Context(), "hot", l.fn)
+		require.ErrorIs(t, err, flight.ErrRunning)
+		assert.False(t, errors.Is(err, flight.ErrOverloaded), "a skip is not an overload")
+		joined := do(g, t.Context(), "hot", l.fn)
+		synctest.Wait()
+		pending(t, joined)
+		s := g.Stats()
+		assert.Equal(t, uint64(1), s.Loads)
+		assert.Equal(t, uint64(1), s.Skips)
+		assert.Equal(t, uint64(1), s.Joins)
+		assert.Equal(t, 2, s.Waiters, "the skipped caller never attached")
+
+		l.next(t).ret <- "fresh"
+		synctest.Wait()
+		assert.Equal(t, outcome{v: "fresh"}, ready(t, leader))
+		assert.Equal(t, outcome{v: "fresh", shared: true}, ready(t, joined))
+		assert.Equal(t, int32(1), l.n.Load(), "fn ran once")
+		assertIdle(t, g)
+
+		// Nothing runs now: Lead starts the next load itself.
+		next := make(chan outcome, 1)
+		go func() {
+			v, err := g.Lead(t.Context(), "hot", l.fn)
+			next <- outcome{v: v, err: err}
+		}()
+		synctest.Wait()
+		l.next(t).ret <- "again"
+		synctest.Wait()
+		assert.Equal(t, outcome{v: "again"}, ready(t, next))
+		assertIdle(t, g)
+	})
+}
+
 func TestWaiterLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig()
@@ -445,6 +493,7 @@ func TestReasons(t *testing.T) {
 	}
 	assert.Equal(t, 4, overloaded)
 	assert.Equal(t, 5, invalid)
+	assert.Len(t, flight.Reasons(), 13)
 	assert.False(t, flight.Reason(0).Valid())
 	assert.Equal(t, "INVALID_REASON", flight.Reason(0).String())
 	assert.Equal(t, "INVALID_REASON", flight.Reason(200).String())
