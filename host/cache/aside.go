@@ -180,9 +180,10 @@ func (e *SchemaError) Is(target error) bool { return target == ErrIncompatibleSc
 // and on hosts that lose the lease, get StaleHit at once. The load's
 // result is written to the generation and entry the lookup observed, so
 // an invalidation during the load wins. Negative caching only for
-// AuthoritativeAbsent; stale-if-error only for TransientFailure and only
-// before the hard expiry. When Redis is unavailable the value is loaded
-// within the bulkhead and reported DegradedSource.
+// AuthoritativeAbsent; stale-if-error (a TransientFailure, a load past
+// its timeout or a full source bulkhead) only where the region allows it
+// and only before the hard expiry. When Redis is unavailable the value is
+// loaded within the bulkhead and reported DegradedSource.
 //
 // Errors: caller mistakes, codec and corrupt-entry errors (fail closed;
 // never a silent source load), *SchemaError (fail-fast), *OverloadError,
@@ -386,7 +387,7 @@ func (c *Cache) awaitRefresh(ctx context.Context, r *region, loc keys.Location, 
 func (c *Cache) loadAndRecord(ctx context.Context, r *region, loc keys.Location, lk observed, stale, leased bool, load Loader) (loadResult, error) {
 	release, err := r.source.Acquire(ctx)
 	if err != nil {
-		if stale && c.beforeHard(lk.Lookup) {
+		if stale && r.pol.StaleIfError && c.beforeHard(lk.Lookup) {
 			r.m.stale("overload", c.staleAge(lk.Lookup))
 			return loadResult{result: c.staleResult(lk.Lookup, StaleFallback)}, nil
 		}

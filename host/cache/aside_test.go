@@ -293,6 +293,43 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	clk.Advance(-11 * time.Second)
 	once.Do(func() { close(release) })
 	wg.Wait()
+
+	// Serving stale on a full bulkhead is stale-if-error: a region that
+	// does not allow it gets the overload.
+	noSIE := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
+		d.StaleIfError = false
+		o.SourceLoads, o.SourceQueued, o.LeaseWait, o.LoadTimeout = 1, 0, 0, time.Minute
+	}), clk, nil)
+	nr := noSIE.region(t, "items")
+	held := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-held:
+		default:
+			close(held)
+		}
+	})
+	_, err = nr.Record(ctx, Parts("stale-2"), []byte("old"), RecordMeta{})
+	require.NoError(t, err)
+	busy := make(chan error, 1)
+	go func() {
+		_, err := nr.GetOrLoad(ctx, Parts("busy-2"), func(ctx context.Context) (LoadOutcome, error) {
+			if !await(ctx, held) {
+				return Cancelled(), nil
+			}
+			return Loaded([]byte("v"), Revision{}), nil
+		})
+		busy <- err
+	}()
+	nrg := noSIE.c.state.Load().regions["items"]
+	require.Eventually(t, func() bool { return nrg.source.Stats().InUse == 1 }, 10*time.Second, time.Millisecond)
+	clk.Advance(11 * time.Second)
+	_, err = nr.GetOrLoad(ctx, Parts("stale-2"), slow)
+	require.ErrorAs(t, err, &oe, "no stale-if-error: a full bulkhead is an overload")
+	assert.Equal(t, "source-full", oe.Reason)
+	clk.Advance(-11 * time.Second)
+	close(held)
+	require.NoError(t, <-busy)
 }
 
 // TestStaleWhileRevalidateWithinInstance: on the host that refreshes a
