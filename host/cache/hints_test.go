@@ -186,6 +186,62 @@ func TestL1FlushedWhileHintsAreDown(t *testing.T) {
 	assert.GreaterOrEqual(t, metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_up"}), 2.0)
 }
 
+// TestInvalidationWhileHintsAreDown: host B is cut off from the hint
+// channel (its subscription dropped and cannot come back) while host A
+// invalidates. The hint is lost for B; once B resubscribes it must serve
+// neither its L1 copy nor the generation it trusted before the drop. B's
+// clock stands still, so no age cap ends either of them: only the
+// subscription's drop may.
+func TestInvalidationWhileHintsAreDown(t *testing.T) {
+	for _, scope := range []string{"key", "region"} {
+		t.Run(scope, func(t *testing.T) {
+			srv := redistest.StartStandalone(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			clk := newClock()
+			a := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), clk, nil)
+			b := newInstance(t, &policy.Standalone{Endpoint: proxy.Addr()}, l1Config(t), clk, nil)
+			waitHintsUp(t, a, b)
+			ra, rb := a.region(t, "items"), b.region(t, "items")
+			ctx, key := ctxT(t), Parts("cut-off")
+			_, err := ra.Record(ctx, key, []byte("v1"), RecordMeta{})
+			require.NoError(t, err)
+			// A's hint for its own write may land during B's first read and
+			// drop that fill; a later read fills L1 (as in
+			// TestL1CoherentAcrossInstances).
+			var lk Lookup
+			require.Eventually(t, func() bool {
+				lk, err = rb.Lookup(ctx, key)
+				return err == nil && lk.FromL1
+			}, 10*time.Second, time.Millisecond, "B holds v1 in L1")
+
+			// B's pooled connections keep working; its subscription is
+			// killed and cannot be re-dialled.
+			proxy.Refuse()
+			require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+			waitHintsDown(t, 10*time.Second, b)
+			if scope == "key" {
+				o, err := ra.Invalidate(ctx, key)
+				require.NoError(t, err)
+				require.Equal(t, InvalidationDone, o)
+			} else {
+				o, err := ra.InvalidateRegion(ctx)
+				require.NoError(t, err)
+				require.Equal(t, InvalidationDone, o)
+			}
+			proxy.Passthrough()
+			waitHintsUp(t, b)
+
+			lk, err = rb.Lookup(ctx, key)
+			require.NoError(t, err)
+			assert.False(t, lk.FromL1)
+			assert.Equal(t, Miss, lk.Kind, "B must not serve v1 after an invalidation it never heard of")
+			if scope == "key" {
+				assert.Equal(t, Invalidated, lk.MissReason)
+			}
+		})
+	}
+}
+
 // TestL1NeverOutlivesTheHardExpiry: an L1 copy ends with its L2 entry's
 // hard expiry, whatever L1's age cap says.
 func TestL1NeverOutlivesTheHardExpiry(t *testing.T) {
