@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,4 +76,71 @@ func TestClusterRegions(t *testing.T) {
 	lk, err := b.Lookup(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, Miss, lk.Kind)
+}
+
+// TestClusterL1Coherence: two hosts on a Cluster hold keys of every
+// primary in L1; a write, a per-key invalidation and a region invalidation
+// on one reach the other's L1 through the hint channel (one sharded
+// Pub/Sub channel, on its own slot's primary), whichever primary holds the
+// key.
+func TestClusterL1Coherence(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	topo := &policy.Cluster{Seeds: cl.Seeds()}
+	clk := newClock()
+	cfg := testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
+		d.L1 = true
+		o.L1.MaxAge = time.Hour // only hints and expiries may end an L1 copy here
+		o.Shards = 16
+	})
+	ia, ib := newInstance(t, topo, cfg, clk, nil), newInstance(t, topo, cfg, clk, nil)
+	waitHintsUp(t, ia, ib)
+	a, b := ia.region(t, "items"), ib.region(t, "items")
+	ctx := ctxT(t)
+	const n = 32
+	keys := make([]Key, n)
+	for i := range keys {
+		keys[i] = Parts(fmt.Sprint("l1-", i))
+		_, err := a.Record(ctx, keys[i], []byte("v1"), RecordMeta{})
+		require.NoError(t, err)
+	}
+	for _, p := range cl.Primaries() {
+		n, err := p.Admin().DBSize(ctx).Result()
+		require.NoError(t, err)
+		require.Positive(t, n, "primary %s holds none of the keys", p.Addr())
+	}
+	fillB := func(want string) {
+		t.Helper()
+		for _, k := range keys {
+			require.Eventually(t, func() bool {
+				lk, err := b.Lookup(ctx, k)
+				return err == nil && lk.FromL1 && string(lk.Value) == want
+			}, 10*time.Second, time.Millisecond)
+		}
+	}
+	fillB("v1")
+
+	for _, k := range keys {
+		_, err := a.Record(ctx, k, []byte("v2"), RecordMeta{})
+		require.NoError(t, err)
+	}
+	fillB("v2") // every key's hint reached B, whichever primary carried it
+
+	o, err := a.Invalidate(ctx, keys[0])
+	require.NoError(t, err)
+	require.Equal(t, InvalidationDone, o)
+	require.Eventually(t, func() bool {
+		lk, err := b.Lookup(ctx, keys[0])
+		return err == nil && lk.Kind == Miss
+	}, 10*time.Second, 5*time.Millisecond, "a per-key invalidation reaches B's L1")
+
+	o, err = a.InvalidateRegion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, InvalidationDone, o)
+	for _, k := range keys {
+		require.Eventually(t, func() bool {
+			lk, err := b.Lookup(ctx, k)
+			return err == nil && lk.Kind == Miss
+		}, 10*time.Second, 5*time.Millisecond, "a region invalidation reaches B for every shard")
+	}
+	assert.Positive(t, metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"result": "received"}))
 }
