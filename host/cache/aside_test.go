@@ -417,3 +417,64 @@ func TestRedisDownServesFromSource(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, []RecordOutcome{DegradedUnavailable, Indeterminate}, o)
 }
+
+// TestRedisDownBulkheadProtectsTheSource: with Redis down every lookup
+// would become a source load; the bulkhead still bounds them. Callers of
+// one key share a load, two loads run, one waits in the queue and every
+// other key is refused as an overload while they hold.
+func TestRedisDownBulkheadProtectsTheSource(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
+		o.SourceLoads, o.SourceQueued = 2, 1
+		o.LoadTimeout = time.Minute // only release ends the held loads
+	}), newClock(), nil)
+	r := in.region(t, "items")
+	rg := in.c.state.Load().regions["items"]
+	ctx := ctxT(t)
+	srv.Kill()
+
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	var loads atomic.Int32
+	held := func(ctx context.Context) (LoadOutcome, error) {
+		loads.Add(1)
+		if !await(ctx, release) {
+			return Cancelled(), nil
+		}
+		return Loaded([]byte("from-source"), Revision{}), nil
+	}
+	type answer struct {
+		res Result
+		err error
+	}
+	answers := make(chan answer, 5)
+	call := func(key string) {
+		res, err := r.GetOrLoad(ctx, Parts(key), held)
+		answers <- answer{res, err}
+	}
+	go call("a")
+	go call("b")
+	require.Eventually(t, func() bool { return rg.source.Stats().InUse == 2 }, 10*time.Second, time.Millisecond)
+	go call("c")
+	require.Eventually(t, func() bool { return rg.source.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+	go call("a") // joins a's load
+	go call("a")
+	require.Eventually(t, func() bool { return rg.flight.Stats().Joins == 2 }, 10*time.Second, time.Millisecond)
+
+	for _, key := range []string{"d", "e", "f"} {
+		_, err := r.GetOrLoad(ctx, Parts(key), held)
+		var oe *OverloadError
+		require.ErrorAs(t, err, &oe, "key %s", key)
+		assert.Equal(t, "source-full", oe.Reason)
+	}
+	assert.Equal(t, int32(2), loads.Load(), "the third load is queued, the rest refused")
+	once.Do(func() { close(release) })
+	for range 5 {
+		a := <-answers
+		require.NoError(t, a.err)
+		assert.Equal(t, DegradedSource, a.res.Kind)
+		assert.Equal(t, []byte("from-source"), a.res.Value)
+	}
+	assert.Equal(t, int32(3), loads.Load(), "a, b and c: one load per key")
+}
