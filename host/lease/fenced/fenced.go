@@ -174,6 +174,12 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 		purposes: purposes, log: o.log, m: m, now: o.now, jitter: rand.Int64N}, nil
 }
 
+// AcceptsPurpose reports whether purpose is on the configured list (every
+// purpose slug when the list is empty).
+func (c *Client) AcceptsPurpose(purpose string) bool {
+	return lease.ValidPurpose(purpose) && (c.purposes == nil || c.purposes[purpose])
+}
+
 // keysOf builds the owner and counter keys of a resource (one hash slot).
 func (c *Client) keysOf(purpose, resource string) (owner, counter keys.Key, err error) {
 	ks, err := c.keys.Group(keys.Spec{Capability: keys.CapFence, Region: purpose, KeyVersion: keyVersion,
@@ -231,6 +237,9 @@ func (k ProvisionKind) String() string {
 // runtime's (an outage: provisioning is an operator or reconciler step and
 // is simply repeated).
 func (c *Client) Provision(ctx context.Context, purpose string, reg fence.Registration) (ProvisionKind, fence.Token, error) {
+	if c.purposes != nil && !c.purposes[purpose] {
+		return 0, fence.Token{}, fmt.Errorf("%w: the purpose is not on the configured list", lease.ErrInvalidRequest)
+	}
 	preg, err := registration(reg)
 	if err != nil {
 		return 0, fence.Token{}, err

@@ -180,6 +180,25 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 	}
 }
 
+// TestProvisionChecksThePurpose: with a purpose list, provisioning any
+// other purpose is refused before Redis, as an acquire is.
+func TestProvisionChecksThePurpose(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	w := newWorld(t, srv.Addr(), srv, Config{Purposes: []string{"ledger"}})
+	reg := fence.Registration{Resource: "acct-7", Epoch: 42, Digest: fence.NewDigest(), HighWatermark: 5}
+	assert.True(t, w.c.AcceptsPurpose("ledger"))
+	assert.False(t, w.c.AcceptsPurpose("payroll"))
+	assert.False(t, w.c.AcceptsPurpose("Not A Slug"))
+	calls := srv.CommandCalls(t, "evalsha")
+	_, _, err := w.c.Provision(ctxT(t), "payroll", reg)
+	require.ErrorIs(t, err, lease.ErrInvalidRequest)
+	assert.Equal(t, calls, srv.CommandCalls(t, "evalsha"), "refused before Redis")
+	kind, tok, err := w.c.Provision(ctxT(t), "ledger", reg)
+	require.NoError(t, err)
+	assert.Equal(t, Provisioned, kind)
+	assert.Equal(t, fence.Token{Epoch: 42, Counter: 5}, tok)
+}
+
 // TestProvisioningProtocol: no fenced lease before the registration is
 // ACTIVE (the counter does not exist, and is never created on the request
 // path); Activate provisions and activates, once.
