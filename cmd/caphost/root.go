@@ -64,7 +64,7 @@ func newRootCmd(stdout, stderr io.Writer, loadOpts []config.Option) *cobra.Comma
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newCheckCmd(loadOpts), newCapabilitiesCmd(loadOpts), newProgramsCmd(loadOpts), newGuestCmd(), newServeCmd(loadOpts))
+	root.AddCommand(newVersionCmd(), newCheckCmd(loadOpts), newCapabilitiesCmd(loadOpts), newProgramsCmd(loadOpts), newGuestCmd(), newFenceCmd(loadOpts), newServeCmd(loadOpts))
 	return root
 }
 
