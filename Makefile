@@ -117,14 +117,17 @@ test-short:
 	@pkgs="$$($(SHORT_PKGS))" && test -n "$$pkgs" || { echo "test-short: no package selected"; exit 1; }; \
 	echo "$(GO) test -count=1" $$pkgs; $(GO) test -count=1 $$pkgs
 
-## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed
+## bench: caphost side by side with plain go-redis (and peers) on a private Redis; ratios printed;
+## then the sidecar rows of bench-sidecar (BENCH_SIDECAR=no leaves them out)
 # The cache rows load build/guests/codec.wasm, hence guests; the notify rows launch
 # build/transports/webhook, hence transports.
 # BENCH_FLAGS: cmd/compare flags; the default adds the A/A control rows
 # (each peer against an identical second client), the ratios' noise floor.
 BENCH_FLAGS ?= -control
+BENCH_SIDECAR ?= yes
 bench: ensure-redis guests transports
 	cd bench && $(GO) run ./cmd/compare $(BENCH_FLAGS)
+	@if [ "$(BENCH_SIDECAR)" = yes ]; then $(MAKE) --no-print-directory bench-sidecar; fi
 
 ## bench-sidecar: caphost serve vs envoyproxy/ratelimit (built here from the bench module) on one
 ## private Redis, HTTP JSON and gRPC ShouldRateLimit, 1/8/32 clients, with an A/A caphost run
