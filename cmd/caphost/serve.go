@@ -70,6 +70,9 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 				return usageError{errors.New("--drain-timeout must be > 0")}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			if err := hardenProcess(); err != nil {
+				return fmt.Errorf("mark the process non-dumpable: %w", err)
+			}
 			// The driver's own lines (dial failures, broken pools) would
 			// otherwise be plain text on the process's stderr.
 			host.RouteRedisDriverLogs(log)
