@@ -23,6 +23,14 @@
 //     counter. The status carries current_limit, limit_remaining and
 //     duration_until_reset (to the window's end, from Redis time).
 //   - shadow_mode: the policy is a caphost shadow policy: counted, always OK.
+//   - A descriptor hits_addend of 0 asks for a check without counting
+//     (upstream's INCRBY 0). caphost's limiter cannot evaluate a limit
+//     without consuming from it, so on a counted rule the check fails
+//     closed: OVER_LIMIT with the rule's current_limit, nothing counted,
+//     caphost_envoy_rls_invalid_descriptors_total{reason="check_only"}
+//     (OK on a shadow rule, which never limits). Without a rule, on an
+//     unlimited rule or a limit of 0 the answer needs no state and is
+//     exact.
 //
 // One difference in counting: caphost's denial consumes nothing, where
 // upstream's INCRBY counts denied hits too; limit_remaining is 0 in both
@@ -64,11 +72,37 @@
 // caphost_envoy_rls_reloads_total{result="failed"}, and the previous one
 // keeps serving.
 //
+// # Invalid descriptors
+//
 // Requests are bounded (Validate): at most MaxDescriptors descriptors of
 // 1..MaxEntries entries, non-empty keys, key and value byte limits, valid
-// UTF-8, MaxMessageBytes on the wire. A request outside them, or using
-// what caphost cannot act on (a per-descriptor limit override, hits_addend
-// 0 on a descriptor, negative hits), is InvalidArgument and counts nothing.
+// UTF-8, MaxMessageBytes on the wire. A descriptor outside them, or using
+// what caphost cannot act on (a per-descriptor limit override, negative
+// hits; for a selector-mapped domain a key outside its vocabulary or a
+// hits_addend), is refused on its own and in-band: its status is
+// OVER_LIMIT (fail closed) without a current_limit, nothing is counted for
+// it, the request's other descriptors are decided as usual, and the
+// overall code follows the usual rule — so it is OVER_LIMIT. Each refusal
+// is counted in caphost_envoy_rls_invalid_descriptors_total{reason} (a
+// closed set, Reasons) and logged at WARN, sampled, with the field and
+// sizes but never a key or value. More than MaxDescriptors refuses every
+// descriptor that way. In-band matters: Envoy values come from request
+// headers and the path, so a client chooses their size, and refusing the
+// whole call with a gRPC error would let Envoy's default
+// (failure_mode_deny: false) allow the request past every limit it
+// carries — the per-IP limit beside one oversized header included.
+//
+// Only what belongs to no descriptor and what Envoy never sends is still
+// a gRPC InvalidArgument that counts nothing: an empty, over-long or
+// non-UTF-8 domain (Envoy's domain is its static configuration, never
+// request data, and Envoy refuses an empty one) and a request without
+// descriptors (Envoy makes no call then); envoyproxy/ratelimit errors on
+// both too. A request over MaxMessageBytes (256 KiB) is refused by the
+// gRPC transport (ResourceExhausted) before the service sees it, so it
+// cannot be answered in-band: with Envoy's default header limit (60 KiB)
+// it takes five or more descriptor entries copied from near-limit headers
+// or paths. Set failure_mode_deny: true (as below) so that such a call,
+// like an unreachable service, is denied rather than allowed.
 //
 // # Pointing Envoy at caphost
 //
@@ -113,7 +147,8 @@
 //	    endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]
 //
 // The service's own metrics are caphost_envoy_rls_requests_total{code},
-// caphost_envoy_rls_descriptors_total{result} and
+// caphost_envoy_rls_descriptors_total{result},
+// caphost_envoy_rls_invalid_descriptors_total{reason} and
 // caphost_envoy_rls_reloads_total{result}; its limiter's are the
 // rate-limit capability's series prefixed with MetricPrefix. No metric
 // carries a descriptor key or value.

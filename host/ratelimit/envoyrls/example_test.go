@@ -52,25 +52,29 @@ descriptors:
 	_ = srv.Shutdown(context.Background())
 }
 
-// ExampleValidate shows the bounds a request must keep: a refusal is a
-// gRPC InvalidArgument that names the field and counts nothing.
+// ExampleValidate shows the bounds a request must keep. A descriptor
+// outside them is refused on its own (ShouldRateLimit answers it
+// OVER_LIMIT and counts nothing); only a request without a usable domain
+// or without descriptors is a gRPC InvalidArgument.
 func ExampleValidate() {
-	costs, err := envoyrls.Validate(&rlsv3.RateLimitRequest{
+	v, err := envoyrls.Validate(&rlsv3.RateLimitRequest{
 		Domain:     "messaging",
 		HitsAddend: 3,
 		Descriptors: []*commonv3.RateLimitDescriptor{
 			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "to_number", Value: "2061111111"}}},
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "", Value: "x"}}},
 		},
 	})
-	fmt.Println(costs, err)
+	fmt.Println(v.Costs[0], v.Refused[0], err)
+	fmt.Println(v.Refused[1].Reason, v.Refused[1])
 
 	_, err = envoyrls.Validate(&rlsv3.RateLimitRequest{
-		Domain:      "messaging",
-		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "", Value: "x"}}}},
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "x"}}}},
 	})
 	st := status.Convert(err)
 	fmt.Println(st.Code(), st.Message())
 	// Output:
-	// [3] <nil>
-	// InvalidArgument envoyrls: descriptors[0].entries[0].key: must not be empty
+	// 3 <nil> <nil>
+	// key descriptors[1].entries[0].key: must not be empty
+	// InvalidArgument envoyrls: domain: must not be empty
 }

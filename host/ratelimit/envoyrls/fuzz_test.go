@@ -17,9 +17,10 @@ import (
 )
 
 // FuzzValidate decodes arbitrary wire bytes as a RateLimitRequest, as the
-// gRPC server does, and validates it: a refusal is always InvalidArgument;
-// an accepted request is within every bound (descriptors, entries, key and
-// value bytes, valid UTF-8, costs 1..MaxHits) and its descriptors can be
+// gRPC server does, and validates it: a request-level refusal is always
+// InvalidArgument; otherwise every descriptor has a cost or a refusal with
+// a known reason, and an accepted descriptor is within every bound
+// (entries, key and value bytes, valid UTF-8, costs 0..MaxHits) and can be
 // matched without a panic.
 func FuzzValidate(f *testing.F) {
 	cfg := loadFiles(f, "example2.yaml", "example3.yaml", "example5.yaml", "example6.yaml", "example9.yaml")
@@ -39,21 +40,31 @@ func FuzzValidate(f *testing.F) {
 		if proto.Unmarshal(wire, &req) != nil {
 			return // the server answers a transport error; nothing reaches Validate
 		}
-		costs, err := envoyrls.Validate(&req)
+		v, err := envoyrls.Validate(&req)
 		if err != nil {
 			require.Equal(t, codes.InvalidArgument, status.Code(err))
-			require.Nil(t, costs)
+			require.Nil(t, v.Costs)
 			return
 		}
 		require.NotEmpty(t, req.Domain)
 		require.LessOrEqual(t, len(req.Domain), rlsconfig.MaxDomainBytes)
 		require.True(t, utf8.ValidString(req.Domain))
-		require.Len(t, costs, len(req.Descriptors))
-		require.LessOrEqual(t, len(req.Descriptors), envoyrls.MaxDescriptors)
+		require.Len(t, v.Costs, len(req.Descriptors))
+		require.Len(t, v.Refused, len(req.Descriptors))
 		for i, d := range req.Descriptors {
-			require.GreaterOrEqual(t, costs[i], int64(1))
-			require.LessOrEqual(t, costs[i], int64(math.MaxUint32))
+			if r := v.Refused[i]; r != nil {
+				require.Contains(t, envoyrls.Reasons(), r.Reason)
+				require.Zero(t, v.Costs[i])
+				continue
+			}
+			require.LessOrEqual(t, len(req.Descriptors), envoyrls.MaxDescriptors)
+			require.GreaterOrEqual(t, v.Costs[i], int64(0))
+			require.LessOrEqual(t, v.Costs[i], int64(math.MaxUint32))
+			if v.Costs[i] == 0 {
+				require.Zero(t, d.GetHitsAddend().GetValue(), "only a descriptor hits_addend of 0 is a check")
+			}
 			require.Nil(t, d.Limit)
+			require.False(t, d.IsNegativeHits)
 			require.NotEmpty(t, d.Entries)
 			require.LessOrEqual(t, len(d.Entries), envoyrls.MaxEntries)
 			es := make([]rlsconfig.Entry, len(d.Entries))

@@ -8,8 +8,6 @@ import (
 	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/caphost/caphost/host/ratelimit"
@@ -27,7 +25,9 @@ import (
 // client-ip-class and resource-class, and the identities tenant,
 // principal, api-key and client-ip (only ever digested). A descriptor of
 // such a domain with another key, a repeated key or a hits_addend other
-// than 1 is refused (InvalidArgument): the selector sets the cost.
+// than 1 (the selector sets the cost) is refused in-band like any invalid
+// descriptor: OVER_LIMIT, nothing counted, the request's other
+// descriptors decided as usual.
 type SelectorMapping struct {
 	Limiter  *ratelimit.Limiter
 	Selector ratelimit.Selector
@@ -56,18 +56,19 @@ func (m *SelectorMapping) check() error {
 	return nil
 }
 
-// query builds the capability query of a selector-mapped descriptor, or a
-// gRPC InvalidArgument naming the field (never a value).
-func selectorQuery(i int, entries []*ratelimitEntry, cost int64) (ratelimit.Query, error) {
+// selectorQuery builds the capability query of a selector-mapped
+// descriptor, or why it is refused (the field, never a key or value).
+func selectorQuery(i int, entries []*ratelimitEntry, cost int64) (ratelimit.Query, *Refusal) {
 	var q ratelimit.Query
 	if cost != 1 {
-		return q, status.Errorf(codes.InvalidArgument, "envoyrls: descriptors[%d].hits_addend: the selector of this domain sets the cost", i)
+		return q, &Refusal{Reason: ReasonSelectorCost, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
+			Detail: "the selector of this domain sets the cost"}
 	}
 	seen := make(map[string]bool, len(entries))
 	for j, e := range entries {
 		k, v := e.GetKey(), e.GetValue()
 		if seen[k] {
-			return q, status.Errorf(codes.InvalidArgument, "envoyrls: descriptors[%d].entries[%d].key: %q repeated", i, j, k)
+			return q, &Refusal{Reason: ReasonSelectorKey, Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Detail: "repeated"}
 		}
 		seen[k] = true
 		switch k {
@@ -92,9 +93,8 @@ func selectorQuery(i int, entries []*ratelimitEntry, cost int64) (ratelimit.Quer
 		case "client-ip":
 			q.Identity.ClientIP = v
 		default:
-			// The key is not caphost's vocabulary; it is at most
-			// MaxKeyBytes of valid UTF-8 (Validate), so naming it is bounded.
-			return q, status.Errorf(codes.InvalidArgument, "envoyrls: descriptors[%d].entries[%d].key: %q is not a selector attribute or identity (want one of %v)", i, j, k, SelectorKeys())
+			return q, &Refusal{Reason: ReasonSelectorKey, Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j),
+				Detail: fmt.Sprintf("not a selector attribute or identity (want one of %v)", SelectorKeys())}
 		}
 	}
 	return q, nil

@@ -7,17 +7,15 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
 )
 
 // FuzzSelectorQuery decodes arbitrary wire bytes as a descriptor and maps
-// it as a selector-mapped domain would: a refusal is InvalidArgument; an
-// accepted descriptor had only selector keys, each once, cost 1, and every
+// it as a selector-mapped domain would: a refusal has a selector reason;
+// an accepted descriptor had only selector keys, each once, cost 1, and every
 // value lands in exactly the field its key names.
 func FuzzSelectorQuery(f *testing.F) {
 	for _, d := range []*commonv3.RateLimitDescriptor{
@@ -36,9 +34,9 @@ func FuzzSelectorQuery(f *testing.F) {
 		if proto.Unmarshal(wire, &d) != nil {
 			return
 		}
-		q, err := envoyrls.SelectorQuery(0, d.Entries, int64(cost))
-		if err != nil {
-			require.Equal(t, codes.InvalidArgument, status.Code(err))
+		q, r := envoyrls.SelectorQuery(0, d.Entries, int64(cost))
+		if r != nil {
+			require.Contains(t, []envoyrls.Reason{envoyrls.ReasonSelectorKey, envoyrls.ReasonSelectorCost}, r.Reason)
 			return
 		}
 		require.Equal(t, uint8(1), cost)

@@ -9,8 +9,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
@@ -23,8 +21,9 @@ import (
 // capability's selector (here the static route selector; a rate-policy
 // guest is another Selector): entries become attributes and identity, the
 // selected policy counts per api-key, other domains keep the static file.
-// Unknown or repeated keys and a hits_addend are refused whole; a missing
-// identity fails closed.
+// A descriptor with an unknown or repeated key or a hits_addend is refused
+// on its own (OVER_LIMIT, nothing counted) while the valid descriptor
+// beside it is decided; a missing identity fails closed.
 func TestSelectorMapping(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rt := newRuntime(t, srv.Addr())
@@ -67,17 +66,29 @@ func TestSelectorMapping(t *testing.T) {
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.OverallCode)
 	assert.Equal(t, 1.0, f.count(t, "selector_error"))
 
-	for name, d := range map[string]*commonv3.RateLimitDescriptor{
-		"unknown key":  desc("route", "/api", "remote_address", "1.2.3.4"),
-		"repeated key": desc("route", "/api", "api-key", "a", "api-key", "b"),
-		"hits":         hits(desc("route", "/api", "api-key", "k3"), 2),
+	for _, tc := range []struct {
+		name   string
+		d      *commonv3.RateLimitDescriptor
+		reason envoyrls.Reason
+	}{
+		{"unknown key", desc("route", "/api", "remote_address", "1.2.3.4"), envoyrls.ReasonSelectorKey},
+		{"repeated key", desc("route", "/api", "api-key", "a", "api-key", "b"), envoyrls.ReasonSelectorKey},
+		{"hits", hits(desc("route", "/api", "api-key", "k4"), 2), envoyrls.ReasonSelectorCost},
+		{"check", hits(desc("route", "/api", "api-key", "k4"), 0), envoyrls.ReasonSelectorCost},
 	} {
-		_, err := call(desc("route", "/api", "api-key", "k3"), d)
-		assert.Equal(t, codes.InvalidArgument, status.Code(err), name)
+		before := f.refused(t, tc.reason)
+		r, err := call(desc("route", "/api", "api-key", "k3-"+tc.name), tc.d)
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.OverallCode, tc.name)
+		assert.Equal(t, rlsv3.RateLimitResponse_OK, r.Statuses[0].Code, tc.name)
+		assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "%s: the valid descriptor is decided", tc.name)
+		assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.Statuses[1].Code, tc.name)
+		assert.Nil(t, r.Statuses[1].CurrentLimit, tc.name)
+		assert.Equal(t, before+1, f.refused(t, tc.reason), tc.name)
 	}
-	r, err = call(desc("route", "/api", "api-key", "k3"))
+	r, err = call(desc("route", "/api", "api-key", "k4"))
 	require.NoError(t, err)
-	assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "a refused request counted nothing")
+	assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "a refused descriptor counted nothing")
 
 	// A domain in both the file and the selector is a configuration error.
 	_, err = envoyrls.New(rt, loadFiles(t, "example2.yaml"), envoyrls.Options{Selector: &envoyrls.SelectorMapping{Limiter: lim, Selector: sel, Domains: []string{"messaging"}}})

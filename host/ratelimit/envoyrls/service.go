@@ -75,6 +75,7 @@ type Service struct {
 	reloadMu sync.Mutex // serialises Reload (build, swap, store)
 	sel      *SelectorMapping
 	headers  bool
+	refusals sampler
 	log      *slog.Logger
 	now      func() time.Time
 	m        *metrics
@@ -111,7 +112,8 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		rc.DegradedProvider, rc.LocalEmergency = ratelimit.DegradedLocalEmergency, le
 		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
 	}
-	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, log: o.Log, now: o.Now}
+	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, log: o.Log, now: o.Now,
+		refusals: sampler{perMinute: refusalLogsPerMinute}}
 	mp, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -249,61 +251,118 @@ const (
 // ShouldRateLimit decides every descriptor of the request. Each matched,
 // counted descriptor is one evaluation of its rule's policy at cost
 // hits_addend; the overall code is OVER_LIMIT when any descriptor is. A
-// request outside the bounds (see Validate) is InvalidArgument and counts
-// nothing.
+// descriptor outside the bounds or using what caphost cannot act on (see
+// Validate) is answered OVER_LIMIT on its own and counts nothing; only a
+// request without a usable domain or without descriptors is an
+// InvalidArgument.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	costs, err := Validate(req)
+	v, err := Validate(req)
 	if err != nil {
-		s.m.requests.WithLabelValues("invalid").Inc()
+		s.m.requests.WithLabelValues(requestInvalid).Inc()
 		return nil, err
 	}
+	n := len(req.Descriptors)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
-	mp := s.cur.Load()
-	rid := requestID(ctx)
-	if s.selected(req.Domain) {
-		// Every descriptor is checked before any is decided: a refused
-		// request counts nothing.
-		qs := make([]ratelimit.Query, len(req.Descriptors))
-		for i, d := range req.Descriptors {
-			if qs[i], err = selectorQuery(i, d.Entries, costs[i]); err != nil {
-				s.m.requests.WithLabelValues("invalid").Inc()
-				return nil, err
-			}
+	if n > MaxDescriptors {
+		// Every descriptor is refused alike; nothing is decided.
+		st := s.refuse(v.Refused[0], n)
+		for i := range resp.Statuses {
+			resp.Statuses[i] = st
 		}
-		var wg sync.WaitGroup
-		for i := range qs {
-			wg.Go(func() { resp.Statuses[i] = s.decideSelected(ctx, qs[i], rid, i) })
-		}
-		wg.Wait()
-	} else if len(req.Descriptors) == 1 {
-		resp.Statuses[0] = s.decide(ctx, mp, rid, 0, req.Domain, req.Descriptors[0].Entries, costs[0])
 	} else {
-		// Descriptors are independent decisions (upstream pipelines them
-		// too, never atomically): deciding them at once lets the limiter
-		// share one pipeline among them.
-		var wg sync.WaitGroup
-		for i, d := range req.Descriptors {
-			wg.Go(func() { resp.Statuses[i] = s.decide(ctx, mp, rid, i, req.Domain, d.Entries, costs[i]) })
+		mp := s.cur.Load()
+		rid := requestID(ctx)
+		selected := s.selected(req.Domain)
+		one := func(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
+			if r := v.Refused[i]; r != nil {
+				return s.refuse(r, 1)
+			}
+			if selected {
+				q, r := selectorQuery(i, req.Descriptors[i].Entries, v.Costs[i])
+				if r != nil {
+					return s.refuse(r, 1)
+				}
+				return s.decideSelected(ctx, q, rid, i)
+			}
+			return s.decide(ctx, mp, rid, i, req.Domain, req.Descriptors[i].Entries, v.Costs[i])
 		}
-		wg.Wait()
+		if n == 1 {
+			resp.Statuses[0] = one(0)
+		} else {
+			// Descriptors are independent decisions (upstream pipelines
+			// them too, never atomically): deciding them at once lets the
+			// limiter share one pipeline among them.
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { resp.Statuses[i] = one(i) })
+			}
+			wg.Wait()
+		}
 	}
+	// The response headers show the descriptor closest to its limit: the
+	// last one over it, else the one with the least remaining. A refused
+	// descriptor has no limit to show.
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range resp.Statuses {
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		switch {
+		case st.CurrentLimit == nil:
+		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
 			closest = st
-		} else if st.CurrentLimit != nil && (closest == nil || (closest.Code == rlsv3.RateLimitResponse_OK && st.LimitRemaining < closest.LimitRemaining)) {
+		case closest == nil || (closest.Code == rlsv3.RateLimitResponse_OK && st.LimitRemaining < closest.LimitRemaining):
 			closest = st
 		}
 	}
-	if s.headers && closest != nil && closest.CurrentLimit != nil {
+	if s.headers && closest != nil {
 		resp.ResponseHeadersToAdd = headersOf(closest)
 	}
 	s.m.requests.WithLabelValues(codeLabel(resp.OverallCode)).Inc()
 	return resp, nil
+}
+
+// refuse answers n descriptors refused for r: OVER_LIMIT, nothing counted
+// — fail closed, and in-band, because Envoy's default lets a request whose
+// rate-limit call failed through. It counts them by reason and logs the
+// refusal (field and sizes, never a key or value), sampled: the cause may
+// be a client sending one oversized header after another.
+func (s *Service) refuse(r *Refusal, n int) *rlsv3.RateLimitResponse_DescriptorStatus {
+	s.m.descriptors.WithLabelValues(resultInvalid).Add(float64(n))
+	s.m.invalid.WithLabelValues(string(r.Reason)).Add(float64(n))
+	if s.refusals.take(s.now()) {
+		s.log.Warn("envoy rate-limit descriptor refused; answered OVER_LIMIT", "reason", string(r.Reason), "field", r.Field,
+			"detail", r.Detail, "descriptors", n)
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+}
+
+// refusalLogsPerMinute bounds the refusal log lines; the metric counts
+// every refusal.
+const refusalLogsPerMinute = 10
+
+// sampler lets at most perMinute events through per clock minute.
+type sampler struct {
+	mu        sync.Mutex
+	perMinute int
+	minute    int64
+	n         int
+}
+
+func (l *sampler) take(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := now.Unix() / 60; m != l.minute {
+		l.minute, l.n = m, 0
+	}
+	if l.n >= l.perMinute {
+		return false
+	}
+	l.n++
+	return true
 }
 
 // Descriptor results (metric label values).
@@ -317,7 +376,11 @@ const (
 	resultUnavailable = "unavailable"
 	resultFailOpen    = "fail_open"
 	resultLocal       = "local_emergency"
+	resultInvalid     = "invalid"
 )
+
+// requestInvalid labels a request refused with InvalidArgument.
+const requestInvalid = "invalid"
 
 // decide answers one descriptor.
 // The descriptor's evaluation id, for rules with dedup, is the request's
@@ -325,8 +388,8 @@ const (
 // request are two evaluations); without one the limiter mints its own.
 func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, domain string, entries []*ratelimitEntry, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
 	es := make([]rlsconfig.Entry, len(entries))
-	for i, e := range entries {
-		es[i] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	for j, e := range entries {
+		es[j] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	rule := mp.cfg.Match(domain, es)
 	switch {
@@ -338,6 +401,19 @@ func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, do
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	}
 	limit := currentLimit(rule)
+	if cost == 0 && rule.RequestsPerUnit > 0 {
+		// hits_addend 0 asks whether the descriptor is over its limit
+		// without counting (upstream's INCRBY 0). caphost's limiter cannot
+		// evaluate a limit without consuming from it, so the check fails
+		// closed; a shadow rule, which never limits, answers OK.
+		st := s.refuse(&Refusal{Reason: ReasonCheckOnly, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
+			Detail: "0 (a check without counting) is not supported by caphost on a counted rule"}, 1)
+		st.CurrentLimit = limit
+		if rule.Shadow {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+		return st
+	}
 	if rule.RequestsPerUnit == 0 || cost > int64(rule.RequestsPerUnit) {
 		// Nothing can ever be admitted: no state to consult.
 		return s.over(rule, limit, 0, s.alignedReset(rule.Unit))
@@ -450,6 +526,7 @@ func codeLabel(c rlsv3.RateLimitResponse_Code) string {
 type metrics struct {
 	requests    *prometheus.CounterVec
 	descriptors *prometheus.CounterVec
+	invalid     *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
 }
 
@@ -457,12 +534,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caphost_envoy_rls_requests_total",
-			Help: "ShouldRateLimit calls of the Envoy rate-limit service by overall code (ok, over_limit) or invalid.",
+			Help: "ShouldRateLimit calls of the Envoy rate-limit service by overall code (ok, over_limit) or invalid (refused with InvalidArgument: no domain or no descriptors).",
 		}, []string{"code"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caphost_envoy_rls_descriptors_total",
 			Help: "Descriptors answered by the Envoy rate-limit service, by result.",
 		}, []string{"result"}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_invalid_descriptors_total",
+			Help: "Descriptors the Envoy rate-limit service refused and answered OVER_LIMIT without counting, by reason.",
+		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caphost_envoy_rls_reloads_total",
 			Help: "Reloads of the Envoy rate-limit service's descriptor configuration, by result (ok, failed: the previous configuration keeps serving).",
@@ -471,14 +552,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{reloadOK, reloadFailed} {
 		m.reloads.WithLabelValues(r)
 	}
-	for _, c := range []string{resultOK, resultOverLimit, "invalid"} {
+	for _, c := range []string{resultOK, resultOverLimit, requestInvalid} {
 		m.requests.WithLabelValues(c)
 	}
-	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen, resultLocal, resultSelectorError} {
+	for _, r := range []string{resultOK, resultOverLimit, resultNoRule, resultUnlimited, resultShadowOver, resultShadow, resultUnavailable, resultFailOpen, resultLocal, resultSelectorError, resultInvalid} {
 		m.descriptors.WithLabelValues(r)
 	}
+	for _, r := range Reasons() {
+		m.invalid.WithLabelValues(string(r))
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.reloads} {
+		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.invalid, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(ratelimit.ErrConfig, err)
 			}

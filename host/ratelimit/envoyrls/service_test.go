@@ -16,9 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -358,57 +356,6 @@ func TestFailureModes(t *testing.T) {
 			assert.NotNil(t, r.Statuses[0].CurrentLimit)
 		})
 	}
-}
-
-// TestInvalidRequests: every bound is an InvalidArgument naming the field,
-// and nothing is counted.
-func TestInvalidRequests(t *testing.T) {
-	f := start(t, envoyrls.Options{})
-	long := string(make([]byte, rlsconfig.MaxValueBytes+1))
-	many := make([]*commonv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
-	for i := range many {
-		many[i] = desc("to_number", "1")
-	}
-	deep := desc()
-	for range envoyrls.MaxEntries + 1 {
-		deep.Entries = append(deep.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
-	}
-	override := desc("to_number", "1")
-	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
-	negative := desc("to_number", "1")
-	negative.IsNegativeHits = true
-	cases := map[string]struct {
-		req  *rlsv3.RateLimitRequest
-		want string
-	}{
-		"no domain":        {&rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, "domain: must not be empty"},
-		"no descriptors":   {&rlsv3.RateLimitRequest{Domain: "messaging"}, "descriptors: at least one"},
-		"many descriptors": {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: many}, "descriptors: 65, at most 64"},
-		"no entries":       {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{desc()}}, "descriptors[0].entries: at least one"},
-		"deep":             {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{deep}}, "descriptors[0].entries: 17, at most 16"},
-		"empty key":        {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{desc("", "v")}}, "descriptors[0].entries[0].key: must not be empty"},
-		"long value":       {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{desc("to_number", "1"), desc("to_number", long)}}, "descriptors[1].entries[0].value: 1025 bytes"},
-		"override":         {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{override}}, "limit overrides are not supported"},
-		"negative":         {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{negative}}, "negative hits"},
-		"zero hits":        {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{hits(desc("to_number", "1"), 0)}}, "hits_addend: 0"},
-		"huge hits":        {&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{hits(desc("to_number", "1"), math.MaxUint32+1)}}, "hits_addend: at most"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
-			require.Error(t, err)
-			assert.Equal(t, codes.InvalidArgument, status.Code(err))
-			assert.Contains(t, status.Convert(err).Message(), tc.want)
-		})
-	}
-	assert.Zero(t, f.srv.CommandCalls(t, "evalsha"), "a refused request counts nothing")
-	// Invalid UTF-8 cannot even cross the wire: protobuf refuses it.
-	_, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "messaging",
-		Descriptors: []*commonv3.RateLimitDescriptor{desc("to_number", "\xff")}})
-	require.Error(t, err)
-	_, err = envoyrls.Validate(&rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*commonv3.RateLimitDescriptor{desc("to_number", "\xff")}})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err))
-	assert.Contains(t, err.Error(), "descriptors[0].entries[0].value: not valid UTF-8")
 }
 
 // TestDescriptorsDecidedTogether: the descriptors of one request are

@@ -17,8 +17,8 @@ import (
 
 type ratelimitEntry = commonv3.RateLimitDescriptor_Entry
 
-// Request bounds. A request beyond one is refused whole with
-// InvalidArgument — never truncated or folded into another descriptor.
+// Request bounds. A descriptor beyond one is refused on its own, in-band
+// (see Validate) — never truncated or folded into another descriptor.
 const (
 	// MaxDescriptors bounds the descriptors of one request.
 	MaxDescriptors = 64
@@ -32,15 +32,94 @@ const (
 	MaxHits = math.MaxUint32
 )
 
-// Validate checks a request against the bounds and returns the cost of
-// each descriptor: the descriptor's hits_addend when set, else the
-// request's, 0 counting as 1 (envoyproxy/ratelimit's rule). Its error is a
-// gRPC InvalidArgument status naming the field, never a value. Refused
-// because caphost cannot act on them: a per-descriptor limit override, a
-// descriptor hits_addend of 0 (a check without counting) and negative hits.
-func Validate(req *rlsv3.RateLimitRequest) ([]int64, error) {
-	bad := func(format string, args ...any) ([]int64, error) {
-		return nil, status.Errorf(codes.InvalidArgument, "envoyrls: "+format, args...)
+// Reason says why a descriptor was refused. The values are a closed set:
+// they are the label values of caphost_envoy_rls_invalid_descriptors_total.
+type Reason string
+
+// Refusal reasons.
+const (
+	// ReasonTooManyDescriptors refuses every descriptor of a request with
+	// more than MaxDescriptors.
+	ReasonTooManyDescriptors Reason = "too_many_descriptors"
+	// ReasonEntries: no entries, or more than MaxEntries.
+	ReasonEntries Reason = "entries"
+	// ReasonKey: an empty key, or one over rlsconfig.MaxKeyBytes.
+	ReasonKey Reason = "key"
+	// ReasonValueTooLong: a value over rlsconfig.MaxValueBytes. Envoy
+	// fills values from request headers and the path, so this one is
+	// client-controlled.
+	ReasonValueTooLong Reason = "value_too_long"
+	// ReasonNotUTF8: a key or value that is not valid UTF-8 (protobuf
+	// refuses it on the wire; a direct caller can still pass one).
+	ReasonNotUTF8 Reason = "not_utf8"
+	// ReasonLimitOverride: a per-descriptor limit override, which caphost
+	// cannot act on (its limits are compiled policies).
+	ReasonLimitOverride Reason = "limit_override"
+	// ReasonNegativeHits: is_negative_hits, which caphost cannot act on
+	// (its programs never refund).
+	ReasonNegativeHits Reason = "negative_hits"
+	// ReasonHitsTooLarge: a hits_addend over MaxHits.
+	ReasonHitsTooLarge Reason = "hits_too_large"
+	// ReasonCheckOnly: hits_addend 0 — a check without counting — on a
+	// counted rule: caphost's limiter cannot evaluate a limit without
+	// consuming from it.
+	ReasonCheckOnly Reason = "check_only"
+	// ReasonSelectorKey: a selector-mapped descriptor with a key that is
+	// not a selector attribute or identity, or a repeated key.
+	ReasonSelectorKey Reason = "selector_key"
+	// ReasonSelectorCost: a selector-mapped descriptor with a hits_addend
+	// other than 1 (the selector sets the cost).
+	ReasonSelectorCost Reason = "selector_cost"
+)
+
+// Reasons lists every Reason.
+func Reasons() []Reason {
+	return []Reason{ReasonTooManyDescriptors, ReasonEntries, ReasonKey, ReasonValueTooLong, ReasonNotUTF8,
+		ReasonLimitOverride, ReasonNegativeHits, ReasonHitsTooLarge, ReasonCheckOnly, ReasonSelectorKey, ReasonSelectorCost}
+}
+
+// Refusal is why one descriptor is refused: its reason, the field (for
+// example descriptors[1].entries[0].value) and a detail made of sizes and
+// bounds. It never carries a key or a value.
+type Refusal struct {
+	Reason Reason
+	Field  string
+	Detail string
+}
+
+func (r *Refusal) String() string { return r.Field + ": " + r.Detail }
+
+// Validation is what Validate found, per descriptor.
+type Validation struct {
+	// Costs[i] is descriptor i's cost: its hits_addend when set, else the
+	// request's, a request hits_addend of 0 counting as 1 (envoyproxy/
+	// ratelimit's rule). A descriptor hits_addend of 0 stays 0: a check
+	// without counting.
+	Costs []int64
+	// Refused[i] is why descriptor i is refused, nil when it is valid.
+	Refused []*Refusal
+}
+
+// Validate checks a request against the bounds.
+//
+// What concerns one descriptor is answered for that descriptor alone: a
+// refused descriptor is answered OVER_LIMIT (fail closed) and counts
+// nothing, while the request's other descriptors are decided as usual.
+// This matters because Envoy treats a failed rate-limit call according to
+// its failure_mode_deny, which defaults to allowing: refusing the whole
+// request with a gRPC error would let one oversized header skip every
+// limit of the request. More than MaxDescriptors refuses every descriptor
+// the same way (OVER_LIMIT, nothing counted).
+//
+// The error, a gRPC InvalidArgument naming the field and never a value, is
+// kept for what belongs to no descriptor and that Envoy never sends: an
+// empty, over-long or non-UTF-8 domain (Envoy's domain is its own static
+// configuration, and it refuses an empty one) and a request without
+// descriptors (Envoy makes no call then). envoyproxy/ratelimit errors on
+// both too.
+func Validate(req *rlsv3.RateLimitRequest) (Validation, error) {
+	bad := func(format string, args ...any) (Validation, error) {
+		return Validation{}, status.Errorf(codes.InvalidArgument, "envoyrls: "+format, args...)
 	}
 	switch d := req.GetDomain(); {
 	case d == "":
@@ -51,58 +130,66 @@ func Validate(req *rlsv3.RateLimitRequest) ([]int64, error) {
 		return bad("domain: not valid UTF-8")
 	}
 	ds := req.GetDescriptors()
-	switch {
-	case len(ds) == 0:
+	if len(ds) == 0 {
 		return bad("descriptors: at least one is required")
-	case len(ds) > MaxDescriptors:
-		return bad("descriptors: %d, at most %d", len(ds), MaxDescriptors)
+	}
+	v := Validation{Costs: make([]int64, len(ds)), Refused: make([]*Refusal, len(ds))}
+	if len(ds) > MaxDescriptors {
+		// One refusal shared by every descriptor: the answer's size is
+		// the request's, whatever its count.
+		r := &Refusal{Reason: ReasonTooManyDescriptors, Field: "descriptors", Detail: fmt.Sprintf("%d, at most %d", len(ds), MaxDescriptors)}
+		for i := range ds {
+			v.Refused[i] = r
+		}
+		return v, nil
 	}
 	base := max(int64(req.GetHitsAddend()), 1)
-	costs := make([]int64, len(ds))
 	for i, d := range ds {
-		p := fmt.Sprintf("descriptors[%d]", i)
-		if d == nil {
-			return bad("%s: null descriptor", p)
-		}
-		es := d.GetEntries()
-		switch {
-		case len(es) == 0:
-			return bad("%s.entries: at least one is required", p)
-		case len(es) > MaxEntries:
-			return bad("%s.entries: %d, at most %d", p, len(es), MaxEntries)
-		case d.GetLimit() != nil:
-			return bad("%s.limit: limit overrides are not supported by caphost", p)
-		case d.GetIsNegativeHits():
-			return bad("%s.is_negative_hits: negative hits are not supported by caphost", p)
-		}
-		for j, e := range es {
-			ep := fmt.Sprintf("%s.entries[%d]", p, j)
-			switch k, v := e.GetKey(), e.GetValue(); {
-			case k == "":
-				return bad("%s.key: must not be empty", ep)
-			case len(k) > rlsconfig.MaxKeyBytes:
-				return bad("%s.key: %d bytes, at most %d", ep, len(k), rlsconfig.MaxKeyBytes)
-			case len(v) > rlsconfig.MaxValueBytes:
-				return bad("%s.value: %d bytes, at most %d", ep, len(v), rlsconfig.MaxValueBytes)
-			case !utf8.ValidString(k):
-				return bad("%s.key: not valid UTF-8", ep)
-			case !utf8.ValidString(v):
-				return bad("%s.value: not valid UTF-8", ep)
-			}
-		}
-		costs[i] = base
-		if h := d.GetHitsAddend(); h != nil {
-			switch v := h.GetValue(); {
-			case v == 0:
-				return bad("%s.hits_addend: 0 (a check without counting) is not supported by caphost", p)
-			case v > MaxHits:
-				return bad("%s.hits_addend: at most %d", p, uint64(MaxHits))
-			default:
-				costs[i] = int64(v)
-			}
+		v.Costs[i], v.Refused[i] = checkDescriptor(i, d, base)
+	}
+	return v, nil
+}
+
+// checkDescriptor returns the cost of descriptor i, or why it is refused.
+func checkDescriptor(i int, d *commonv3.RateLimitDescriptor, base int64) (int64, *Refusal) {
+	p := fmt.Sprintf("descriptors[%d]", i)
+	refuse := func(r Reason, field, format string, args ...any) (int64, *Refusal) {
+		return 0, &Refusal{Reason: r, Field: field, Detail: fmt.Sprintf(format, args...)}
+	}
+	es := d.GetEntries()
+	switch {
+	case len(es) == 0:
+		return refuse(ReasonEntries, p+".entries", "at least one is required")
+	case len(es) > MaxEntries:
+		return refuse(ReasonEntries, p+".entries", "%d, at most %d", len(es), MaxEntries)
+	case d.GetLimit() != nil:
+		return refuse(ReasonLimitOverride, p+".limit", "limit overrides are not supported by caphost")
+	case d.GetIsNegativeHits():
+		return refuse(ReasonNegativeHits, p+".is_negative_hits", "negative hits are not supported by caphost")
+	}
+	for j, e := range es {
+		ep := fmt.Sprintf("%s.entries[%d]", p, j)
+		switch k, v := e.GetKey(), e.GetValue(); {
+		case k == "":
+			return refuse(ReasonKey, ep+".key", "must not be empty")
+		case len(k) > rlsconfig.MaxKeyBytes:
+			return refuse(ReasonKey, ep+".key", "%d bytes, at most %d", len(k), rlsconfig.MaxKeyBytes)
+		case len(v) > rlsconfig.MaxValueBytes:
+			return refuse(ReasonValueTooLong, ep+".value", "%d bytes, at most %d", len(v), rlsconfig.MaxValueBytes)
+		case !utf8.ValidString(k):
+			return refuse(ReasonNotUTF8, ep+".key", "not valid UTF-8")
+		case !utf8.ValidString(v):
+			return refuse(ReasonNotUTF8, ep+".value", "not valid UTF-8")
 		}
 	}
-	return costs, nil
+	h := d.GetHitsAddend()
+	switch {
+	case h == nil:
+		return base, nil
+	case h.GetValue() > MaxHits:
+		return refuse(ReasonHitsTooLarge, p+".hits_addend", "at most %d", uint64(MaxHits))
+	}
+	return int64(h.GetValue()), nil
 }
 
 // RequestIDHeader is the gRPC metadata key whose value, when present and
