@@ -59,6 +59,7 @@ func newServeCmd(loadOpts []config.Option) *cobra.Command {
 			"With server.envoy-rate-limit it also serves Envoy's rate-limit gRPC API\n" +
 			"(envoy.service.ratelimit.v3.RateLimitService) on its own listener; SIGHUP re-reads\n" +
 			"its descriptor files (a bad file is logged and the previous rules keep serving).\n" +
+			"Without descriptor files SIGHUP only logs that nothing needed reloading.\n" +
 			"Logs are JSON on stderr. SIGINT or SIGTERM stops accepting, drains in-flight requests\n" +
 			"for at most --drain-timeout, then drains and closes Redis. Exit 0 after a clean shutdown.",
 		Args: noArgs,
@@ -135,23 +136,19 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 		// Request contexts deliberately do not derive from ctx: the signal
 		// must not cancel the requests the drain lets finish.
 	}
+	// SIGHUP reloads what is reloadable, whatever is configured: its
+	// default action would end the process. Registered before the
+	// "serving" line, so a HUP sent after it never kills the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "admin", !opts.AdminToken.IsZero(), "config", cfg.Source)
-	var (
-		rlsServed chan error     // nil (never ready) without the Envoy service
-		hup       chan os.Signal // likewise
-	)
+	var rlsServed chan error // nil (never ready) without the Envoy service
 	if rls != nil {
 		rlsServed = make(chan error, 1)
 		go func() { rlsServed <- rls.Serve(rlsLn) }()
-		// SIGHUP reloads the descriptor files. Registered before the
-		// "serving" line, so a HUP sent after it never kills the process.
-		if len(cfg.Server.EnvoyRateLimit.ConfigFiles) > 0 {
-			hup = make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-		}
 		log.Info("serving envoy rate-limit service", "addr", rlsLn.Addr().String())
 	}
 
@@ -159,9 +156,7 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	for {
 		select {
 		case <-hup:
-			// ReloadFiles logs and counts the outcome; a refused file leaves
-			// the previous rules serving, so serve goes on either way.
-			_ = rlsSvc.ReloadFiles(cfg.Server.EnvoyRateLimit.ConfigFiles)
+			reload(cfg, rlsSvc, log)
 			continue
 		case err := <-served:
 			// The listener failed on its own; nothing is draining.
@@ -203,6 +198,20 @@ func serve(ctx context.Context, cfg *config.Config, opts httpapi.Options, log *s
 	}
 	log.Info("stopped cleanly")
 	return nil
+}
+
+// reload answers a SIGHUP: it re-reads the Envoy rate-limit service's
+// descriptor files when it has some, and otherwise says that nothing
+// needed reloading (the rest of the configuration is read at start only;
+// guests are swapped through the admin API).
+func reload(cfg *config.Config, rlsSvc *envoyrls.Service, log *slog.Logger) {
+	if rlsSvc == nil || len(cfg.Server.EnvoyRateLimit.ConfigFiles) == 0 {
+		log.Info("SIGHUP: nothing to reload (no server.envoy-rate-limit.config-files); still serving")
+		return
+	}
+	// ReloadFiles logs and counts the outcome; a refused file leaves the
+	// previous rules serving, so serve goes on either way.
+	_ = rlsSvc.ReloadFiles(cfg.Server.EnvoyRateLimit.ConfigFiles)
 }
 
 // startEnvoyRLS builds the Envoy rate-limit service and binds its listener
