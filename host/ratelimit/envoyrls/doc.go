@@ -150,6 +150,17 @@
 // caphost_envoy_rls_descriptors_total{result},
 // caphost_envoy_rls_invalid_descriptors_total{reason} and
 // caphost_envoy_rls_reloads_total{result}; its limiter's are the
-// rate-limit capability's series prefixed with MetricPrefix. No metric
-// carries a descriptor key or value.
+// rate-limit capability's series prefixed with MetricPrefix, labelled
+// with each rule's opaque policy id (envoy-<hex>). No metric carries a
+// request's descriptor key or value.
+//
+// A rule with detailed_metric: true is also counted in
+// caphost_envoy_rls_rule_descriptors_total{rule,result}, rule being its
+// configuration key path (rlsconfig.Rule.KeyPath: domain, keys and
+// configured values, a wildcard as its pattern), so the label values are
+// bounded by the configuration (at most rlsconfig.MaxDetailedRules); a
+// reload drops the series of labels it no longer serves. Every load and
+// reload logs one "envoy rate-limit rule" line per counted or detailed
+// rule with its policy id, key path and file:line, to map both kinds of
+// series back to the file.
 package envoyrls

@@ -89,6 +89,9 @@ type mapping struct {
 	ids   map[*rlsconfig.Rule]string
 	decls []policy.RatePolicyDecl // cfg's own
 	set   *policy.RatePolicySet   // decls and what is carried from the previous mapping
+	// detailed holds the rule label (KeyPath) of each rule with
+	// detailed_metric.
+	detailed map[*rlsconfig.Rule]string
 }
 
 // New builds the service: every counted rule of cfg becomes a caphost rate
@@ -137,6 +140,7 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		return nil, err
 	}
 	s.cur.Store(mp)
+	s.logRules(mp)
 	return s, nil
 }
 
@@ -167,7 +171,26 @@ func (s *Service) build(cfg *rlsconfig.Config, prev *mapping) (*mapping, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &mapping{cfg: cfg, ids: ids, decls: decls, set: set}, nil
+	detailed := map[*rlsconfig.Rule]string{}
+	for _, r := range cfg.Rules() {
+		if r.DetailedMetric {
+			detailed[r] = r.KeyPath()
+		}
+	}
+	return &mapping{cfg: cfg, ids: ids, decls: decls, set: set, detailed: detailed}, nil
+}
+
+// logRules logs, once per load, which rule each policy id and rule label
+// stands for: the ids (envoy-<hex>) name the limiter's metrics and logs,
+// the labels caphost_envoy_rls_rule_descriptors_total.
+func (s *Service) logRules(mp *mapping) {
+	for _, r := range mp.cfg.Rules() {
+		id, counted := mp.ids[r]
+		if !counted && !r.DetailedMetric {
+			continue
+		}
+		s.log.Info("envoy rate-limit rule", "policy", id, "rule", r.KeyPath(), "where", r.Where, "detailed_metric", r.DetailedMetric)
+	}
 }
 
 // disjoint refuses a configuration that defines a selector-mapped domain.
@@ -213,7 +236,18 @@ func (s *Service) Reload(cfg *rlsconfig.Config) error {
 	if err != nil {
 		return s.reloaded(err)
 	}
-	s.cur.Store(mp)
+	old := s.cur.Swap(mp)
+	// A rule label the new mapping lacks loses its series, so that the
+	// labels stay those of the configuration being served.
+	keep := make(map[string]bool, len(mp.detailed))
+	for _, label := range mp.detailed {
+		keep[label] = true
+	}
+	for _, label := range old.detailed {
+		if !keep[label] {
+			s.m.rules.DeletePartialMatch(prometheus.Labels{"rule": label})
+		}
+	}
 	return s.reloaded(nil)
 }
 
@@ -239,6 +273,7 @@ func (s *Service) reloaded(err error) error {
 	s.m.reloads.WithLabelValues(reloadOK).Inc()
 	mp := s.cur.Load()
 	s.log.Info("envoy rate-limit configuration reloaded", "rules", len(mp.cfg.Rules()), "policies", len(mp.ids))
+	s.logRules(mp)
 	return nil
 }
 
@@ -332,12 +367,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // be a client sending one oversized header after another.
 func (s *Service) refuse(r *Refusal, n int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	s.m.descriptors.WithLabelValues(resultInvalid).Add(float64(n))
+	s.refused(r, n)
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+}
+
+// refused counts and logs n refusals for r.
+func (s *Service) refused(r *Refusal, n int) {
 	s.m.invalid.WithLabelValues(string(r.Reason)).Add(float64(n))
 	if s.refusals.take(s.now()) {
 		s.log.Warn("envoy rate-limit descriptor refused; answered OVER_LIMIT", "reason", string(r.Reason), "field", r.Field,
 			"detail", r.Detail, "descriptors", n)
 	}
-	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
 }
 
 // refusalLogsPerMinute bounds the refusal log lines; the metric counts
@@ -382,23 +422,33 @@ const (
 // requestInvalid labels a request refused with InvalidArgument.
 const requestInvalid = "invalid"
 
-// decide answers one descriptor.
-// The descriptor's evaluation id, for rules with dedup, is the request's
-// x-request-id and the descriptor's index (so that two descriptors of one
-// request are two evaluations); without one the limiter mints its own.
+// decide answers one descriptor and counts its result, per rule too for
+// a rule with detailed_metric.
 func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, domain string, entries []*ratelimitEntry, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
 	es := make([]rlsconfig.Entry, len(entries))
 	for j, e := range entries {
 		es[j] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	rule := mp.cfg.Match(domain, es)
+	st, result := s.decideRule(ctx, mp, rid, i, domain, es, rule, cost)
+	s.m.descriptors.WithLabelValues(result).Inc()
+	if label, ok := mp.detailed[rule]; ok {
+		s.m.rules.WithLabelValues(label, result).Inc()
+	}
+	return st
+}
+
+// decideRule answers a descriptor matched to rule (nil: none) and names
+// its result.
+// The descriptor's evaluation id, for rules with dedup, is the request's
+// x-request-id and the descriptor's index (so that two descriptors of one
+// request are two evaluations); without one the limiter mints its own.
+func (s *Service) decideRule(ctx context.Context, mp *mapping, rid string, i int, domain string, es []rlsconfig.Entry, rule *rlsconfig.Rule, cost int64) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
 	switch {
 	case rule == nil:
-		s.m.descriptors.WithLabelValues(resultNoRule).Inc()
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, resultNoRule
 	case rule.Unlimited:
-		s.m.descriptors.WithLabelValues(resultUnlimited).Inc()
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, resultUnlimited
 	}
 	limit := currentLimit(rule)
 	if cost == 0 && rule.RequestsPerUnit > 0 {
@@ -406,17 +456,17 @@ func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, do
 		// without counting (upstream's INCRBY 0). caphost's limiter cannot
 		// evaluate a limit without consuming from it, so the check fails
 		// closed; a shadow rule, which never limits, answers OK.
-		st := s.refuse(&Refusal{Reason: ReasonCheckOnly, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
+		s.refused(&Refusal{Reason: ReasonCheckOnly, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
 			Detail: "0 (a check without counting) is not supported by caphost on a counted rule"}, 1)
-		st.CurrentLimit = limit
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: limit}
 		if rule.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
-		return st
+		return st, resultInvalid
 	}
 	if rule.RequestsPerUnit == 0 || cost > int64(rule.RequestsPerUnit) {
 		// Nothing can ever be admitted: no state to consult.
-		return s.over(rule, limit, 0, s.alignedReset(rule.Unit))
+		return over(rule, limit, 0, s.alignedReset(rule.Unit))
 	}
 	var evalID string
 	if rid != "" {
@@ -433,45 +483,40 @@ func (s *Service) decide(ctx context.Context, mp *mapping, rid string, i int, do
 		// descriptor fails closed. It is answered OVER_LIMIT, never a gRPC
 		// error, because Envoy's failure_mode_deny defaults to allowing
 		// requests whose rate-limit call fails.
-		s.m.descriptors.WithLabelValues(resultUnavailable).Inc()
 		// Debug only: during an outage this happens on every request; the
 		// unavailable counter and the limiter's metrics carry it.
 		s.log.Debug("envoy rate-limit descriptor failed closed", "policy", o.Policy(), "kind", o.Kind().String(), "category", string(o.Category()))
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: limit,
-			DurationUntilReset: durationpb.New(ceilSecond(o.RetryAfter()))}
+			DurationUntilReset: durationpb.New(ceilSecond(o.RetryAfter()))}, resultUnavailable
 	}
 	reset := d.ResetAt.Sub(s.now())
 	remaining := uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	result := resultOK
 	switch {
 	case !d.Allowed:
-		return s.over(rule, limit, remaining, reset)
+		return over(rule, limit, remaining, reset)
 	case d.Source == ratelimit.SourceShadow:
 		// caphost's shadow decision allows; whether it would have denied
 		// is counted by the limiter's shadow metric.
-		s.m.descriptors.WithLabelValues(resultShadow).Inc()
+		result = resultShadow
 	case d.Source == ratelimit.SourceFailOpen:
-		s.m.descriptors.WithLabelValues(resultFailOpen).Inc()
+		result = resultFailOpen
 	case d.Source == ratelimit.SourceLocalEmergency:
-		s.m.descriptors.WithLabelValues(resultLocal).Inc()
-	default:
-		s.m.descriptors.WithLabelValues(resultOK).Inc()
+		result = resultLocal
 	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: limit,
-		LimitRemaining: remaining, DurationUntilReset: durationpb.New(max(reset, 0))}
+		LimitRemaining: remaining, DurationUntilReset: durationpb.New(max(reset, 0))}, result
 }
 
 // over answers a descriptor over its limit: OVER_LIMIT, or OK for a
 // shadow rule.
-func (s *Service) over(rule *rlsconfig.Rule, limit *rlsv3.RateLimitResponse_RateLimit, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
-	code := rlsv3.RateLimitResponse_OVER_LIMIT
+func over(rule *rlsconfig.Rule, limit *rlsv3.RateLimitResponse_RateLimit, remaining uint32, reset time.Duration) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
+	code, result := rlsv3.RateLimitResponse_OVER_LIMIT, resultOverLimit
 	if rule.Shadow {
-		code = rlsv3.RateLimitResponse_OK
-		s.m.descriptors.WithLabelValues(resultShadowOver).Inc()
-	} else {
-		s.m.descriptors.WithLabelValues(resultOverLimit).Inc()
+		code, result = rlsv3.RateLimitResponse_OK, resultShadowOver
 	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: limit, LimitRemaining: remaining,
-		DurationUntilReset: durationpb.New(max(reset, 0))}
+		DurationUntilReset: durationpb.New(max(reset, 0))}, result
 }
 
 // alignedReset is envoyproxy/ratelimit's reset: the end of the current
@@ -526,6 +571,7 @@ func codeLabel(c rlsv3.RateLimitResponse_Code) string {
 type metrics struct {
 	requests    *prometheus.CounterVec
 	descriptors *prometheus.CounterVec
+	rules       *prometheus.CounterVec // rule (KeyPath), result
 	invalid     *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
 }
@@ -540,6 +586,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "caphost_envoy_rls_descriptors_total",
 			Help: "Descriptors answered by the Envoy rate-limit service, by result.",
 		}, []string{"result"}),
+		rules: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_rule_descriptors_total",
+			Help: "Descriptors answered by the Envoy rate-limit service's rules with detailed_metric: true, by rule (its configuration key path: domain, keys and configured values, never a request's) and result.",
+		}, []string{"rule", "result"}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caphost_envoy_rls_invalid_descriptors_total",
 			Help: "Descriptors the Envoy rate-limit service refused and answered OVER_LIMIT without counting, by reason.",
@@ -562,7 +612,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.invalid.WithLabelValues(string(r))
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.invalid, m.reloads} {
+		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.rules, m.invalid, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(ratelimit.ErrConfig, err)
 			}

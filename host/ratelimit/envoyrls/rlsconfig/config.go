@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -29,6 +31,10 @@ const (
 	MaxNodes = 100_000
 	// MaxNameBytes bounds a rate_limit name.
 	MaxNameBytes = 256
+	// MaxDetailedRules bounds the rules with detailed_metric: true (of all
+	// files), and so the rule label values of the Envoy service's
+	// per-rule metric.
+	MaxDetailedRules = 256
 )
 
 // Unit is a rate_limit unit.
@@ -100,7 +106,8 @@ type Rule struct {
 	RequestsPerUnit uint32
 	// Shadow rules are counted but always answer OK.
 	Shadow bool
-	// DetailedMetric is recorded only (see the package doc).
+	// DetailedMetric: the Envoy service counts the rule's outcomes in a
+	// per-rule metric labelled with its KeyPath (see the package doc).
 	DetailedMetric bool
 	// Caphost is the rule's caphost block (nil when absent): what
 	// envoyproxy/ratelimit's format cannot say.
@@ -108,12 +115,44 @@ type Rule struct {
 	// Where locates the rule in its file ("file:line: path"), for
 	// problems found after parsing.
 	Where string
+	file  string
+	line  int
+	path  string
 }
 
 // ID is a stable identity of the rule's place in the configuration (domain
 // and path), independent of its limit: the lower-hex Digest of its domain
 // and path.
 func (r *Rule) ID() string { return hex.EncodeToString(Digest(r.Domain, r.Path)) }
+
+// KeyPath names the rule by its place in the configuration as written:
+// the domain, then each entry of its path — the key, and for an entry
+// with a value `="value"` (Go-quoted; a wildcard's pattern as written) —
+// separated by spaces, for example `messaging message_type="marketing"
+// to_number`. A domain or key that is empty or holds a space, `=`, a
+// quote, a backslash or an unprintable character is Go-quoted too, so two
+// rules never share a key path. It holds configured text only, never a
+// request's value.
+func (r *Rule) KeyPath() string {
+	var b strings.Builder
+	b.WriteString(pathToken(r.Domain))
+	for _, e := range r.Path {
+		b.WriteByte(' ')
+		b.WriteString(pathToken(e.Key))
+		if e.Value != "" {
+			b.WriteByte('=')
+			b.WriteString(strconv.Quote(e.Value))
+		}
+	}
+	return b.String()
+}
+
+func pathToken(s string) string {
+	if s == "" || strings.ContainsAny(s, " =\"\\") || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
 
 // Digest is the sha256 of a domain and entries, each length-prefixed, so
 // that no two different descriptors share a digest. The Envoy service keys
@@ -185,7 +224,7 @@ func New(domains ...*Domain) (*Config, error) {
 	c := &Config{domains: make(map[string]*node, len(domains))}
 	var ps Problems
 	first := map[string]string{}
-	nodes := 0
+	nodes, detailed := 0, 0
 	for _, d := range domains {
 		if d == nil {
 			continue
@@ -198,6 +237,13 @@ func New(domains ...*Domain) (*Config, error) {
 		nodes += d.nodes
 		c.domains[d.name] = d.root
 		c.rules = append(c.rules, d.rules...)
+		for _, r := range d.rules {
+			if r.DetailedMetric {
+				if detailed++; detailed == MaxDetailedRules+1 {
+					ps.add(r.file, r.path+".detailed_metric", r.line, fmt.Sprintf("more than %d rules with detailed_metric: true", MaxDetailedRules))
+				}
+			}
+		}
 	}
 	if nodes > MaxNodes {
 		ps.add("", "", 0, fmt.Sprintf("%d descriptors, at most %d", nodes, MaxNodes))

@@ -1,6 +1,7 @@
 package rlsconfig
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -264,4 +265,62 @@ func TestUpstreamFeaturesCaphostRefuses(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), w)
 	}
+}
+
+// TestKeyPath: a rule's key path is its domain, keys and configured values
+// as written (a wildcard as its pattern); quoting keeps distinct rules
+// apart even where upstream's joined key_value names would collide.
+func TestKeyPath(t *testing.T) {
+	c := loadUpstream(t)
+	for _, tc := range []struct {
+		domain string
+		req    []Entry
+		want   string
+	}{
+		{"messaging", es("message_type", "marketing", "to_number", "2061111111"), `messaging message_type="marketing" to_number`},
+		{"messaging", es("to_number", "2061111111"), `messaging to_number`},
+		{"edge_proxy_per_ip", es("remote_address", "50.0.0.5"), `edge_proxy_per_ip remote_address="50.0.0.5"`},
+		{"example9", es("key1", "value1-x"), `example9 key1="value*"`},
+	} {
+		r := c.Match(tc.domain, tc.req)
+		require.NotNil(t, r, tc.want)
+		assert.Equal(t, tc.want, r.KeyPath())
+	}
+
+	d, err := Parse("q.yaml", []byte("domain: \"a b\"\ndescriptors:\n"+
+		"  - {key: a_b, value: c, rate_limit: {unit: second, requests_per_unit: 1}}\n"+
+		"  - {key: a, value: b_c, rate_limit: {unit: second, requests_per_unit: 1}}\n"+
+		"  - {key: \"k=v\", rate_limit: {unit: second, requests_per_unit: 1}}\n"+
+		"  - {key: k, value: \"v\\\" x\", rate_limit: {unit: second, requests_per_unit: 1}}\n"))
+	require.NoError(t, err)
+	var got []string
+	for _, r := range d.Rules() {
+		got = append(got, r.KeyPath())
+	}
+	assert.Equal(t, []string{`"a b" a_b="c"`, `"a b" a="b_c"`, `"a b" "k=v"`, `"a b" k="v\" x"`}, got)
+}
+
+// TestDetailedMetricBounds: detailed_metric needs a rate_limit on its
+// descriptor, and at most MaxDetailedRules rules (of all files) may ask
+// for it.
+func TestDetailedMetricBounds(t *testing.T) {
+	_, err := Parse("x.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    descriptors:\n      - key: j\n        rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "x.yaml:4: descriptors[0].detailed_metric: needs a rate_limit on the same descriptor")
+
+	file := func(name string, n int) *Domain {
+		var b strings.Builder
+		b.WriteString("domain: " + name + "\ndescriptors:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - key: k%d\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+		}
+		d, err := Parse(name+".yaml", []byte(b.String()))
+		require.NoError(t, err)
+		return d
+	}
+	_, err = New(file("a", MaxDetailedRules/2), file("b", MaxDetailedRules/2))
+	require.NoError(t, err)
+	_, err = New(file("a", MaxDetailedRules/2), file("b", MaxDetailedRules/2+1))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "b.yaml:387: descriptors[128].detailed_metric: more than 256 rules with detailed_metric: true")
 }

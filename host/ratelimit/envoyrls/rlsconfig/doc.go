@@ -35,6 +35,15 @@
 // unchanged; a file with the block is caphost's only (upstream refuses the
 // unknown key).
 //
-// detailed_metric is accepted and recorded but changes no metric: caphost
-// never puts descriptor values into metric labels (bounded cardinality).
+// # detailed_metric
+//
+// A rule with detailed_metric: true gets per-rule series in the Envoy
+// service's caphost_envoy_rls_rule_descriptors_total{rule,result}, where
+// rule is the rule's KeyPath: the domain and the keys and configured
+// values as written in the file (a wildcard as its pattern). Upstream puts
+// the request's own values into the stat name instead; caphost never puts
+// a request's value into a metric label, so the label values are bounded
+// by the configuration: at most MaxDetailedRules rules may ask for it, and
+// detailed_metric on a descriptor without a rate_limit (nothing to count)
+// is a problem.
 package rlsconfig

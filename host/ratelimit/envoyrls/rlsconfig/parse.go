@@ -245,6 +245,7 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 		if r, ok := p.rateLimit(join(path, "rate_limit"), rl); ok {
 			r.Domain, r.Path, r.Shadow, r.DetailedMetric = d.name, chain, shadow, detailed
 			r.Where = fmt.Sprintf("%s:%d: %s", p.file, item.Line, path)
+			r.file, r.line, r.path = p.file, item.Line, path
 			if hasExt && r.Unlimited {
 				p.add(join(path, ExtensionField), xn, "an unlimited rule is never counted: caphost options would have no effect")
 			}
@@ -252,8 +253,14 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 			next.rule = r
 			d.rules = append(d.rules, r)
 		}
-	} else if hasExt {
-		p.add(join(path, ExtensionField), xn, "needs a rate_limit on the same descriptor")
+	} else {
+		if hasExt {
+			p.add(join(path, ExtensionField), xn, "needs a rate_limit on the same descriptor")
+		}
+		if detailed {
+			// Nothing would be counted under it.
+			p.add(join(path, "detailed_metric"), f["detailed_metric"], "needs a rate_limit on the same descriptor")
+		}
 	}
 	if ds, ok := f["descriptors"]; ok {
 		p.descriptors(join(path, "descriptors"), ds, d, next, chain, depth+1)
