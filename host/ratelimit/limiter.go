@@ -494,6 +494,7 @@ func (l *Limiter) decided(pol policy.RatePolicy, res programs.RateResult) Outcom
 	o := Outcome{kind: Evaluated, policy: pol.ID, revision: pol.Revision, replayed: res.Status == programs.RateDedupReplay}
 	if pol.Shadow {
 		if !d.Allowed {
+			d.ShadowDenied = true
 			l.metrics.shadowDeny.WithLabelValues(pol.ID).Inc()
 			if l.shadow.take() {
 				l.log.Info("rate shadow policy would have denied", "policy", pol.ID, "revision", pol.Revision)

@@ -249,6 +249,7 @@ func TestServerKilledFailureModes(t *testing.T) {
 	d, _ = o.Decision()
 	assert.True(t, d.Allowed)
 	assert.Equal(t, SourceShadow, d.Source)
+	assert.False(t, d.ShadowDenied, "nothing was evaluated")
 
 	assert.Equal(t, 7.0, counter(t, f.reg, "caphost_rate_enforcement_total", map[string]string{"policy": "local", "source": "LOCAL_EMERGENCY"}))
 	assert.Equal(t, 1.0, counter(t, f.reg, "caphost_rate_outcomes_total", map[string]string{"policy": "closed", "kind": "unavailable", "reason": "redis-unavailable"}))
@@ -352,6 +353,7 @@ func TestShadowAlwaysAllowsAndCounts(t *testing.T) {
 		d, _ := o.Decision()
 		assert.True(t, d.Allowed)
 		assert.Equal(t, SourceShadow, d.Source)
+		assert.Equal(t, i > 0, d.ShadowDenied, "only the evaluations over the limit would have denied")
 	}
 	assert.Equal(t, 2.0, counter(t, f.reg, "caphost_rate_shadow_would_deny_total", map[string]string{"policy": "sh"}))
 }

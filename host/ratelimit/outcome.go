@@ -131,6 +131,11 @@ type Decision struct {
 	Revision  string
 	Source    Source
 	Certainty Certainty
+	// ShadowDenied reports, for a shadow policy's decision by the global
+	// limiter (Source SHADOW, Allowed), that the policy would have
+	// denied. It is false for every other decision, and for a shadow
+	// decision made without the global limiter (nothing was evaluated).
+	ShadowDenied bool
 }
 
 // Outcome is the sealed result of an evaluation: only this package builds
