@@ -22,7 +22,11 @@
 //     descriptor (each value of a value-less or wildcard key) has its own
 //     counter. The status carries current_limit, limit_remaining and
 //     duration_until_reset (to the window's end, from Redis time).
-//   - shadow_mode: the policy is a caphost shadow policy: counted, always OK.
+//   - shadow_mode: the policy is a caphost shadow policy: counted, always
+//     OK. A descriptor the rule would have limited — decided in Redis or,
+//     for a cost over the limit, without a call — counts as
+//     caphost_envoy_rls_descriptors_total{result="shadow_over_limit"},
+//     one within the limit as {result="shadow"}.
 //   - A descriptor hits_addend of 0 asks for a check without counting
 //     (upstream's INCRBY 0). caphost's limiter cannot evaluate a limit
 //     without consuming from it, so on a counted rule the check fails

@@ -131,7 +131,7 @@ func (s *Service) decideSelected(ctx context.Context, q ratelimit.Query, rid str
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		s.m.descriptors.WithLabelValues(resultOverLimit).Inc()
 	case d.Source == ratelimit.SourceShadow:
-		s.m.descriptors.WithLabelValues(resultShadow).Inc()
+		s.m.descriptors.WithLabelValues(shadowResult(d)).Inc()
 	case d.Source == ratelimit.SourceFailOpen:
 		s.m.descriptors.WithLabelValues(resultFailOpen).Inc()
 	case d.Source == ratelimit.SourceLocalEmergency:

@@ -29,12 +29,15 @@ func TestSelectorMapping(t *testing.T) {
 	rt := newRuntime(t, srv.Addr())
 	rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, DegradedProvider: ratelimit.DegradedDisabled,
 		Policies: []policy.RatePolicyDecl{{ID: "per-key", Revision: "r1", Algorithm: policy.RateFixedWindow,
-			Parameters: policy.RateParameters{Limit: 2, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}}}}
+			Parameters: policy.RateParameters{Limit: 2, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}},
+			{ID: "shadow-key", Revision: "r1", Algorithm: policy.RateFixedWindow, Shadow: true,
+				Parameters: policy.RateParameters{Limit: 1, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}}}}
 	set, err := rc.CompilePolicies()
 	require.NoError(t, err)
 	lim, err := ratelimit.New(rt, rc, set)
 	require.NoError(t, err)
-	sel := ratelimit.NewStaticSelector([]ratelimit.RouteRule{{Route: "/api", Selections: []ratelimit.Selection{{Policy: "per-key", Cost: 1}}}})
+	sel := ratelimit.NewStaticSelector([]ratelimit.RouteRule{{Route: "/api", Selections: []ratelimit.Selection{{Policy: "per-key", Cost: 1}}},
+		{Route: "/shadow", Selections: []ratelimit.Selection{{Policy: "shadow-key", Cost: 1}}}})
 
 	m := &envoyrls.SelectorMapping{Limiter: lim, Selector: sel, Domains: []string{"edge"}}
 	f := serve(t, srv, envoyrls.Options{Selector: m}, loadFiles(t, "example2.yaml"))
@@ -56,6 +59,16 @@ func TestSelectorMapping(t *testing.T) {
 	r, err := call(desc("route", "/api", "api-key", "k2"))
 	require.NoError(t, err)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, r.OverallCode, "each api-key has its own counter")
+
+	// A shadow policy never limits; the descriptor it would have limited
+	// counts as shadow_over_limit.
+	for _, want := range []float64{0, 1} {
+		r, err := call(desc("route", "/shadow", "api-key", "k1"))
+		require.NoError(t, err)
+		assert.Equal(t, rlsv3.RateLimitResponse_OK, r.OverallCode)
+		assert.Equal(t, 1.0, f.count(t, "shadow"))
+		assert.Equal(t, want, f.count(t, "shadow_over_limit"))
+	}
 
 	// The static file still answers its own domain.
 	status1(t, f.call(t, "messaging", 0, desc("to_number", "1")), 0, rlsv3.RateLimitResponse_OK, 100, rlsv3.RateLimitResponse_RateLimit_DAY, 99)

@@ -496,9 +496,9 @@ func (s *Service) decideRule(ctx context.Context, mp *mapping, rid string, i int
 	case !d.Allowed:
 		return over(rule, limit, remaining, reset)
 	case d.Source == ratelimit.SourceShadow:
-		// caphost's shadow decision allows; whether it would have denied
-		// is counted by the limiter's shadow metric.
-		result = resultShadow
+		// caphost's shadow decision allows; the limiter says whether the
+		// rule would have denied (as a cost over the limit does above).
+		result = shadowResult(d)
 	case d.Source == ratelimit.SourceFailOpen:
 		result = resultFailOpen
 	case d.Source == ratelimit.SourceLocalEmergency:
@@ -506,6 +506,15 @@ func (s *Service) decideRule(ctx context.Context, mp *mapping, rid string, i int
 	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: limit,
 		LimitRemaining: remaining, DurationUntilReset: durationpb.New(max(reset, 0))}, result
+}
+
+// shadowResult labels an allowing shadow decision: shadow_over_limit when
+// the policy would have denied, shadow otherwise.
+func shadowResult(d ratelimit.Decision) string {
+	if d.ShadowDenied {
+		return resultShadowOver
+	}
+	return resultShadow
 }
 
 // over answers a descriptor over its limit: OVER_LIMIT, or OK for a

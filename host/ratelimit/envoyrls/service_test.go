@@ -284,18 +284,27 @@ func TestUnlimitedAndBlocked(t *testing.T) {
 }
 
 // TestShadowMode is Example 6: user-a's 10/second limit is counted but
-// always answers OK; user-b's 20/second limit is enforced.
+// always answers OK; user-b's 20/second limit is enforced. A shadow
+// descriptor Redis finds over the limit counts as shadow_over_limit, one
+// within it as shadow.
 func TestShadowMode(t *testing.T) {
 	f := start(t, envoyrls.Options{})
+	// The counts of the attempt inOneWindow keeps.
+	var shadow, shadowOver float64
 	rs := inOneWindow(t, func(a int) []*rlsv3.RateLimitResponse {
 		svc := fmt.Sprintf("auth-service-%d", a)
-		return []*rlsv3.RateLimitResponse{
+		shadow0, shadowOver0 := f.count(t, "shadow"), f.count(t, "shadow_over_limit")
+		out := []*rlsv3.RateLimitResponse{
 			f.call(t, "example6", 10, desc("service", svc, "user", "user-a")),
 			f.call(t, "example6", 0, desc("service", svc, "user", "user-a")),
 			f.call(t, "example6", 20, desc("service", svc, "user", "user-b")),
 			f.call(t, "example6", 0, desc("service", svc, "user", "user-b")),
 		}
+		shadow, shadowOver = f.count(t, "shadow")-shadow0, f.count(t, "shadow_over_limit")-shadowOver0
+		return out
 	})
+	assert.Equal(t, 1.0, shadow, "10 hits of 10 are within the shadow limit")
+	assert.Equal(t, 1.0, shadowOver, "the 11th would have been limited")
 	status1(t, rs[0], 0, rlsv3.RateLimitResponse_OK, 10, rlsv3.RateLimitResponse_RateLimit_SECOND, 0)
 	status1(t, rs[1], 0, rlsv3.RateLimitResponse_OK, 10, rlsv3.RateLimitResponse_RateLimit_SECOND, 0)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, rs[1].OverallCode, "shadow mode never limits")
@@ -304,9 +313,10 @@ func TestShadowMode(t *testing.T) {
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, rs[3].OverallCode)
 
 	// A cost above a shadow limit is answered OK without a call.
+	before := f.count(t, "shadow_over_limit")
 	r := f.call(t, "example6", 11, desc("service", "s", "user", "user-a"))
 	status1(t, r, 0, rlsv3.RateLimitResponse_OK, 10, rlsv3.RateLimitResponse_RateLimit_SECOND, 0)
-	assert.Equal(t, 1.0, f.count(t, "shadow_over_limit"))
+	assert.Equal(t, before+1, f.count(t, "shadow_over_limit"))
 }
 
 // TestHitsAddend: the descriptor's hits_addend overrides the request's,
