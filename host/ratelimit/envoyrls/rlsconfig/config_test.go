@@ -300,6 +300,17 @@ func TestKeyPath(t *testing.T) {
 	assert.Equal(t, []string{`"a b" a_b="c"`, `"a b" a="b_c"`, `"a b" "k=v"`, `"a b" k="v\" x"`}, got)
 }
 
+// TestShadowModeNeedsARule: shadow_mode belongs to the rule of its own
+// descriptor (upstream reads it only there): on a descriptor without a
+// rate_limit it would change nothing, so the file is refused.
+func TestShadowModeNeedsARule(t *testing.T) {
+	_, err := Parse("x.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    descriptors:\n      - key: j\n        rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "x.yaml:4: descriptors[0].shadow_mode: needs a rate_limit on the same descriptor")
+	_, err = Parse("x.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: false\n    descriptors:\n      - key: j\n        rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	require.NoError(t, err, "false asks for nothing")
+}
+
 // TestDetailedMetricBounds: detailed_metric needs a rate_limit on its
 // descriptor, and at most MaxDetailedRules rules (of all files) may ask
 // for it.

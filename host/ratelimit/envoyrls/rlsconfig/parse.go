@@ -261,6 +261,11 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 			// Nothing would be counted under it.
 			p.add(join(path, "detailed_metric"), f["detailed_metric"], "needs a rate_limit on the same descriptor")
 		}
+		if shadow {
+			// Shadow mode belongs to a rule: it is not inherited by the
+			// descriptors below, so here it would change nothing.
+			p.add(join(path, "shadow_mode"), f["shadow_mode"], "needs a rate_limit on the same descriptor")
+		}
 	}
 	if ds, ok := f["descriptors"]; ok {
 		p.descriptors(join(path, "descriptors"), ds, d, next, chain, depth+1)
