@@ -11,7 +11,7 @@ import (
 )
 
 // Proxy is an in-test TCP proxy in front of one Redis address, used to inject
-// faults (stall, delay, reset, refuse) for certainty tests. Modes apply to all
+// faults (stall, black hole, delay, reset, refuse) for certainty tests. Modes apply to all
 // connections and can be switched at any time.
 type Proxy struct {
 	target string
@@ -38,6 +38,7 @@ const (
 	modeDelay
 	modeReset
 	modeRefuse
+	modeBlackhole
 )
 
 type proxyConn struct {
@@ -45,7 +46,10 @@ type proxyConn struct {
 	// budget is the number of client->server bytes still allowed before a
 	// reset; negative means unlimited.
 	budget atomic.Int64
-	once   sync.Once
+	// dropped: Blackhole discarded client->server bytes of this
+	// connection (guarded by Proxy.mu); its command stream has a gap.
+	dropped bool
+	once    sync.Once
 }
 
 // NewProxy starts a proxy on a free loopback port forwarding to target and
@@ -85,6 +89,14 @@ func (p *Proxy) Passthrough() { p.setMode(modePass, 0, 0) }
 // write was sent".
 func (p *Proxy) Stall() { p.setMode(modeStall, 0, 0) }
 
+// Blackhole cuts the path both ways without closing anything, as a network
+// partition does: client->server bytes are discarded (nothing reaches
+// Redis) and server->client bytes are held, so every call times out. New
+// connections are accepted and black-holed too. Leaving the mode aborts
+// (RST) every connection that had bytes discarded, since its command
+// stream has a gap; the others get their held replies, as after Stall.
+func (p *Proxy) Blackhole() { p.setMode(modeBlackhole, 0, 0) }
+
 // Delay adds d of latency before each server->client chunk is forwarded.
 func (p *Proxy) Delay(d time.Duration) { p.setMode(modeDelay, d, 0) }
 
@@ -110,6 +122,13 @@ func (p *Proxy) setMode(m proxyMode, d time.Duration, n int64) {
 	defer p.mu.Unlock()
 	if p.closed {
 		return
+	}
+	if p.mode == modeBlackhole && m != modeBlackhole {
+		for c := range p.conns {
+			if c.dropped {
+				c.abort()
+			}
+		}
 	}
 	p.mode, p.delay, p.resetN = m, d, n
 	close(p.changed)
@@ -218,6 +237,9 @@ func (p *Proxy) pumpUp(pc *proxyConn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := pc.client.Read(buf)
+		if n > 0 && p.drop(pc) {
+			n = 0
+		}
 		if n > 0 {
 			chunk, reset := pc.take(buf[:n])
 			if len(chunk) > 0 {
@@ -239,6 +261,19 @@ func (p *Proxy) pumpUp(pc *proxyConn) {
 			return
 		}
 	}
+}
+
+// drop reports whether Blackhole discards a client->server chunk of pc,
+// marking pc under the lock so a mode change either sees the mark or
+// comes before the decision.
+func (p *Proxy) drop(pc *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode != modeBlackhole {
+		return false
+	}
+	pc.dropped = true
+	return true
 }
 
 // take trims chunk to the remaining reset budget and reports whether the
@@ -278,13 +313,13 @@ func (p *Proxy) pumpDown(pc *proxyConn) {
 	}
 }
 
-// holdDown applies Stall and Delay to one server->client chunk. It returns
+// holdDown applies Stall, Blackhole and Delay to one server->client chunk. It returns
 // false when the proxy is shutting down.
 func (p *Proxy) holdDown() bool {
 	for {
 		mode, d, changed := p.state()
 		switch mode {
-		case modeStall:
+		case modeStall, modeBlackhole:
 			<-changed
 			continue
 		case modeDelay:

@@ -59,6 +59,42 @@ func TestProxyModes(t *testing.T) {
 		require.NoError(t, c.Ping(ctx).Err())
 	})
 
+	t.Run("blackhole: nothing reaches redis, nothing comes back", func(t *testing.T) {
+		require.NoError(t, c.Ping(ctx).Err())
+		p.Blackhole()
+		up0, down0 := p.Bytes()
+		sets := s.CommandCalls(t, "set")
+		err := c.Set(ctx, "blackholed", "v", 0).Err()
+		require.Error(t, err)
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout())
+		// A new connection is accepted and black-holed too.
+		raw, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		defer raw.Close()
+		_, err = raw.Write(resp("SET", "blackholed-raw", "v"))
+		require.NoError(t, err)
+		_ = raw.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = raw.Read(make([]byte, 1))
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout())
+		// The proxy counts what it forwards and forwarded nothing, so
+		// nothing can arrive later either.
+		up1, down1 := p.Bytes()
+		assert.Equal(t, up0, up1, "no client bytes forwarded")
+		assert.Equal(t, down0, down1, "no reply bytes forwarded")
+		p.Passthrough()
+		// The connections that lost bytes were reset: the raw one sees it,
+		// the client redials.
+		_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.ReadAll(raw)
+		assert.True(t, err == nil || errors.Is(err, syscall.ECONNRESET), "want RST or EOF, got %v", err)
+		require.NoError(t, c.Ping(ctx).Err())
+		assert.Equal(t, sets, s.CommandCalls(t, "set"), "no SET ever reached redis")
+		assert.Zero(t, s.Admin().Exists(ctx, "blackholed", "blackholed-raw").Val())
+	})
+
 	t.Run("delay", func(t *testing.T) {
 		// A client of its own: c's read timeout is too short to wait for
 		// the delays below on a loaded machine.
