@@ -6,10 +6,14 @@
 // The Executor runs the protocol over the catalog's idempotency programs:
 // claim (one atomic step that elects one owner among concurrent
 // duplicates, or answers the stored response), start immediately before
-// the action, renew at a third of the processing lease while it runs,
-// then complete with the response, or mark the record retryable (the
-// action proved it had no effect) or abandoned (its effect is unknown: a
-// panic, an unclassified error, a response too large to store). The
+// the action, renew at a third of the processing lease while it runs
+// (ending the action's context, with ErrLeaseLost or
+// ErrLeaseExpiredLocally, when the record is no longer this owner's or
+// no renew was confirmed within nine tenths of the lease on the local
+// monotonic clock), then complete with the response, or mark the record
+// retryable (the action proved it had no effect) or abandoned (its effect
+// is unknown: a panic, an unclassified error, a response too large to
+// store, a lease lost while it ran). The
 // action runs only after a start this very call sent was confirmed; a
 // second call of the same attempt in the process never starts it. Lost
 // replies are repeated once with the same operation id, then inspected.

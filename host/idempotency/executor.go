@@ -44,6 +44,17 @@ var (
 	// ErrUnknownRoute: the route is not on Config.Routes (it also matches
 	// ErrInvalidRequest); nothing was sent.
 	ErrUnknownRoute = errors.New("idempotency: route not on the allowlist")
+	// ErrLeaseLost is the cause (context.Cause) of an action's context
+	// that Execute ended because the processing lease is no longer this
+	// attempt's: a renew found the record gone, another attempt's or no
+	// longer in progress. It also matches ErrLeaseExpiredLocally.
+	ErrLeaseLost = errors.New("idempotency: processing lease lost")
+	// ErrLeaseExpiredLocally is the cause of an action's context that
+	// Execute ended because no renew was confirmed before the lease's
+	// local validity ran out (Redis unreachable, or its replies lost): the
+	// record may be taken over or found ABANDONED by another claimer from
+	// then on. It matches ErrLeaseLost.
+	ErrLeaseExpiredLocally = fmt.Errorf("%w: its local validity ran out without a confirmed renew", ErrLeaseLost)
 )
 
 // Config configures an Executor.
@@ -53,7 +64,8 @@ type Config struct {
 	Role policy.Role
 	// Lease is the processing lease while a request is claimed or
 	// executing (default 30 s); the executor renews it at a third while the
-	// action runs.
+	// action runs, and ends the action's context when a tenth of it is
+	// left (on the local monotonic clock) with no renew confirmed.
 	Lease time.Duration
 	// Retention is how long a claimed or executing record outlives its
 	// lease (default 10 min): an owner that vanished mid-action is seen,
@@ -164,9 +176,14 @@ type Executor struct {
 	// a second call of the same attempt never sends a start of its own.
 	running sync.Map // string → struct{}
 
+	// now and after are the monotonic clock and timers of the lease's
+	// local validity (time.Now, time.After; a fake clock in tests).
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
+
 	// Test hooks.
 	beforeRepeat func(step string)
-	afterRenew   func(programs.IdemRenewStatus)
+	afterRenew   func(programs.IdemRenewStatus, error)
 }
 
 // New binds an executor to cfg.Role of rt.
@@ -184,7 +201,7 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Executor, error) {
 	if err := checkBudgets(cfg.MaxResponseBytes, dep.Budgets()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	e := &Executor{exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, log: slog.Default()}
+	e := &Executor{exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, log: slog.Default(), now: time.Now, after: time.After}
 	for _, o := range opts {
 		if o != nil {
 			o(e)
@@ -255,7 +272,10 @@ func RetryableNoEffect(err error) Result { return Result{kind: resultNoEffect, e
 func EffectUnknown(err error) Result { return Result{kind: resultUnknown, err: err} }
 
 // Action is the work done at most once per attempt. Its context is
-// cancelled when the processing lease is lost.
+// cancelled, with cause ErrLeaseLost or ErrLeaseExpiredLocally, when the
+// processing lease is lost or may have run out: the action must stop its
+// work then. What it reports after that is never stored as a completion
+// (see Abandoned).
 type Action func(ctx context.Context) Result
 
 // Kind is what an execution came to.
@@ -287,7 +307,9 @@ const (
 	// EXECUTING: Inspect before concluding).
 	FailedRetryable
 	// Abandoned: the action's effect is unknown (it said so, panicked, or
-	// its response could not be stored); retries are RECOVERY_REQUIRED.
+	// its response could not be stored, or its processing lease was lost
+	// or ran out while it ran: ActionErr then matches ErrLeaseLost);
+	// retries are RECOVERY_REQUIRED.
 	Abandoned
 	// Conflict: the attempt's owner token holds this record under another
 	// operation id (a caller bug).
@@ -503,6 +525,9 @@ func (e *Executor) replay(c call, resp programs.IdemResponse) (Execution, progra
 // start this call sent and saw confirmed.
 func (e *Executor) startAndRun(ctx context.Context, c call, own programs.IdemOwner, action Action) (Execution, error) {
 	op := newOpID("start")
+	// The lease a confirmed start sets runs from when Redis applied it:
+	// not before this first send (a repeat's ALREADY_STARTED names it).
+	sent := e.now()
 	res, err := repeatable(ctx, e, "start", func() (programs.IdemTransitionResult[programs.IdemStartStatus], error) {
 		return e.exec.IdempotencyStart(ctx, c.key, own, op, e.cfg.Lease)
 	})
@@ -527,8 +552,8 @@ func (e *Executor) startAndRun(ctx context.Context, c call, own programs.IdemOwn
 	default:
 		return Execution{}, fmt.Errorf("idempotency: idempotency-start-v1 answered %s", res.Status)
 	}
-	result := e.run(ctx, c, own, action)
-	return e.finish(c, own, result), nil
+	result, lost := e.run(ctx, c, own, sent, action)
+	return e.finish(c, own, result, lost), nil
 }
 
 // giveBack releases a claim whose action never ran, or marks it
@@ -544,16 +569,18 @@ func (e *Executor) giveBack(c call, own programs.IdemOwner) {
 	}
 }
 
-// run runs the action under a renewer: the lease is renewed at a third of
-// its length, and the action's context ends when the record is no longer
-// this owner's. A panic is an unknown effect.
-func (e *Executor) run(ctx context.Context, c call, own programs.IdemOwner, action Action) (res Result) {
+// run runs the action under a watchdog (watch) that renews the lease
+// and ends the action's context when the record is no longer this
+// owner's or its local validity runs out; sent is the local time just
+// before the confirmed start was sent. lost is the watchdog's cause when
+// it ended the context. A panic is an unknown effect.
+func (e *Executor) run(ctx context.Context, c call, own programs.IdemOwner, sent time.Time, action Action) (res Result, lost error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		e.renew(actx, c, own, cancel, stop)
+		e.watch(actx, c, own, sent, cancel, stop)
 	}()
 	defer func() {
 		close(stop)
@@ -561,49 +588,107 @@ func (e *Executor) run(ctx context.Context, c call, own programs.IdemOwner, acti
 		if p := recover(); p != nil {
 			res = EffectUnknown(fmt.Errorf("idempotency: the action panicked: %v", p))
 		}
+		if cause := context.Cause(actx); errors.Is(cause, ErrLeaseLost) {
+			lost = cause
+		}
 	}()
-	return action(actx)
+	return action(actx), nil
 }
 
-// errLeaseLost ends the action's context when a renew finds the record is
-// no longer this owner's.
-var errLeaseLost = errors.New("idempotency: processing lease lost")
+// validity is how long a confirmed start or renew keeps the lease valid
+// locally: the lease minus a tenth, which covers the clock-rate
+// difference between this process and Redis and the time the action
+// takes to stop once its context ends.
+func validity(lease time.Duration) time.Duration { return lease - lease/10 }
 
-func (e *Executor) renew(ctx context.Context, c call, own programs.IdemOwner, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	every := e.cfg.Lease / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
+// watch is the action's watchdog. It renews the lease every third of it
+// (sooner, well inside the validity left, after a renew that was not
+// confirmed) and keeps a local validity deadline on the monotonic clock:
+// validity(lease) from just before the send of the last confirmed start or
+// renew (the lease on Redis runs from when it applied, which is later).
+// It ends the action's context with ErrLeaseLost when Redis answers that
+// the record is no longer this owner's, and with ErrLeaseExpiredLocally
+// when the deadline passes with no renew confirmed — losing the lease is
+// decided by the deadline, never by counting failed renews, as the lease
+// watchdog (host/lease) does. Timers are absolute, so the outcome does not
+// depend on when this goroutine gets to run.
+func (e *Executor) watch(ctx context.Context, c call, own programs.IdemOwner, sent time.Time, cancel context.CancelCauseFunc,
+	stop <-chan struct{}) {
+	every, valid := e.cfg.Lease/3, validity(e.cfg.Lease)
+	validUntil, nextRenew := sent.Add(valid), sent.Add(every)
 	for {
+		now := e.now()
+		tick, expiry := e.after(nextRenew.Sub(now)), e.after(validUntil.Sub(now))
 		select {
 		case <-stop:
 			return
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-expiry:
+		case <-tick:
 		}
-		res, err := e.exec.IdempotencyRenew(ctx, c.key, own, newOpID("renew"), e.cfg.Lease)
+		now = e.now()
+		if !now.Before(validUntil) {
+			select {
+			case <-stop:
+				return // the action returned first
+			default:
+			}
+			cancel(ErrLeaseExpiredLocally)
+			e.log.Warn("idempotency: the processing lease ran out with no confirmed renew; the action's context is cancelled",
+				"route", c.req.Scope.Route)
+			return
+		}
+		if now.Before(nextRenew) {
+			continue
+		}
+		// The renew gives up when the validity runs out: its reply would
+		// come too late to keep the action running.
+		rctx, rcancel := context.WithTimeout(ctx, validUntil.Sub(now))
+		res, err := e.exec.IdempotencyRenew(rctx, c.key, own, newOpID("renew"), e.cfg.Lease)
+		rcancel()
 		if e.afterRenew != nil {
-			e.afterRenew(res.Status)
+			e.afterRenew(res.Status, err)
 		}
 		e.m.renewed(c.req.Scope.Route, renewLabel(res.Status, err))
-		if err == nil {
-			switch res.Status {
-			case programs.IdemRenewed, programs.IdemAlreadyRenewedSameOperation:
-			default:
-				cancel(errLeaseLost)
-				return
+		nextRenew = now.Add(every)
+		switch {
+		case err == nil && (res.Status == programs.IdemRenewed || res.Status == programs.IdemAlreadyRenewedSameOperation):
+			// Two renews never race here; a later send start only extends.
+			if v := now.Add(valid); v.After(validUntil) {
+				validUntil = v
 			}
+		case err == nil:
+			cancel(ErrLeaseLost)
+			return
+		default:
+			// Not confirmed (Redis unreachable, or the reply lost: it may
+			// have applied, but only a confirmed renew extends the
+			// validity). Try again well inside what is left.
+			after := e.now()
+			nextRenew = after.Add(max(min(every, validUntil.Sub(after)/4), time.Millisecond))
 		}
-		t.Reset(every)
 	}
 }
 
 // finish records the action's result: complete, mark retryable or
 // abandon. It runs on a context of its own: the caller giving up must not
-// leave a finished action unrecorded.
-func (e *Executor) finish(c call, own programs.IdemOwner, r Result) Execution {
+// leave a finished action unrecorded. lost (ErrLeaseLost or
+// ErrLeaseExpiredLocally) is why the watchdog ended the action's context,
+// if it did: a response the action commits after that is not stored — the
+// lease may have run out and the record been found ABANDONED or even taken
+// over meanwhile — and the record is marked ABANDONED instead.
+func (e *Executor) finish(c call, own programs.IdemOwner, r Result, lost error) Execution {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if lost != nil {
+		switch {
+		case r.kind == resultCommitted:
+			r = EffectUnknown(fmt.Errorf("%w: the action committed after its context ended", lost))
+		case !errors.Is(r.err, lost):
+			r.err = errors.Join(lost, r.err)
+		}
+	}
 	out := Execution{Attempt: own.Attempt, ActionErr: r.err}
 	switch r.kind {
 	case resultCommitted:

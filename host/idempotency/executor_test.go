@@ -200,7 +200,7 @@ func TestLongActionIsRenewed(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	e := newExecutor(t, srv.Addr(), Config{Lease: 600 * time.Millisecond})
 	renewed := make(chan programs.IdemRenewStatus, 16)
-	e.afterRenew = func(s programs.IdemRenewStatus) { renewed <- s }
+	e.afterRenew = func(s programs.IdemRenewStatus, _ error) { renewed <- s }
 	ctx := ctxT(t)
 	ex, err := e.Execute(ctx, request(t, "long", "{}"), func(ctx context.Context) Result {
 		for range 3 {
@@ -218,6 +218,115 @@ func TestLongActionIsRenewed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Executed, ex.Kind, "three renews kept the lease past three lease lengths: %v", ex.ActionErr)
 	assert.True(t, ex.Recorded)
+}
+
+// TestUnreachableRedisEndsTheActionInsideItsLease: a node cut off from
+// Redis (a black-holed proxy: nothing reaches Redis, nothing comes back)
+// cannot renew. When the lease's local validity runs out the executor ends
+// the action's context with ErrLeaseExpiredLocally while Redis still holds
+// the lease, so no other claimer can have taken the request over yet; the
+// commit the action reports afterwards is not a completion (ABANDONED,
+// unrecorded), and the next claims follow the record's state machine:
+// IN_PROGRESS while the lease lasts on Redis, RECOVERY_REQUIRED once it
+// ran out. The executor's clock is fake and the lease on Redis is moved by
+// hand (PEXPIRE): no assertion depends on the machine's speed.
+func TestUnreachableRedisEndsTheActionInsideItsLease(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	const lease, retention = 20 * time.Second, 10 * time.Second
+	cfg := Config{Lease: lease, Retention: retention}
+	cut := newExecutor(t, p.Addr(), cfg)
+	clk := newFakeClock()
+	clk.install(cut)
+	other := newExecutor(t, srv.Addr(), cfg)
+	ctx := ctxT(t)
+	never := func(context.Context) Result { t.Error("must not run"); return Committed(nil) }
+	// Load the scripts first, so the partitioned request's start goes
+	// through at once.
+	_, err := cut.Execute(ctx, request(t, "warm", "{}"), func(context.Context) Result { return Committed(nil) })
+	require.NoError(t, err)
+
+	renews := make(chan error, 8)
+	cut.afterRenew = func(_ programs.IdemRenewStatus, err error) { renews <- err }
+	req := request(t, "partitioned", "{}")
+	started, cause := make(chan struct{}), make(chan error, 1)
+	type outcome struct {
+		ex  Execution
+		err error
+	}
+	done := make(chan outcome, 1)
+	var runs atomic.Int32
+	go func() {
+		ex, err := cut.Execute(ctx, req, func(actx context.Context) Result {
+			runs.Add(1)
+			close(started)
+			<-actx.Done()
+			cause <- context.Cause(actx)
+			return Committed([]byte("committed after its context ended"))
+		})
+		done <- outcome{ex, err}
+	}()
+	recv(t, started)
+	p.Blackhole()
+	up, _ := p.Bytes()
+
+	// A third of the lease: the renew goes into the black hole and is not
+	// confirmed; the validity has not run out, so the action keeps running.
+	clk.Advance(lease / 3)
+	assert.Error(t, recv(t, renews), "no renew is confirmed through a black hole")
+	select {
+	case c := <-cause:
+		t.Fatalf("the action was cancelled inside its validity: %v", c)
+	default:
+	}
+
+	// The validity — nine tenths of the lease from the start's send — runs
+	// out with no confirmed renew: the action's context ends.
+	clk.Advance(validity(lease) - lease/3)
+	got := recv(t, cause)
+	assert.ErrorIs(t, got, ErrLeaseExpiredLocally)
+	assert.ErrorIs(t, got, ErrLeaseLost)
+
+	// Only now does another node claim the request: Redis still holds the
+	// lease, so it waits. The action stopped before the request could be
+	// taken from it.
+	ex, err := other.Execute(ctx, request(t, "partitioned", "{}"), never)
+	require.NoError(t, err)
+	assert.Equal(t, InProgress, ex.Kind, "the lease is still held on Redis when the action is told to stop")
+	assert.Positive(t, ex.RetryAfter)
+
+	out := recv(t, done)
+	require.NoError(t, out.err)
+	assert.Equal(t, Abandoned, out.ex.Kind, "a commit reported after the lease ran out is not a completion")
+	assert.ErrorIs(t, out.ex.ActionErr, ErrLeaseExpiredLocally)
+	assert.False(t, out.ex.Recorded, "the abandon mark cannot reach Redis")
+	assert.Nil(t, out.ex.Response)
+	upAfter, _ := p.Bytes()
+	assert.Equal(t, up, upAfter, "nothing the cut-off node sent reached Redis")
+
+	// The lease runs out on Redis (the record's TTL cut to its retention):
+	// the next claim finds an expired execution, which is never taken
+	// over.
+	k, err := other.scopeKey(req.Scope)
+	require.NoError(t, err)
+	require.True(t, srv.Admin().PExpire(ctx, k.Redis(), retention).Val())
+	ex, err = other.Execute(ctx, request(t, "partitioned", "{}"), never)
+	require.NoError(t, err)
+	assert.Equal(t, RecoveryRequired, ex.Kind)
+	assert.Equal(t, int32(1), runs.Load())
+}
+
+// recv receives from ch; the bound only keeps a broken test from hanging.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing received in 30 s")
+	}
+	var zero T
+	return zero
 }
 
 // TestLostClaimReplyIsReconciled: the claim reaches Redis and its reply

@@ -83,10 +83,11 @@ func TestSentinelFailoverDuringIdempotentActions(t *testing.T) {
 	dep.Topology = &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs()}
 	dep.Timeouts.Command = time.Second
 	cfg.Deployments["main"] = dep
-	// Renewed every 2 s: each running action renews through the outage
-	// and against the promoted replica, and a 6 s lease outlives the
-	// failover (~2-3 s here).
-	e, err := New(newRuntimeFrom(t, cfg), Config{Lease: 6 * time.Second})
+	// Renewed every 5 s (sooner after a renew that failed): each running
+	// action renews through the outage and against the promoted replica,
+	// and the lease's local validity (13.5 s from the last confirmed
+	// renew) outlives the failover (~2-3 s here) with room to spare.
+	e, err := New(newRuntimeFrom(t, cfg), Config{Lease: 15 * time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -124,7 +125,8 @@ func TestSentinelFailoverDuringIdempotentActions(t *testing.T) {
 
 	lostRunning.wait(t)
 	require.NoError(t, lostRunning.err)
-	assert.ErrorIs(t, lostRunning.cause, errLeaseLost, "a renew found the record gone and cancelled the action")
+	assert.ErrorIs(t, lostRunning.cause, ErrLeaseLost, "a renew found the record gone and cancelled the action")
+	assert.NotErrorIs(t, lostRunning.cause, ErrLeaseExpiredLocally, "Redis answered before the local validity ran out")
 	assert.Equal(t, Abandoned, lostRunning.ex.Kind)
 	assert.False(t, lostRunning.ex.Recorded, "no record to mark on the promoted replica")
 	cancelled := time.Now()
@@ -171,7 +173,7 @@ func TestClusterFailoverDuringIdempotentActions(t *testing.T) {
 	dep.Topology = &policy.Cluster{Seeds: cl.Seeds()}
 	dep.Timeouts.Command = time.Second
 	cfg.Deployments["main"] = dep
-	e, err := New(newRuntimeFrom(t, cfg), Config{Lease: 6 * time.Second})
+	e, err := New(newRuntimeFrom(t, cfg), Config{Lease: 15 * time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
