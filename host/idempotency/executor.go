@@ -182,6 +182,7 @@ type Executor struct {
 	after func(time.Duration) <-chan time.Time
 
 	// Test hooks.
+	beforeStart  func()
 	beforeRepeat func(step string)
 	afterRenew   func(programs.IdemRenewStatus, error)
 }
@@ -528,6 +529,9 @@ func (e *Executor) startAndRun(ctx context.Context, c call, own programs.IdemOwn
 	// The lease a confirmed start sets runs from when Redis applied it:
 	// not before this first send (a repeat's ALREADY_STARTED names it).
 	sent := e.now()
+	if e.beforeStart != nil {
+		e.beforeStart()
+	}
 	res, err := repeatable(ctx, e, "start", func() (programs.IdemTransitionResult[programs.IdemStartStatus], error) {
 		return e.exec.IdempotencyStart(ctx, c.key, own, op, e.cfg.Lease)
 	})
@@ -564,8 +568,14 @@ func (e *Executor) giveBack(c call, own programs.IdemOwner) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rel, err := e.exec.IdempotencyRelease(ctx, c.key, own, newOpID("release"))
+	if err != nil && certainty.Classify(err, true) == certainty.Indeterminate {
+		e.m.lost(c.req.Scope.Route, "release")
+	}
 	if err == nil && rel.Status == programs.IdemReleaseExecutionAlreadyStarted {
-		_, _ = e.exec.IdempotencyFail(ctx, c.key, own, newOpID("fail"), programs.IdemRetryable, e.cfg.FailedTTL)
+		_, err = e.exec.IdempotencyFail(ctx, c.key, own, newOpID("fail"), programs.IdemRetryable, e.cfg.FailedTTL)
+		if err != nil && certainty.Classify(err, true) == certainty.Indeterminate {
+			e.m.lost(c.req.Scope.Route, "fail")
+		}
 	}
 }
 
@@ -665,6 +675,9 @@ func (e *Executor) watch(ctx context.Context, c call, own programs.IdemOwner, se
 			// Not confirmed (Redis unreachable, or the reply lost: it may
 			// have applied, but only a confirmed renew extends the
 			// validity). Try again well inside what is left.
+			if certainty.Classify(err, true) == certainty.Indeterminate {
+				e.m.lost(c.req.Scope.Route, "renew")
+			}
 			after := e.now()
 			nextRenew = after.Add(max(min(every, validUntil.Sub(after)/4), time.Millisecond))
 		}

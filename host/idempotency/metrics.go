@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, routes []string) (*metrics, error) {
 		executions: c("executions_total", "Executions (Execute and the middleware) by route and kind (executed, replayed, in_progress, fingerprint_mismatch, recovery_required, policy_mismatch, failed_retryable, abandoned, conflict, unavailable, indeterminate, error).",
 			"route", "kind"),
 		takeovers: c("takeovers_total", "Claims that took over a FAILED_RETRYABLE record or a CLAIMED one whose lease expired, by route.", "route"),
-		indeterminate: c("indeterminate_total", "Steps whose reply was lost also after one repeat (claim, start, complete, fail, release, renew), by route and step.",
+		indeterminate: c("indeterminate_total", "Steps whose reply was lost (claim, start, complete, fail, release, renew; a step that is repeated once after a lost reply counts when the repeat's is lost too), by route and step.",
 			"route", "step"),
 		renewals: c("renewals_total", "Processing lease renewals by route and outcome (renewed, already_renewed_same_operation, not_owner, not_in_progress, absent, unavailable, indeterminate, error).",
 			"route", "result"),

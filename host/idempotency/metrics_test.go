@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/caphost/caphost/host/owner"
 	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/programs"
 )
 
 // TestMetricsCountOutcomes: claims, executions by kind, takeovers,
@@ -86,6 +89,100 @@ func TestMetricsCountOutcomes(t *testing.T) {
 
 	_, err = New(newRuntime(t, srv.Addr()), Config{}, WithRegisterer(reg))
 	assert.ErrorContains(t, err, "already registered")
+}
+
+// TestLostRepliesAreCounted: a reply lost through a stalling proxy (the
+// program reaches Redis, its reply never comes back) increments
+// indeterminate_total for the step that lost it: Execute's claim, start
+// and watchdog renew, and the stateless renew and release. Each step is
+// measured as the counter's change around it.
+func TestLostRepliesAreCounted(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	cfg := redistest.ExampleConfig(p.Addr(), policy.RoleCoordination)
+	dep := cfg.Deployments["main"]
+	dep.Timeouts.Command, dep.Timeouts.Connect, dep.Timeouts.Acquire = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+	cfg.Deployments["main"] = dep
+	e, err := New(newRuntimeFrom(t, cfg), Config{})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	clk.install(e)
+	ctx := ctxT(t)
+	const r = "create-payment"
+	ok := func(context.Context) Result { return Committed([]byte("ok")) }
+	never := func(context.Context) Result { t.Error("must not run"); return Committed(nil) }
+	// warm runs one request with the proxy passing, so that the step under
+	// test is sent on a live pooled connection (and the scripts are loaded).
+	warms := 0
+	warm := func() {
+		t.Helper()
+		p.Passthrough()
+		warms++
+		ex, err := e.Execute(ctx, request(t, fmt.Sprintf("warm-%d", warms), "{}"), ok)
+		require.NoError(t, err)
+		require.Equal(t, Executed, ex.Kind)
+	}
+	delta := func(step string, do func()) float64 {
+		t.Helper()
+		before := value(t, e.m.indeterminate.WithLabelValues(r, step))
+		do()
+		return value(t, e.m.indeterminate.WithLabelValues(r, step)) - before
+	}
+
+	warm()
+	assert.Equal(t, 1.0, delta("claim", func() {
+		p.Stall()
+		ex, err := e.Execute(ctx, request(t, "lost-claim", "{}"), never)
+		require.NoError(t, err)
+		assert.Equal(t, Indeterminate, ex.Kind)
+	}), "claim")
+
+	warm()
+	assert.Equal(t, 1.0, delta("start", func() {
+		e.beforeStart = p.Stall
+		defer func() { e.beforeStart = nil }()
+		ex, err := e.Execute(ctx, request(t, "lost-start", "{}"), never)
+		require.NoError(t, err)
+		assert.Equal(t, Indeterminate, ex.Kind)
+	}), "start")
+
+	warm()
+	renewed := make(chan error, 1)
+	e.afterRenew = func(_ programs.IdemRenewStatus, err error) { renewed <- err }
+	assert.Equal(t, 1.0, delta("renew", func() {
+		ex, err := e.Execute(ctx, request(t, "lost-renew", "{}"), func(context.Context) Result {
+			p.Stall()
+			clk.Advance(DefaultLease / 3) // the watchdog's renew is due
+			assert.Error(t, recv(t, renewed), "the renew's reply is lost")
+			p.Passthrough()
+			return Committed([]byte("ok"))
+		})
+		require.NoError(t, err)
+		assert.Equal(t, Executed, ex.Kind, "a lost renew reply inside the validity does not stop the action")
+	}), "watchdog renew")
+	e.afterRenew = nil
+
+	// The stateless steps, on an attempt claimed and started by hand.
+	warm()
+	a, err := owner.NewAttempt("stateless")
+	require.NoError(t, err)
+	s := Scope{Route: r, Principal: []byte("tenant-7"), Key: "stateless"}
+	c, err := e.Claim(ctx, Request{Scope: s, Fingerprint: FingerprintOf("POST", "/", "", nil), Attempt: a})
+	require.NoError(t, err)
+	require.True(t, c.Owned)
+	assert.Equal(t, 1.0, delta("renew", func() {
+		p.Stall()
+		res, err := e.Renew(ctx, s, a, c.Attempt)
+		require.NoError(t, err)
+		assert.Equal(t, StatusIndeterminate, res.Status)
+	}), "stateless renew")
+	warm()
+	assert.Equal(t, 1.0, delta("release", func() {
+		p.Stall()
+		res, err := e.Release(ctx, s, a, c.Attempt)
+		require.NoError(t, err)
+		assert.Equal(t, StatusIndeterminate, res.Status)
+	}), "stateless release")
 }
 
 // TestMetricLabelsAreBounded: without an allowlist the first MaxRoutes
