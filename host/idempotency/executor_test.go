@@ -194,30 +194,83 @@ func TestFailureDispositions(t *testing.T) {
 	assert.Equal(t, RecoveryRequired, ex.Kind)
 }
 
-// TestLongActionIsRenewed: the executor renews the processing lease while
-// the action runs, and the lease is really extended.
+// TestLongActionIsRenewed: an action that runs for more than three lease
+// lengths keeps its request: a competing claimer gets IN_PROGRESS
+// throughout, just before each renew (with at most two thirds of the lease
+// left) and just after it (with more than that: the renew extended the
+// lease on Redis). Time is the test's: the executor runs on a fake clock,
+// and each third of a lease passes on Redis by cutting the record's TTL by
+// as much (PTTL − lease/3, atomically), so a renew that answered RENEWED
+// without extending the lease lets it run out by the third round — the
+// claim is then RECOVERY_REQUIRED — however fast the machine is. The real
+// lease is long (30 s): real time only ever shortens it by milliseconds.
 func TestLongActionIsRenewed(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	e := newExecutor(t, srv.Addr(), Config{Lease: 600 * time.Millisecond})
-	renewed := make(chan programs.IdemRenewStatus, 16)
-	e.afterRenew = func(s programs.IdemRenewStatus, _ error) { renewed <- s }
+	const lease = DefaultLease
+	e := newExecutor(t, srv.Addr(), Config{Lease: lease})
+	clk := newFakeClock()
+	clk.install(e)
+	other := newExecutor(t, srv.Addr(), Config{Lease: lease})
+	renewed := make(chan programs.IdemRenewStatus, 1)
+	e.afterRenew = func(s programs.IdemRenewStatus, err error) {
+		assert.NoError(t, err)
+		renewed <- s
+	}
 	ctx := ctxT(t)
-	ex, err := e.Execute(ctx, request(t, "long", "{}"), func(ctx context.Context) Result {
-		for range 3 {
-			select {
-			case s := <-renewed:
-				if s != programs.IdemRenewed {
-					return EffectUnknown(errors.New(s.String()))
-				}
-			case <-ctx.Done():
-				return EffectUnknown(context.Cause(ctx))
-			}
-		}
-		return Committed([]byte("done"))
-	})
+	req := request(t, "long", "{}")
+	k, err := e.scopeKey(req.Scope)
 	require.NoError(t, err)
-	assert.Equal(t, Executed, ex.Kind, "three renews kept the lease past three lease lengths: %v", ex.ActionErr)
+	never := func(context.Context) Result { t.Error("the competing claimer must not run"); return Committed(nil) }
+	compete := func() Execution {
+		t.Helper()
+		ex, err := other.Execute(ctx, request(t, "long", "{}"), never)
+		require.NoError(t, err)
+		require.Equal(t, InProgress, ex.Kind, "the running action keeps its request")
+		return ex
+	}
+	// elapse lets a third of the lease pass on Redis.
+	elapse := func() {
+		t.Helper()
+		ok, err := srv.Admin().Eval(ctx, "return redis.call('PEXPIRE', KEYS[1], redis.call('PTTL', KEYS[1]) - tonumber(ARGV[1]))",
+			[]string{k.Redis()}, (lease / 3).Milliseconds()).Int()
+		require.NoError(t, err)
+		require.Equal(t, 1, ok, "the record exists")
+	}
+
+	const rounds = 10 // ten thirds: past three lease lengths
+	finish := make(chan struct{})
+	done := make(chan Execution, 1)
+	started := make(chan struct{})
+	go func() {
+		ex, err := e.Execute(ctx, req, func(actx context.Context) Result {
+			close(started)
+			select {
+			case <-finish:
+				return Committed([]byte("done"))
+			case <-actx.Done():
+				return EffectUnknown(context.Cause(actx))
+			}
+		})
+		assert.NoError(t, err)
+		done <- ex
+	}()
+	recv(t, started)
+	for round := range rounds {
+		elapse()
+		before := compete()
+		assert.LessOrEqual(t, before.RetryAfter, lease-lease/3, "round %d: a third of the lease has passed", round)
+		clk.Advance(lease / 3) // the watchdog's renew is due
+		require.Equal(t, programs.IdemRenewed, recv(t, renewed), "round %d", round)
+		after := compete()
+		assert.Greater(t, after.RetryAfter, lease-lease/3, "round %d: the renew extended the lease on Redis", round)
+	}
+	close(finish)
+	ex := recv(t, done)
+	assert.Equal(t, Executed, ex.Kind, "renews kept the lease past three lease lengths: %v", ex.ActionErr)
 	assert.True(t, ex.Recorded)
+	replay, err := other.Execute(ctx, request(t, "long", "{}"), never)
+	require.NoError(t, err)
+	assert.Equal(t, Replayed, replay.Kind)
 }
 
 // TestUnreachableRedisEndsTheActionInsideItsLease: a node cut off from
