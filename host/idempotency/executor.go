@@ -407,7 +407,8 @@ func newOpID(step string) []byte {
 // Execute claims the request, runs action at most once for this attempt
 // and stores its response, or replays the stored one. See Kind for what
 // each outcome means; the action runs only after a start this call sent
-// was confirmed.
+// was confirmed. A stored response that no longer matches its digest is
+// ErrCorruptResponse, never replayed.
 func (e *Executor) Execute(ctx context.Context, r Request, action Action) (Execution, error) {
 	c, err := e.prepare(r)
 	if err != nil {
@@ -518,8 +519,25 @@ func (e *Executor) claimFailed(ctx context.Context, c call, err error) (Executio
 }
 
 func (e *Executor) replay(c call, resp programs.IdemResponse) (Execution, programs.IdemOwner, error) {
-	e.m.bytes(c.req.Scope.Route, "replay", len(resp.Payload))
-	return Execution{Kind: Replayed, Response: resp.Payload}, programs.IdemOwner{}, nil
+	payload, err := storedPayload(resp)
+	if err != nil {
+		e.log.Warn("idempotency: a stored response does not match its digest; not replayed", "route", c.req.Scope.Route)
+		return Execution{}, programs.IdemOwner{}, err
+	}
+	e.m.bytes(c.req.Scope.Route, "replay", len(payload))
+	return Execution{Kind: Replayed, Response: payload}, programs.IdemOwner{}, nil
+}
+
+// storedPayload returns a completed record's response after checking it
+// against the digest stored beside it (the host's SHA-256 of the payload,
+// written by the same complete): a response that changed at rest, or that
+// another writer stored, is ErrCorruptResponse and never replayed.
+func storedPayload(resp programs.IdemResponse) ([]byte, error) {
+	sum := sha256.Sum256(resp.Payload)
+	if resp.Digest != hex.EncodeToString(sum[:]) {
+		return nil, fmt.Errorf("%w: the payload does not match its stored digest", ErrCorruptResponse)
+	}
+	return resp.Payload, nil
 }
 
 // startAndRun marks the record EXECUTING and runs the action only on a

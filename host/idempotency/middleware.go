@@ -182,7 +182,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(panicked)
 	}
 	if err != nil {
-		if rec == nil {
+		switch {
+		case rec != nil:
+		case errors.Is(err, ErrCorruptResponse):
+			httpjson.WriteError(w, httpjson.NewError(http.StatusInternalServerError, CodeStoredCorrupt, "the stored response failed its checks"))
+		default:
 			httpjson.WriteError(w, httpjson.NewError(http.StatusServiceUnavailable, CodeStoreUnavailable, "the idempotency store refused the request"))
 		}
 		return

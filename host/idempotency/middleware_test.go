@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -126,6 +127,41 @@ func TestMiddlewareReplaysARetry(t *testing.T) {
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
 	assert.Equal(t, int32(2), h.runs.Load())
+}
+
+// TestStoredResponseIsCheckedBeforeReplay: a completed record whose
+// payload no longer matches the digest stored beside it (changed at rest)
+// is never replayed: the retry gets 500 stored-response-corrupt and the
+// action does not run again.
+func TestStoredResponseIsCheckedBeforeReplay(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	h := &payments{}
+	srv := newServer(t, rs.Addr(), h, MiddlewareConfig{})
+	first, _ := post(t, srv.URL, `"pay-rot"`, `{"amount":5}`)
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+
+	ctx := t.Context()
+	var records []string
+	iter := rs.Admin().Scan(ctx, 0, "*", 100).Iterator()
+	for iter.Next(ctx) {
+		if typ, err := rs.Admin().Type(ctx, iter.Val()).Result(); err == nil && typ == "hash" {
+			records = append(records, iter.Val())
+		}
+	}
+	require.NoError(t, iter.Err())
+	require.Len(t, records, 1, "one completed record")
+	stored, err := rs.Admin().HGet(ctx, records[0], "rp").Bytes()
+	require.NoError(t, err)
+	rotten := bytes.Clone(stored)
+	rotten[len(rotten)-1] ^= 0x01 // one bit of the body, framing intact
+	require.NoError(t, rs.Admin().HSet(ctx, records[0], "rp", rotten).Err())
+
+	again, body := post(t, srv.URL, `"pay-rot"`, `{"amount":5}`)
+	assert.Equal(t, http.StatusInternalServerError, again.StatusCode)
+	assert.Equal(t, string(CodeStoredCorrupt), code(t, body))
+	assert.Empty(t, again.Header.Get(HeaderReplayed))
+	assert.Equal(t, int32(1), h.runs.Load(), "never run again")
+
 }
 
 func TestMiddlewareKeyErrors(t *testing.T) {

@@ -357,6 +357,8 @@ func (s *Sidecar) errorOf(err error) *httpjson.Error {
 		return httpjson.NewError(http.StatusBadRequest, httpjson.CodeBadRequest, "the idempotency request is out of bounds")
 	case errors.Is(err, programs.ErrResponseTooLarge):
 		return httpjson.NewError(http.StatusRequestEntityTooLarge, CodeResponseTooLarge, "the response is over max-response-bytes; nothing was stored")
+	case errors.Is(err, ErrCorruptResponse):
+		return httpjson.NewError(http.StatusInternalServerError, CodeStoredCorrupt, "the stored response does not match its digest; it is not replayed")
 	case errors.Is(err, ErrCorrupt):
 		s.e.log.Warn("idempotency: a record key holds no idempotency record")
 		return httpjson.NewError(http.StatusInternalServerError, CodeCorrupt, "the record key holds something that is not an idempotency record")

@@ -180,7 +180,8 @@ func stateOf(r programs.IdemRecord) string {
 // once with the same attempt after a lost reply, then reconciled by an
 // inspection with the same attempt). Owned reports that the attempt now
 // owns the record; Attempt is the number the other steps need. Errors are
-// ErrInvalidRequest, ErrCorrupt and ctx's.
+// ErrInvalidRequest, ErrCorrupt, ErrCorruptResponse (a stored response
+// that does not match its digest) and ctx's.
 func (e *Executor) Claim(ctx context.Context, r Request) (StepResult, error) {
 	c, err := e.prepare(r)
 	if err != nil {
@@ -208,7 +209,9 @@ func (e *Executor) Claim(ctx context.Context, r Request) (StepResult, error) {
 	out := StepResult{Status: res.Status.String(), Owned: owned, State: stateOf(res.Record), Attempt: res.Record.Attempt,
 		RetryAfter: res.Record.Lease, Certainty: res.Outcome()}
 	if res.Status == programs.IdemClaimCompletedReplay {
-		out.Response = res.Response.Payload
+		if out.Response, err = storedPayload(res.Response); err != nil {
+			return StepResult{}, err
+		}
 		e.m.bytes(route, "replay", len(out.Response))
 	}
 	e.m.step(route, "claim", out.Status)
@@ -230,7 +233,10 @@ func (e *Executor) reconcileClaim(ctx context.Context, c call, cause error) (Ste
 	case programs.IdemInspectClaimedSameOperation, programs.IdemInspectExecutingSameOperation:
 		out.Status, out.Owned = programs.IdemClaimReplayedAcquire.String(), true
 	case programs.IdemInspectCompletedReplay:
-		out.Status, out.Response = programs.IdemClaimCompletedReplay.String(), ins.Response.Payload
+		if out.Response, err = storedPayload(ins.Response); err != nil {
+			return StepResult{}, err
+		}
+		out.Status = programs.IdemClaimCompletedReplay.String()
 	case programs.IdemInspectInProgressOther:
 		out.Status, out.Attempt = programs.IdemClaimInProgress.String(), 0
 	case programs.IdemInspectAbandoned:
@@ -255,7 +261,8 @@ func (e *Executor) reconcileClaim(ctx context.Context, c call, cause error) (Ste
 // Inspect reports what the record holds for r's attempt without writing.
 // Owned is true when the attempt holds the claim (CLAIMED_SAME_OPERATION)
 // or its action started (EXECUTING_SAME_OPERATION: never run the action
-// again on that alone). Errors are ErrInvalidRequest, ErrCorrupt and ctx's.
+// again on that alone). Errors are ErrInvalidRequest, ErrCorrupt,
+// ErrCorruptResponse and ctx's.
 func (e *Executor) Inspect(ctx context.Context, r Request) (StepResult, error) {
 	c, err := e.prepare(r)
 	if err != nil {
@@ -274,7 +281,9 @@ func (e *Executor) Inspect(ctx context.Context, r Request) (StepResult, error) {
 		RetryAfter: ins.Record.Lease, Certainty: ins.Outcome(),
 		Owned: ins.Status == programs.IdemInspectClaimedSameOperation || ins.Status == programs.IdemInspectExecutingSameOperation}
 	if ins.Status == programs.IdemInspectCompletedReplay {
-		out.Response = ins.Response.Payload
+		if out.Response, err = storedPayload(ins.Response); err != nil {
+			return StepResult{}, err
+		}
 	}
 	e.m.step(route, "inspect", out.Status)
 	return out, nil
