@@ -10,7 +10,7 @@ import (
 )
 
 // Notification intent programs (notify-submit/claim/finalize/quarantine/
-// inspect-v1). A shard's stream, its quarantine stream and the intent
+// inspect-v1, notify-submit-v2, notify-claim-v2). A shard's stream, its quarantine stream and the intent
 // records located in it share one Cluster slot (a keys.Sharded layout of
 // keys.CapNotify); every facade refuses keys of different slots before
 // sending (ErrCrossSlot).
@@ -172,7 +172,7 @@ func notifySubmitV2Result(r *reply) (NotifySubmitResult, error) {
 	return res, nil
 }
 
-// NotifyClaimResult is the result of notify-claim-v1.
+// NotifyClaimResult is the result of notify-claim-v1 and -v2.
 type NotifyClaimResult struct {
 	Status   NotifyClaimStatus
 	State    NotifyState
@@ -185,11 +185,34 @@ type NotifyClaimResult struct {
 func (r NotifyClaimResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
 
 // NotifyClaim begins one delivery attempt of the intent whose stream entry
-// is entryID: CLAIMED (attempts + 1) or, for a final, absent or exhausted
-// record, the entry is acknowledged and nothing may be sent. It is not
-// retry-safe (a repeat begins another attempt): after a timeout, inspect.
+// is entryID through notify-claim-v1: CLAIMED (attempts + 1) or, for a
+// final, absent or exhausted record, the entry is acknowledged and nothing
+// may be sent. It is not retry-safe (a repeat begins another attempt):
+// after a timeout, inspect. v1 also claims a record found DELIVERING,
+// whose last attempt may have been sent; NotifyClaimV2 does not.
 func (e *Executor) NotifyClaim(ctx context.Context, stream, record keys.Key, group, entryID string, maxAttempts int) (NotifyClaimResult, error) {
-	const id = "notify-claim-v1"
+	return e.notifyClaim(ctx, notifyClaimV1, stream, record, group, entryID, maxAttempts)
+}
+
+// NotifyClaimV2 is NotifyClaim through notify-claim-v2 (what
+// host/notify/intent runs): the same keys, arguments and record, but a
+// record found DELIVERING — an earlier attempt began and was never
+// finalized, so its send may have happened — is never claimed again:
+// it becomes INDETERMINATE (final), the entry is acknowledged and the
+// status is IN_DOUBT. A repeat after a lost CLAIMED reply is therefore
+// IN_DOUBT too: the attempt is given up unsent rather than risk a second
+// send.
+func (e *Executor) NotifyClaimV2(ctx context.Context, stream, record keys.Key, group, entryID string, maxAttempts int) (NotifyClaimResult, error) {
+	return e.notifyClaim(ctx, notifyClaimV2, stream, record, group, entryID, maxAttempts)
+}
+
+// The notify claim programs.
+const (
+	notifyClaimV1 = "notify-claim-v1"
+	notifyClaimV2 = "notify-claim-v2"
+)
+
+func (e *Executor) notifyClaim(ctx context.Context, id string, stream, record keys.Key, group, entryID string, maxAttempts int) (NotifyClaimResult, error) {
 	if err := sameSlot(id, stream, record); err != nil {
 		return NotifyClaimResult{}, err
 	}
@@ -197,12 +220,11 @@ func (e *Executor) NotifyClaim(ctx context.Context, stream, record keys.Key, gro
 	if err != nil {
 		return NotifyClaimResult{}, err
 	}
-	return notifyClaimResult(&r)
+	return notifyClaimResult(id, &r)
 }
 
-// notifyClaimResult checks a decoded notify-claim-v1 reply.
-func notifyClaimResult(r *reply) (NotifyClaimResult, error) {
-	const id = "notify-claim-v1"
+// notifyClaimResult checks a decoded notify-claim-v1 or -v2 reply.
+func notifyClaimResult(id string, r *reply) (NotifyClaimResult, error) {
 	res := NotifyClaimResult{Status: NotifyClaimStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)), Acked: r.int(2) == 1}
 	if !validAttempts(r.int(1)) || r.int(2) < 0 || r.int(2) > 1 {
 		return NotifyClaimResult{}, notifyIncompatible(id, "attempts or acked out of range")
@@ -215,6 +237,13 @@ func notifyClaimResult(r *reply) (NotifyClaimResult, error) {
 	case NotifyClaimAlreadyFinal, NotifyClaimExhausted:
 		if !res.State.Final() {
 			return NotifyClaimResult{}, notifyIncompatible(id, "a final status with a state that is not final")
+		}
+		if id == notifyClaimV2 && res.Status == NotifyClaimExhausted && res.State != NotifyFailed {
+			return NotifyClaimResult{}, notifyIncompatible(id, "an exhausted claim that is not FAILED")
+		}
+	case NotifyClaimInDoubt:
+		if id != notifyClaimV2 || res.State != NotifyIndeterminate {
+			return NotifyClaimResult{}, notifyIncompatible(id, "an in-doubt claim that is not INDETERMINATE")
 		}
 	}
 	return res, nil

@@ -24,14 +24,25 @@ func FuzzNotifyReplies(f *testing.F) {
 			require.True(t, validNotifyState(int64(sub.State)))
 			require.True(t, validAttempts(int64(sub.Attempts)))
 		}
-		if cl, err := notifyClaimResult(&r); err == nil {
+		for _, id := range []string{notifyClaimV1, notifyClaimV2} {
+			cl, err := notifyClaimResult(id, &r)
+			if err != nil {
+				continue
+			}
 			require.True(t, validAttempts(int64(cl.Attempts)))
-			if cl.Status == NotifyClaimAlreadyFinal || cl.Status == NotifyClaimExhausted {
+			if cl.Status == NotifyClaimAlreadyFinal || cl.Status == NotifyClaimExhausted || cl.Status == NotifyClaimInDoubt {
 				require.True(t, cl.State.Final())
 			}
 			if cl.Status == NotifyClaimed {
 				require.Equal(t, NotifyDelivering, cl.State)
 				require.False(t, cl.Acked)
+			}
+			if cl.Status == NotifyClaimInDoubt {
+				require.Equal(t, notifyClaimV2, id, "IN_DOUBT is v2's alone")
+				require.Equal(t, NotifyIndeterminate, cl.State)
+			}
+			if id == notifyClaimV2 && cl.Status == NotifyClaimExhausted {
+				require.Equal(t, NotifyFailed, cl.State, "v2 never exhausts a DELIVERING record")
 			}
 		}
 		if fi, err := notifyFinalizeResult(&r); err == nil {

@@ -41,10 +41,11 @@ func (s NotifySubmitStatus) Outcome() certainty.Outcome {
 	return statusOutcome(notifySubmitStatuses(), uint8(s))
 }
 
-// NotifyClaimStatus is the status enum of notify-claim-v1.
+// NotifyClaimStatus is the status enum of notify-claim-v1 and -v2 (v2
+// adds IN_DOUBT, code 7).
 type NotifyClaimStatus uint8
 
-// Statuses of notify-claim-v1 (codes as in the manifest).
+// Statuses of notify-claim-v1 and -v2 (codes as in the manifest).
 const (
 	// NotifyClaimed is CLAIMED (code 1, APPLIED).
 	NotifyClaimed NotifyClaimStatus = iota + 1
@@ -58,8 +59,14 @@ const (
 	NotifyClaimWrongType
 	// NotifyClaimInvalid is INVALID (code 6, REJECTED).
 	NotifyClaimInvalid
+	// NotifyClaimInDoubt is IN_DOUBT (code 7, APPLIED; notify-claim-v2
+	// only): the record was DELIVERING — an earlier attempt began and was
+	// never finalized, so its send may have happened. The record became
+	// INDETERMINATE and the entry was acknowledged; nothing may be sent.
+	NotifyClaimInDoubt
 )
 
+// notifyClaimStatuses is notify-claim-v1's table.
 func notifyClaimStatuses() []statusDef {
 	return []statusDef{
 		{"CLAIMED", certainty.Applied},
@@ -71,12 +78,17 @@ func notifyClaimStatuses() []statusDef {
 	}
 }
 
+// notifyClaimV2Statuses is notify-claim-v2's table: v1's and IN_DOUBT.
+func notifyClaimV2Statuses() []statusDef {
+	return append(notifyClaimStatuses(), statusDef{"IN_DOUBT", certainty.Applied})
+}
+
 // String returns the manifest name of the status.
-func (s NotifyClaimStatus) String() string { return statusName(notifyClaimStatuses(), uint8(s)) }
+func (s NotifyClaimStatus) String() string { return statusName(notifyClaimV2Statuses(), uint8(s)) }
 
 // Outcome returns the certainty the status reports.
 func (s NotifyClaimStatus) Outcome() certainty.Outcome {
-	return statusOutcome(notifyClaimStatuses(), uint8(s))
+	return statusOutcome(notifyClaimV2Statuses(), uint8(s))
 }
 
 // NotifyFinalizeStatus is the status enum of notify-finalize-v1.
@@ -197,6 +209,8 @@ func notifyStatuses(id string) []statusDef {
 		return notifySubmitStatuses()
 	case "notify-claim-v1":
 		return notifyClaimStatuses()
+	case "notify-claim-v2":
+		return notifyClaimV2Statuses()
 	case "notify-finalize-v1":
 		return notifyFinalizeStatuses()
 	case "notify-quarantine-v1":

@@ -177,6 +177,16 @@ func notifyFacades() map[string]facadeCall {
 			r, err := e.NotifyClaim(ctx, ks[0], ks[1], g, eid, mx)
 			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
 		},
+		"notify-claim-v2": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+			g, err1 := str(a[0])
+			eid, err2 := str(a[1])
+			mx, err3 := num(a[2])
+			if err := firstErr(err1, err2, err3); err != nil {
+				return "", 0, nil, err
+			}
+			r, err := e.NotifyClaimV2(ctx, ks[0], ks[1], g, eid, mx)
+			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
+		},
 		"notify-finalize-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			g, err1 := str(a[0])
 			eid, err2 := str(a[1])
