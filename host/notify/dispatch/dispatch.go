@@ -4,11 +4,23 @@
 // consumer dedup) → transport call → terminal-once finalize.
 //
 // Guarantee: at-least-once delivery plus an idempotent consumer, never
-// exactly once. A consumer that dies after a transport accepted and
-// before the finalize leaves the entry pending; another consumer reclaims
-// it after MinIdle and, unless a receipt already made the intent final,
-// calls the transport again with the same IntentID — the receiver
-// deduplicates on it.
+// exactly once; every call carries the intent's IntentID for the receiver
+// to deduplicate on.
+//
+// No blind retry. A transport is called again for an intent only after a
+// recorded RejectedDefinite (provably not sent). An attempt whose outcome
+// was never recorded — the consumer died after its claim, Close cancelled
+// it, or its finalize failed — leaves the record DELIVERING and the entry
+// pending; the consumer that reclaims the entry after MinIdle finds
+// DELIVERING (notify-claim-v2: intent.InDoubt), makes the intent
+// INDETERMINATE, acknowledges the entry and calls no transport, neither
+// the same one nor a fallback: the same outcome as a transport call that
+// ended Indeterminate. The price: a consumer that dies after its claim and
+// before the send began leaves an intent INDETERMINATE that was never
+// sent; it is counted (Observer.Final) and logged at warn level, and a
+// provider receipt (intent.Store.RecordReceipt) still makes it DELIVERED.
+// A consumer that dies before its claim loses nothing: the record is
+// still PENDING and the reclaim sends it.
 //
 // Retries happen only on RejectedDefinite, with the reference backoff
 // (base × 2^(n−1) plus full jitter in [0, base] from an injected random
@@ -421,6 +433,13 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		case intent.Exhausted:
 			d.cfg.Observer.Final(c.State)
 			log.Info("notify dispatch: attempts exhausted", "state", c.State.String())
+			return
+		case intent.InDoubt:
+			// An earlier attempt was claimed and never finalized: it may
+			// have been sent. Never again, on any transport.
+			d.cfg.Observer.Final(c.State)
+			log.Warn("notify dispatch: an earlier attempt was never finalized and may have been sent; not sent again",
+				"attempt", c.Attempt, "deliveries", del.Deliveries, "state", c.State.String())
 			return
 		}
 		name := plan.Transports[(c.Attempt-1)/per]

@@ -72,9 +72,11 @@ func TestDeliverOnceCluster(t *testing.T) {
 	runDeliverOnce(t, newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 4))
 }
 
-// crashAfterAccept plays a consumer that read the entry, claimed it and
-// had the transport accept, then died before finalize (no XACK).
-func crashAfterAccept(ctx context.Context, t *testing.T, s *intent.Store, tr *scripted) intent.Delivery {
+// deadConsumer plays a consumer that read the one entry of shard 0 and
+// died: before its claim (claim false), or after claiming attempt 1 of
+// maxAttempts and, with send, after the transport accepted — in both
+// cases before any finalize, so nothing was acknowledged.
+func deadConsumer(ctx context.Context, t *testing.T, s *intent.Store, maxAttempts int, claim bool, send *scripted) intent.Delivery {
 	t.Helper()
 	ready, err := s.EnsureGroup(ctx, 0)
 	require.NoError(t, err)
@@ -82,85 +84,239 @@ func crashAfterAccept(ctx context.Context, t *testing.T, s *intent.Store, tr *sc
 	ds, err := s.Read(ctx, 0, "dead", 1, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	c, err := s.Claim(ctx, &ds[0], 3)
+	if !claim {
+		return ds[0]
+	}
+	c, err := s.Claim(ctx, &ds[0], maxAttempts)
 	require.NoError(t, err)
 	require.Equal(t, intent.Proceed, c.Status)
-	r := tr.Deliver(ctx, transport.Message{IntentID: string(ds[0].ID), Attempt: uint32(c.Attempt)})
-	require.Equal(t, transport.Accepted, r.Outcome)
+	require.Equal(t, 1, c.Attempt)
+	if send != nil {
+		r := send.Deliver(ctx, transport.Message{IntentID: string(ds[0].ID), Attempt: uint32(c.Attempt)})
+		require.Equal(t, transport.Accepted, r.Outcome)
+	}
 	return ds[0]
 }
 
-func crashConfig(obs Observer, tr *scripted) Config {
-	return Config{Consumer: "alive", Transports: map[string]transport.Transport{tr.name: tr}, Base: time.Millisecond,
+// crashConfig reclaims after 50ms of idle time (server clock).
+func crashConfig(obs Observer, per int, ts ...*scripted) Config {
+	m := map[string]transport.Transport{}
+	for _, tr := range ts {
+		m[tr.name] = tr
+	}
+	return Config{Consumer: "alive", Transports: m, Base: time.Millisecond,
 		Cap: 5 * time.Millisecond, CallTimeout: 10 * time.Millisecond, MinIdle: 50 * time.Millisecond,
-		ReclaimEvery: time.Millisecond, MaxDeliveries: 5, Observer: obs, Logger: slog.New(slog.DiscardHandler),
-		Sleep: (&sleeps{}).Sleep, Random: &seq{}}
+		ReclaimEvery: time.Millisecond, MaxDeliveries: 5, AttemptsPerTransport: per, Observer: obs,
+		Logger: slog.New(slog.DiscardHandler), Sleep: (&sleeps{}).Sleep, Random: &seq{}}
 }
 
-// runCrashBeforeAckRedelivers: the state did not say delivered, so the
-// other consumer, after the idle time, calls the transport a second time
-// with the same IntentID (at-least-once; the receiver deduplicates on the
-// id), then finalizes once.
-func runCrashBeforeAckRedelivers(t *testing.T, s *intent.Store) {
-	ctx := ctxT(t)
-	tr := newScripted("primary", accepted)
-	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary"))
+// pollUntilReclaimed polls shard 0 until the reclaim hands over the dead
+// consumer's entry (once it has been idle for MinIdle on the server's
+// clock; no earlier poll finds anything).
+func pollUntilReclaimed(ctx context.Context, t *testing.T, d *Dispatcher) {
+	t.Helper()
+	require.Eventually(t, func() bool { n, err := d.Poll(ctx, 0); return err == nil && n == 1 }, 20*time.Second, 10*time.Millisecond)
+}
+
+// assertNothingPending checks shard 0's group has no pending entry.
+func assertNothingPending(ctx context.Context, t *testing.T, s *intent.Store) {
+	t.Helper()
+	pending, _, _, err := s.Backlog(ctx, 0)
 	require.NoError(t, err)
-	crashAfterAccept(ctx, t, s, tr)
+	assert.Zero(t, pending, "acknowledged")
+}
+
+// runCrashAfterClaimIsInDoubt: a consumer claimed attempt 1 (and, with
+// sent, the primary accepted it), then died before the finalize. With per
+// attempts per transport over primary + fallback, the consumer that
+// reclaims the entry finds the record DELIVERING: the intent becomes
+// INDETERMINATE and the entry is acknowledged, with no call on any
+// transport — neither attempt 2 on the primary (per > 1) nor the fallback
+// (per == 1, where v1 sent attempt 2 there). Without sent this is the
+// price of the rule: INDETERMINATE, and nothing was ever sent.
+func runCrashAfterClaimIsInDoubt(t *testing.T, s *intent.Store, per int, sent bool) {
+	ctx := ctxT(t)
+	prim, fb := newScripted("primary", accepted), newScripted("fallback", accepted)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
+	require.NoError(t, err)
+	var send *scripted
+	if sent {
+		send = prim
+	}
+	deadConsumer(ctx, t, s, 2*per, true, send)
+	sentCalls := len(prim.Calls())
+
+	obs, capt := &counting{}, newCapture()
+	cfg := crashConfig(obs, per, prim, fb)
+	cfg.Logger = slog.New(capt)
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	pollUntilReclaimed(ctx, t, d)
+	assert.Len(t, prim.Calls(), sentCalls, "no second call on the primary")
+	assert.Empty(t, fb.Calls(), "never sent to the fallback")
+	st, err := s.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, intent.Indeterminate, st.State)
+	assert.Equal(t, 1, st.Attempts, "no attempt 2 was begun")
+	assert.Empty(t, st.Receipts)
+	assertNothingPending(ctx, t, s)
+	assert.Equal(t, 1, obs.Get("final:INDETERMINATE"), "counted as a final INDETERMINATE")
+	assert.Zero(t, obs.Get("retried:primary")+obs.Get("retried:fallback"))
+	out := capt.String()
+	assert.Contains(t, out, "level=WARN")
+	assert.Contains(t, out, "never finalized")
+	assert.Contains(t, out, string(sub.ID))
+	assert.NotContains(t, out, secret, "no recipient or content in the log")
+	// Nothing left to do: later polls send nothing.
+	assert.Equal(t, 0, pollAll(ctx, t, d, 1))
+	assert.Len(t, prim.Calls(), sentCalls)
+	assert.Empty(t, fb.Calls())
+}
+
+func TestCrashAfterClaimIsInDoubt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		per  int
+		sent bool
+	}{
+		{"sent, one attempt per transport", 1, true},
+		{"sent, three attempts per transport", 3, true},
+		{"not sent, one attempt per transport", 1, false},
+		{"not sent, three attempts per transport", 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, s := standalone(t, 1)
+			runCrashAfterClaimIsInDoubt(t, s, tc.per, tc.sent)
+		})
+	}
+}
+
+func TestCrashAfterClaimIsInDoubtCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	runCrashAfterClaimIsInDoubt(t, newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 1), 1, true)
+}
+
+// TestCrashBeforeClaimRedelivers: a consumer that read the entry and died
+// before its claim began nothing: the record is still PENDING, so the
+// reclaiming consumer sends attempt 1 on the primary, once
+// (at-least-once), and finalizes.
+func TestCrashBeforeClaimRedelivers(t *testing.T) {
+	_, s := standalone(t, 1)
+	ctx := ctxT(t)
+	prim, fb := newScripted("primary", accepted), newScripted("fallback", accepted)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
+	require.NoError(t, err)
+	deadConsumer(ctx, t, s, 2, false, nil)
 
 	obs := &counting{}
-	d, err := New(s, crashConfig(obs, tr))
+	d, err := New(s, crashConfig(obs, 1, prim, fb))
 	require.NoError(t, err)
-	// Until the entry has been idle for MinIdle (server clock) a poll finds
-	// nothing; then exactly one redelivery.
-	require.Eventually(t, func() bool { n, err := d.Poll(ctx, 0); return err == nil && n == 1 }, 20*time.Second, 10*time.Millisecond)
-	calls := tr.Calls()
-	require.Len(t, calls, 2, "at-least-once: a second call")
-	assert.Equal(t, calls[0].IntentID, calls[1].IntentID, "with the same IntentID")
-	assert.Equal(t, string(sub.ID), calls[1].IntentID)
-	assert.Equal(t, uint32(2), calls[1].Attempt)
+	pollUntilReclaimed(ctx, t, d)
+	calls := prim.Calls()
+	require.Len(t, calls, 1)
+	assert.Equal(t, string(sub.ID), calls[0].IntentID)
+	assert.Equal(t, uint32(1), calls[0].Attempt)
+	assert.Empty(t, fb.Calls())
 	st, err := s.Get(ctx, sub.ID)
 	require.NoError(t, err)
 	assert.Equal(t, intent.Delivered, st.State)
-	assert.Equal(t, 2, st.Attempts)
-	pending, _, _, err := s.Backlog(ctx, 0)
-	require.NoError(t, err)
-	assert.Zero(t, pending, "acknowledged once finalized")
+	assertNothingPending(ctx, t, s)
 	assert.Equal(t, 1, obs.Get("final:DELIVERED"))
 }
 
-func TestCrashBeforeAckRedeliversWithSameIntentID(t *testing.T) {
-	_, s := standalone(t, 1)
-	runCrashBeforeAckRedelivers(t, s)
+// TestCrashAfterFinalizeBeforeAckIsConsumerDedup: the record is final but
+// the entry still pending. The dispatcher's finalize acknowledges in the
+// same atomic step, so the window is played by a receipt recorded without
+// an acknowledgement (RecordReceipt runs the same finalize program with no
+// entry id): the reclaiming consumer's claim is ALREADY_FINAL, it
+// acknowledges the entry and calls no transport.
+func TestCrashAfterFinalizeBeforeAckIsConsumerDedup(t *testing.T) {
+	for _, tc := range []struct {
+		receipt transport.Receipt
+		want    intent.State
+	}{
+		{transport.Receipt{Outcome: transport.Accepted, Code: "http-202"}, intent.Delivered},
+		{transport.Receipt{Outcome: transport.Indeterminate, Code: "timeout-after-send"}, intent.Indeterminate},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			_, s := standalone(t, 1)
+			ctx := ctxT(t)
+			prim, fb := newScripted("primary", accepted), newScripted("fallback", accepted)
+			sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
+			require.NoError(t, err)
+			del := deadConsumer(ctx, t, s, 2, true, prim)
+			_, err = s.RecordReceipt(ctx, del.ID, intent.Receipt{Attempt: 1, Transport: "primary", Outcome: tc.receipt.Outcome,
+				Code: tc.receipt.Code, At: testNow})
+			require.NoError(t, err)
+			pending, _, _, err := s.Backlog(ctx, 0)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), pending, "final, not acknowledged")
+
+			obs := &counting{}
+			d, err := New(s, crashConfig(obs, 1, prim, fb))
+			require.NoError(t, err)
+			pollUntilReclaimed(ctx, t, d)
+			assert.Len(t, prim.Calls(), 1, "no second call: the state said final")
+			assert.Empty(t, fb.Calls())
+			st, err := s.Get(ctx, sub.ID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, st.State)
+			assert.Equal(t, 1, st.Attempts)
+			assertNothingPending(ctx, t, s)
+			assert.Zero(t, obs.Get("final:"+tc.want.String()), "consumer dedup brings nothing to a final state")
+		})
+	}
 }
 
-func TestCrashBeforeAckRedeliversCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	runCrashBeforeAckRedelivers(t, newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 1))
-}
-
-// TestCrashBeforeAckConsumerDedup: the provider's receipt already made the
-// intent DELIVERED (out of band) before the consumer died: the reclaiming
-// consumer acknowledges the entry and never calls the transport again.
-func TestCrashBeforeAckConsumerDedup(t *testing.T) {
-	srv, s := standalone(t, 1)
+// TestFinalizeFailureAfterAcceptIsNeverResent: the primary accepted, then
+// every finalize try failed (the proxy resets each connection before a
+// byte of it reaches Redis): the entry stays pending with the record
+// DELIVERING. The reclaim makes it INDETERMINATE and calls neither the
+// primary again nor the fallback.
+func TestFinalizeFailureAfterAcceptIsNeverResent(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	s := newStore(t, &policy.Standalone{Endpoint: p.Addr()}, 1)
 	ctx := ctxT(t)
-	tr := newScripted("primary", accepted)
-	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary"))
+	prim, fb := newScripted("primary", accepted), newScripted("fallback", accepted)
+	prim.setAfter(func() { p.ResetAfter(0) })
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
 	require.NoError(t, err)
-	del := crashAfterAccept(ctx, t, s, tr)
-	_, err = s.RecordReceipt(ctx, del.ID, intent.Receipt{Attempt: 1, Transport: "primary", Outcome: transport.Accepted, Code: "webhook-delivered", At: testNow})
+	obs, capt := &counting{}, newCapture()
+	cfg := crashConfig(obs, 1, prim, fb)
+	cfg.Logger = slog.New(capt)
+	d, err := New(s, cfg)
 	require.NoError(t, err)
+	n, err := d.Poll(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Len(t, prim.Calls(), 1)
+	require.Contains(t, capt.String(), "finalize failed")
+	st, err := srv.Admin().HGet(ctx, recordKey(t, srv.Admin()), "st").Result()
+	require.NoError(t, err)
+	require.Equal(t, "2", st, "DELIVERING: the accepted send was not recorded")
 
-	d, err := New(s, crashConfig(&counting{}, tr))
+	prim.setAfter(nil)
+	p.Passthrough()
+	require.Eventually(t, func() bool {
+		_, err := d.Poll(ctx, 0)
+		return err == nil && obs.Get("final:INDETERMINATE") == 1
+	}, 20*time.Second, 10*time.Millisecond)
+	assert.Len(t, prim.Calls(), 1, "never resent on the primary")
+	assert.Empty(t, fb.Calls(), "never sent to the fallback")
+	got, err := s.Get(ctx, sub.ID)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { n, err := d.Poll(ctx, 0); return err == nil && n == 1 }, 20*time.Second, 10*time.Millisecond)
-	assert.Len(t, tr.Calls(), 1, "no second transport call: the state said delivered")
-	st, err := s.Get(ctx, sub.ID)
-	require.NoError(t, err)
-	assert.Equal(t, intent.Delivered, st.State)
-	assert.Equal(t, 1, st.Attempts)
-	assert.Zero(t, srv.Admin().XPending(ctx, pendingStream(t, srv.Admin()), s.Group()).Val().Count, "acknowledged")
+	assert.Equal(t, intent.Indeterminate, got.State)
+	assert.Equal(t, 1, got.Attempts)
+	assertNothingPending(ctx, t, s)
+}
+
+// recordKey finds the one intent record of a private server.
+func recordKey(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	ks := c.Keys(context.Background(), "*:notify:*:intent").Val()
+	require.Len(t, ks, 1)
+	return ks[0]
 }
 
 // pendingStream finds the one notify stream of a private server.
@@ -198,7 +354,7 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 	}, 20*time.Second, 5*time.Millisecond)
 
 	obs := &counting{}
-	cfg := crashConfig(obs, tr)
+	cfg := crashConfig(obs, 1, tr)
 	cfg.MaxDeliveries = 3
 	d, err := New(s, cfg)
 	require.NoError(t, err)

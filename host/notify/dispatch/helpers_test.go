@@ -25,7 +25,8 @@ var testNow = time.UnixMilli(1_767_225_600_000).UTC()
 
 // scripted is an in-test transport: it records every message and answers
 // from its script (the last receipt repeats). With hold set, Deliver
-// signals entered and waits for hold to close.
+// signals entered and waits for hold to close. With after set, Deliver
+// runs it before it returns (setAfter).
 type scripted struct {
 	name    string
 	mu      sync.Mutex
@@ -33,6 +34,7 @@ type scripted struct {
 	script  []transport.Receipt
 	hold    chan struct{}
 	entered chan struct{}
+	after   func()
 }
 
 func newScripted(name string, rs ...transport.Receipt) *scripted {
@@ -46,8 +48,11 @@ func (s *scripted) Deliver(ctx context.Context, m transport.Message) transport.R
 	s.mu.Lock()
 	s.calls = append(s.calls, m)
 	r := s.script[min(len(s.calls), len(s.script))-1]
-	hold, entered := s.hold, s.entered
+	hold, entered, after := s.hold, s.entered, s.after
 	s.mu.Unlock()
+	if after != nil {
+		defer after()
+	}
 	if entered != nil {
 		entered <- struct{}{}
 	}
@@ -59,6 +64,12 @@ func (s *scripted) Deliver(ctx context.Context, m transport.Message) transport.R
 		}
 	}
 	return r
+}
+
+func (s *scripted) setAfter(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.after = f
 }
 
 func (s *scripted) Calls() []transport.Message {

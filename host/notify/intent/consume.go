@@ -146,14 +146,21 @@ const (
 	// AlreadyFinal: consumer dedup — the intent is final; the entry was
 	// acknowledged and nothing may be sent.
 	AlreadyFinal
-	// Exhausted: the attempts ran out (the record became FAILED, or
-	// INDETERMINATE when the last attempt was in flight); acknowledged.
+	// Exhausted: the attempts ran out after definite rejections only (the
+	// record became FAILED); acknowledged.
 	Exhausted
 	// Gone: no record (retention over); acknowledged.
 	Gone
+	// InDoubt: an earlier attempt (Claim.Attempt) began and was never
+	// finalized — its consumer died, was stopped or could not record the
+	// receipt — so its send may have happened. The record became
+	// INDETERMINATE (final) and the entry was acknowledged: nothing may be
+	// sent, on this transport or any fallback. The attempt may also never
+	// have reached its transport; nothing here can tell.
+	InDoubt
 )
 
-var claimNames = [...]string{"", "proceed", "already-final", "exhausted", "gone"}
+var claimNames = [...]string{"", "proceed", "already-final", "exhausted", "gone", "in-doubt"}
 
 // String returns a bounded name ("proceed", ...).
 func (c ClaimStatus) String() string {
@@ -170,15 +177,19 @@ type Claim struct {
 	State   State
 }
 
-// Claim begins the next attempt of d (at most maxAttempts in all). It is
-// not retry-safe: on an error the attempt may have begun; the consumer
-// leaves the entry pending and its reclaim decides again.
+// Claim begins the next attempt of d (at most maxAttempts in all) with
+// notify-claim-v2: Proceed only from PENDING. A record found DELIVERING
+// (an attempt claimed and never finalized) is never claimed again: InDoubt,
+// the intent INDETERMINATE. Claim is not retry-safe: on an error the
+// attempt may have begun, and the consumer leaves the entry pending; the
+// reclaim's Claim then finds either PENDING (the claim did not apply:
+// Proceed) or DELIVERING (it did: InDoubt, nothing sent).
 func (s *Store) Claim(ctx context.Context, d *Delivery, maxAttempts int) (Claim, error) {
 	stream, record, err := s.deliveryKeys(d)
 	if err != nil {
 		return Claim{}, err
 	}
-	r, err := s.exec.NotifyClaim(ctx, stream, record, s.cfg.Group, d.EntryID, maxAttempts)
+	r, err := s.exec.NotifyClaimV2(ctx, stream, record, s.cfg.Group, d.EntryID, maxAttempts)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -192,6 +203,8 @@ func (s *Store) Claim(ctx context.Context, d *Delivery, maxAttempts int) (Claim,
 		c.Status = Exhausted
 	case programs.NotifyClaimAbsent:
 		c.Status = Gone
+	case programs.NotifyClaimInDoubt:
+		c.Status = InDoubt
 	default:
 		return Claim{}, fmt.Errorf("intent: claim refused by the server: %s", r.Status)
 	}

@@ -12,7 +12,11 @@
 // reply was lost is INDETERMINATE, and repeating it with the same key
 // resolves it (Duplicate, with the same id). Concurrent submits are
 // pipelined (a programs.Batcher): each stays its own atomic call with its
-// own certainty, and a lone submit is sent at once.
+// own certainty, and a lone submit is sent at once. Claim (notify-claim-v2)
+// never begins an attempt after one that was claimed and never finalized:
+// that attempt may have been sent, so the intent becomes INDETERMINATE and
+// the claim reports InDoubt — even when the attempt never reached its
+// transport, which nothing here can tell.
 //
 // Layout. Intents spread over Config.Shards shards; a shard is one stream
 // (the anchor of a keys.Sharded layout of keys.CapNotify) plus its

@@ -247,6 +247,82 @@ func TestFinalizeLostReplyIsReconciled(t *testing.T) {
 	assert.Equal(t, r, st.Receipts[0])
 }
 
+// TestClaimAfterAnUnfinalizedAttemptIsInDoubt: a second claim of an entry
+// whose attempt 1 was claimed and never finalized does not begin attempt
+// 2: InDoubt, the intent INDETERMINATE, the entry acknowledged; a third is
+// consumer dedup.
+func TestClaimAfterAnUnfinalizedAttemptIsInDoubt(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := standaloneStore(t, srv.Addr(), Config{Shards: 1})
+	ctx := ctxT(t)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
+	require.NoError(t, err)
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	ds, err := s.Read(ctx, 0, "c1", 1, 0)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	c, err := s.Claim(ctx, &ds[0], 6)
+	require.NoError(t, err)
+	require.Equal(t, Claim{Status: Proceed, Attempt: 1, State: Delivering}, c)
+
+	again, err := s.Claim(ctx, &ds[0], 6)
+	require.NoError(t, err)
+	assert.Equal(t, Claim{Status: InDoubt, Attempt: 1, State: Indeterminate}, again)
+	assert.Equal(t, "in-doubt", again.Status.String())
+	assert.Zero(t, srv.Admin().XPending(ctx, s.intents.Anchor(0).Redis(), s.Group()).Val().Count, "acknowledged")
+	st, err := s.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, Indeterminate, st.State)
+	assert.Equal(t, 1, st.Attempts)
+
+	third, err := s.Claim(ctx, &ds[0], 6)
+	require.NoError(t, err)
+	assert.Equal(t, AlreadyFinal, third.Status)
+}
+
+// TestClaimLostReplyIsInDoubt: a claim whose reply is lost applied; the
+// consumer cannot know, so it leaves the entry pending, and the next
+// claim finds DELIVERING: InDoubt, never a send. This is the price of the
+// rule: the intent ends INDETERMINATE although nothing was sent.
+func TestClaimLostReplyIsInDoubt(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	cfg := runtimeConfigTimeout(&policy.Standalone{Endpoint: p.Addr()}, 300*time.Millisecond)
+	s, err := New(newRuntime(t, cfg), Config{Shards: 1})
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
+	require.NoError(t, err)
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	ds, err := s.Read(ctx, 0, "c1", 1, 0)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	// Warm the claim script so the stalled call is the program itself.
+	gone, err := s.Claim(ctx, &Delivery{Shard: 0, EntryID: "0-1", ID: ID(strings.Repeat("1", 64))}, 3)
+	require.NoError(t, err)
+	require.Equal(t, Gone, gone.Status)
+	loc, err := s.locationOf(sub.ID)
+	require.NoError(t, err)
+	_, record, err := s.keysOf(loc)
+	require.NoError(t, err)
+
+	p.Stall()
+	_, err = s.Claim(ctx, &ds[0], 3)
+	require.Error(t, err)
+	assert.Equal(t, certainty.Indeterminate, outcomeOf(err))
+	p.Passthrough()
+	require.Eventually(t, func() bool {
+		return srv.Admin().HGet(ctx, record.Redis(), "st").Val() == "2"
+	}, 10*time.Second, 5*time.Millisecond, "the stalled claim applied")
+	c, err := s.Claim(ctx, &ds[0], 3)
+	require.NoError(t, err)
+	assert.Equal(t, Claim{Status: InDoubt, Attempt: 1, State: Indeterminate}, c)
+}
+
 // TestReceiptsReduceMonotonically: whatever order ACCEPTED and
 // REJECTED_DEFINITE receipts arrive in, the result is DELIVERED.
 func TestReceiptsReduceMonotonically(t *testing.T) {
