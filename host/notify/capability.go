@@ -253,8 +253,9 @@ func (m *capabilityModule) Routes() map[string]http.Handler {
 func (m *capabilityModule) Guests() []string { return slices.Clone(m.mods) }
 
 // Close implements module.Module: the dispatcher drains (deliveries in
-// flight finish or, when ctx ends, stay pending for a reclaim), then the
-// transport processes stop.
+// flight finish or, when ctx ends, have their transport calls cancelled
+// and their receipts still recorded; see dispatch.Dispatcher.Close), then
+// the transport processes stop.
 func (m *capabilityModule) Close(ctx context.Context) error {
 	var errs []error
 	if m.disp != nil {

@@ -9,9 +9,9 @@
 //
 // No blind retry. A transport is called again for an intent only after a
 // recorded RejectedDefinite (provably not sent). An attempt whose outcome
-// was never recorded — the consumer died after its claim, Close cancelled
-// it, or its finalize failed — leaves the record DELIVERING and the entry
-// pending; the consumer that reclaims the entry after MinIdle finds
+// was never recorded — the consumer died after its claim, or every try of
+// its finalize failed (Close still records what a cancelled call did) —
+// leaves the record DELIVERING and the entry pending; the consumer that reclaims the entry after MinIdle finds
 // DELIVERING (notify-claim-v2: intent.InDoubt), makes the intent
 // INDETERMINATE, acknowledges the entry and calls no transport, neither
 // the same one nor a fallback: the same outcome as a transport call that
@@ -95,6 +95,11 @@ const (
 	// finalizeTries bounds the repeats of a finalize whose reply was lost
 	// (repeating it is how it reconciles: ALREADY_FINAL if it applied).
 	finalizeTries = 3
+	// finalizeTimeout bounds the finalize of one transport call, tries
+	// included. It runs on a context detached from the delivery's, so
+	// Close's deadline cannot keep a send from being recorded; this bound
+	// keeps Close finite.
+	finalizeTimeout = 10 * time.Second
 )
 
 // ErrInvalidConfig is matched by New's errors.
@@ -275,8 +280,15 @@ func (d *Dispatcher) Start() error {
 }
 
 // Close stops reading and waits for the deliveries in flight. When ctx
-// ends first they are cancelled: their entries stay pending and another
-// consumer reclaims them.
+// ends first they are cancelled: a transport call in progress sees its
+// context end (a plugin answers Indeterminate once the send began,
+// RejectedDefinite before), and its receipt is still recorded, within
+// finalizeTimeout (10s), before Close returns — so an accepted send ends
+// DELIVERED and an interrupted one INDETERMINATE, never a blind resend.
+// No further attempt starts: an entry whose retry would follow stays
+// pending, PENDING, for a reclaim. Only a delivery cancelled between its
+// claim and a finalize that could not be recorded is left DELIVERING;
+// the reclaim's claim then makes it INDETERMINATE (see the package doc).
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.mu.Lock()
 	stop, abort := d.stop, d.abort
@@ -447,7 +459,12 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		d.cfg.Observer.Dispatched(name, rc.Outcome)
 		final := rc.Outcome != transport.RejectedDefinite || c.Attempt >= maxAttempts
 		r := intent.Receipt{Attempt: c.Attempt, Transport: name, Outcome: rc.Outcome, Code: rc.Code, ProviderRef: rc.ProviderRef, At: d.cfg.Now().UTC().Truncate(time.Millisecond)}
-		f, err := d.finalize(ctx, del, r, final)
+		// Record what the call did even when ctx ended meanwhile (Close's
+		// deadline): an unrecorded attempt ends INDETERMINATE at the next
+		// claim, an accepted one included.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+		f, err := d.finalize(fctx, del, r, final)
+		cancel()
 		if err != nil {
 			log.Warn("notify dispatch: finalize failed; the entry stays pending", "attempt", c.Attempt, "err", err)
 			return
@@ -461,6 +478,9 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		}
 		if f.Stale || f.AlreadyFinal {
 			return
+		}
+		if ctx.Err() != nil {
+			return // stopping: PENDING and still pending, for the reclaim
 		}
 		next := c.Attempt + 1
 		nextName := plan.Transports[(next-1)/per]

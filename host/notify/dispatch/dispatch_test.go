@@ -516,6 +516,104 @@ func TestCloseDrainsInFlight(t *testing.T) {
 	assert.Len(t, tr.Calls(), 1)
 }
 
+// TestCloseDeadlineStillRecordsTheOutcome: Close's context ends while a
+// delivery is in the transport. The call's context is cancelled, and
+// whatever the transport answers is recorded on a context detached from
+// it before Close returns: an accepted send (a transport that finished
+// regardless) ends DELIVERED, a call cut short ends INDETERMINATE. Either
+// way the entry is acknowledged, the record never stays DELIVERING for
+// a reclaim, and the fallback is never called.
+func TestCloseDeadlineStillRecordsTheOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		deaf bool
+		want intent.State
+	}{
+		{"transport finishes regardless", true, intent.Delivered},
+		{"transport cut short", false, intent.Indeterminate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, s := standalone(t, 1)
+			ctx := ctxT(t)
+			prim, fb := newScripted("primary", accepted), newScripted("fallback", accepted)
+			prim.hold, prim.entered, prim.deaf = make(chan struct{}), make(chan struct{}, 1), tc.deaf
+			obs := &counting{}
+			cfg := baseConfig("c1", obs, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, prim, fb)
+			cfg.AttemptsPerTransport = 1
+			cfg.Sleep = nil // the real timer: the loop waits between polls
+			cfg.Block = 20 * time.Millisecond
+			d, err := New(s, cfg)
+			require.NoError(t, err)
+			sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
+			require.NoError(t, err)
+			require.NoError(t, d.Start())
+			<-prim.entered // the delivery is in the transport
+
+			expired, cancel := context.WithCancel(ctx)
+			cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- d.Close(expired) }()
+			<-d.work.Done() // Close gave up waiting and cancelled the delivery
+			close(prim.hold)
+			require.ErrorIs(t, <-closed, context.Canceled)
+
+			st, err := s.Get(ctx, sub.ID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, st.State, "recorded before Close returned")
+			require.Len(t, st.Receipts, 1)
+			assert.Equal(t, 1, st.Attempts)
+			assertNothingPending(ctx, t, s)
+			assert.Equal(t, 1, obs.Get("final:"+tc.want.String()))
+			assert.Len(t, prim.Calls(), 1)
+			assert.Empty(t, fb.Calls(), "never sent to the fallback")
+		})
+	}
+}
+
+// TestCloseBeforeTheRetryLeavesItPending: the primary rejected definitely
+// while Close's deadline passed; the rejection is recorded (PENDING), the
+// fallback is not started during shutdown, and the entry stays pending so
+// that a reclaim sends attempt 2 on the fallback, once.
+func TestCloseBeforeTheRetryLeavesItPending(t *testing.T) {
+	_, s := standalone(t, 1)
+	ctx := ctxT(t)
+	prim, fb := newScripted("primary", rejected), newScripted("fallback", accepted)
+	prim.hold, prim.entered, prim.deaf = make(chan struct{}), make(chan struct{}, 1), true
+	cfg := crashConfig(&counting{}, 1, prim, fb)
+	cfg.Sleep, cfg.Block, cfg.ReclaimEvery = nil, 20*time.Millisecond, time.Hour
+	cfg.Now = (&fakeClock{now: testNow}).Now // the held call never nears MinIdle
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary", "fallback"))
+	require.NoError(t, err)
+	require.NoError(t, d.Start())
+	<-prim.entered
+	expired, cancel := context.WithCancel(ctx)
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close(expired) }()
+	<-d.work.Done()
+	close(prim.hold)
+	require.ErrorIs(t, <-closed, context.Canceled)
+	assert.Empty(t, fb.Calls(), "no new attempt during shutdown")
+	st, err := s.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, intent.Pending, st.State)
+	assert.Equal(t, 1, st.Attempts)
+
+	obs := &counting{}
+	next, err := New(s, crashConfig(obs, 1, prim, fb))
+	require.NoError(t, err)
+	pollUntilReclaimed(ctx, t, next)
+	calls := fb.Calls()
+	require.Len(t, calls, 1)
+	assert.Equal(t, uint32(2), calls[0].Attempt)
+	st, err = s.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, intent.Delivered, st.State)
+	assertNothingPending(ctx, t, s)
+}
+
 func TestConfigValidation(t *testing.T) {
 	_, s := standalone(t, 1)
 	tr := newScripted("primary", accepted)

@@ -25,8 +25,9 @@ var testNow = time.UnixMilli(1_767_225_600_000).UTC()
 
 // scripted is an in-test transport: it records every message and answers
 // from its script (the last receipt repeats). With hold set, Deliver
-// signals entered and waits for hold to close. With after set, Deliver
-// runs it before it returns (setAfter).
+// signals entered and waits for hold to close — or for its context to
+// end (then Indeterminate "cancelled"), unless deaf. With after set,
+// Deliver runs it before it returns (setAfter).
 type scripted struct {
 	name    string
 	mu      sync.Mutex
@@ -34,6 +35,7 @@ type scripted struct {
 	script  []transport.Receipt
 	hold    chan struct{}
 	entered chan struct{}
+	deaf    bool
 	after   func()
 }
 
@@ -56,7 +58,9 @@ func (s *scripted) Deliver(ctx context.Context, m transport.Message) transport.R
 	if entered != nil {
 		entered <- struct{}{}
 	}
-	if hold != nil {
+	if hold != nil && s.deaf {
+		<-hold
+	} else if hold != nil {
 		select {
 		case <-hold:
 		case <-ctx.Done():
