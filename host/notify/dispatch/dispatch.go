@@ -29,7 +29,10 @@
 // transport without delay. Indeterminate is final: never retried, never
 // sent to a fallback. A retry that would keep an entry past MinIdle is
 // left pending for the reclaim (it then runs after MinIdle, not after its
-// backoff), so a live consumer's entry is never taken over mid-attempt.
+// backoff), and a read loop takes its delivery slots before it reads and
+// reads at most as many entries as it holds (Concurrency bounds both), so
+// no entry waits in a live consumer for a slot: a live consumer's entry is
+// never taken over mid-attempt.
 // An entry delivered MaxDeliveries times, or one that does not decode, is
 // quarantined.
 //
@@ -45,6 +48,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caphost/caphost/host/notify/intent"
@@ -112,10 +116,12 @@ type Config struct {
 	Consumer string
 	// Transports by name (the names plans list).
 	Transports map[string]transport.Transport
-	// Concurrency bounds deliveries in flight (default 4).
+	// Concurrency bounds deliveries in flight (default 4). A read loop
+	// takes slots before it reads, so entries read count against it too.
 	Concurrency int
 	// ReadCount bounds entries per read (default 1: plans may be large,
-	// and the lane's reply budget bounds a read).
+	// and the lane's reply budget bounds a read); a read takes at most as
+	// many as there are free slots.
 	ReadCount int
 	// Block is how long a read waits for new entries (default 500ms; at
 	// most half the blocking lane's read timeout).
@@ -239,7 +245,14 @@ type Dispatcher struct {
 	store *intent.Store
 	cfg   Config
 	log   *slog.Logger
-	sem   chan struct{}
+	// sem holds one token per delivery slot in use: taken by a read loop
+	// before it reads, handed to the delivery it reads.
+	sem chan struct{}
+	// waiting counts read loops waiting for a slot.
+	waiting atomic.Int32
+	// slotWait, when set (tests), is called each time a read loop starts
+	// waiting for a slot.
+	slotWait func()
 
 	mu      sync.Mutex
 	started bool
@@ -311,6 +324,14 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	}
 }
 
+// loop reads shard for this consumer until ctx ends. It takes delivery
+// slots before it reads and reads (or reclaims) at most as many entries as
+// it holds, so every entry it gets starts at once: none waits here for a
+// slot while its idle time in the group runs toward MinIdle, where another
+// consumer's reclaim would take it over mid-attempt. A blocking read holds
+// its slots for at most Block; while another loop waits for a slot, the
+// read does not block and, finding nothing, gives its slots back and
+// pauses for Block before it reads again.
 func (d *Dispatcher) loop(ctx context.Context, shard int) {
 	defer d.loops.Done()
 	ready := false
@@ -327,12 +348,23 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 			}
 			ready = true
 		}
+		slots, ok := d.acquire(ctx, d.cfg.ReadCount)
+		if !ok {
+			return
+		}
 		if now := d.cfg.Now(); now.Sub(lastReclaim) >= d.cfg.ReclaimEvery {
 			lastReclaim = now
-			d.reclaim(ctx, shard, true)
+			if slots -= d.reclaim(ctx, shard, slots, true); slots == 0 {
+				continue
+			}
 		}
-		ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, d.cfg.ReadCount, d.cfg.Block)
+		block := d.cfg.Block
+		if d.waiting.Load() > 0 {
+			block = 0 // do not sit on slots another loop is waiting for
+		}
+		ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, slots, block)
 		if err != nil {
+			d.release(slots)
 			if ctx.Err() == nil {
 				d.log.Warn("notify dispatch: read failed", "shard", shard, "err", err)
 				_ = d.cfg.Sleep(ctx, d.cfg.Block)
@@ -340,36 +372,74 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 			continue
 		}
 		for i := range ds {
-			if !d.spawn(ctx, ds[i]) {
-				return
-			}
+			d.run(ds[i])
+		}
+		d.release(slots - len(ds))
+		if block == 0 && len(ds) == 0 {
+			_ = d.cfg.Sleep(ctx, d.cfg.Block)
 		}
 	}
 }
 
-// spawn runs one delivery under the concurrency bound.
-func (d *Dispatcher) spawn(ctx context.Context, del intent.Delivery) bool {
+// acquire takes between 1 and n delivery slots: it waits for the first
+// (false when ctx ends first) and takes more only while they are free.
+func (d *Dispatcher) acquire(ctx context.Context, n int) (int, bool) {
 	select {
 	case d.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false // the entry stays pending: reclaimed later
+	default:
+		d.waiting.Add(1)
+		if d.slotWait != nil {
+			d.slotWait()
+		}
+		select {
+		case d.sem <- struct{}{}:
+			d.waiting.Add(-1)
+		case <-ctx.Done():
+			d.waiting.Add(-1)
+			return 0, false // nothing read: nothing left behind
+		}
 	}
+	held := 1
+	for held < n {
+		select {
+		case d.sem <- struct{}{}:
+			held++
+		default:
+			return held, true
+		}
+	}
+	return held, true
+}
+
+// release gives back n slots taken by acquire and not handed to a
+// delivery.
+func (d *Dispatcher) release(n int) {
+	for range n {
+		<-d.sem
+	}
+}
+
+// run starts one delivery on a slot its read loop already holds; the
+// delivery gives the slot back when it ends.
+func (d *Dispatcher) run(del intent.Delivery) {
 	d.flight.Add(1)
 	go func() {
 		defer func() { <-d.sem; d.flight.Done() }()
 		d.Handle(d.work, &del)
 	}()
-	return true
 }
 
-func (d *Dispatcher) reclaim(ctx context.Context, shard int, async bool) int {
+// reclaim takes over at most count entries of shard pending for MinIdle
+// and handles them: on slots the caller holds (async, one per entry) or
+// in turn before it returns. It returns how many it handled.
+func (d *Dispatcher) reclaim(ctx context.Context, shard, count int, async bool) int {
 	if pending, lag, known, err := d.store.Backlog(ctx, shard); err == nil {
 		if !known {
 			lag = -1
 		}
 		d.cfg.Observer.Backlog(shard, pending, lag)
 	}
-	ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, d.cfg.ReadCount)
+	ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
@@ -381,9 +451,7 @@ func (d *Dispatcher) reclaim(ctx context.Context, shard int, async bool) int {
 	}
 	for i := range ds {
 		if async {
-			if !d.spawn(ctx, ds[i]) {
-				break
-			}
+			d.run(ds[i])
 		} else {
 			d.Handle(ctx, &ds[i])
 		}
@@ -399,7 +467,7 @@ func (d *Dispatcher) Poll(ctx context.Context, shard int) (n int, err error) {
 	if err != nil || !ok {
 		return 0, err
 	}
-	n = d.reclaim(ctx, shard, false)
+	n = d.reclaim(ctx, shard, d.cfg.ReadCount, false)
 	ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, d.cfg.ReadCount, 0)
 	if err != nil {
 		return n, err
@@ -426,7 +494,8 @@ func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 		return
 	}
 	plan := &del.Plan
-	// The entry's idle time in the group runs from this delivery: a retry
+	// The entry's idle time in the group runs from its read, which the
+	// read loop makes only with a free slot, so from about now: a retry
 	// that would carry it past MinIdle is handed to the reclaim instead of
 	// being held here, so no other consumer takes it over mid-attempt.
 	start := d.cfg.Now()

@@ -614,6 +614,69 @@ func TestCloseBeforeTheRetryLeavesItPending(t *testing.T) {
 	assertNothingPending(ctx, t, s)
 }
 
+// TestReadsOnlyWithAFreeSlot: with Concurrency 1 and its slot busy (a
+// delivery held in the transport), the read loop waits for the slot
+// before it reads (slotWait), although ReadCount is 4: the next entry is
+// not taken by this consumer, where its idle time would run toward MinIdle
+// while it waited, but stays undelivered in the group (pending 1: the
+// delivery in flight). Another consumer reads and delivers it; then the
+// held delivery finishes. Each intent is sent once, by one consumer.
+func TestReadsOnlyWithAFreeSlot(t *testing.T) {
+	_, s := standalone(t, 1)
+	ctx := ctxT(t)
+	held := newScripted("primary", accepted)
+	held.hold, held.entered = make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.hold) }) }
+	cfg := baseConfig("a", &counting{}, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, held)
+	cfg.Concurrency, cfg.ReadCount = 1, 4
+	cfg.Sleep, cfg.Block = nil, 20*time.Millisecond
+	a, err := New(s, cfg)
+	require.NoError(t, err)
+	waiting := make(chan struct{}, 1)
+	a.slotWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	first, err := s.Submit(ctx, []byte("k1"), testPlan(t, "primary"))
+	require.NoError(t, err)
+	require.NoError(t, a.Start())
+	t.Cleanup(func() { release(); _ = a.Close(context.Background()) })
+	<-held.entered // the only slot is busy
+	second, err := s.Submit(ctx, []byte("k2"), testPlan(t, "primary"))
+	require.NoError(t, err)
+	<-waiting // the loop waits for the slot: it cannot read before the slot frees
+
+	pending, lag, known, err := s.Backlog(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), pending, "only the delivery in flight is pending")
+	if known {
+		assert.Equal(t, int64(1), lag, "the second entry is still undelivered")
+	}
+	other := newScripted("primary", accepted)
+	b, err := New(s, baseConfig("b", &counting{}, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, other))
+	require.NoError(t, err)
+	n, err := b.Poll(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Len(t, other.Calls(), 1)
+	assert.Equal(t, string(second.ID), other.Calls()[0].IntentID)
+
+	release()
+	require.NoError(t, a.Close(ctx))
+	require.Len(t, held.Calls(), 1)
+	assert.Equal(t, string(first.ID), held.Calls()[0].IntentID)
+	for _, id := range []intent.ID{first.ID, second.ID} {
+		st, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, intent.Delivered, st.State)
+		assert.Equal(t, 1, st.Attempts)
+	}
+	assertNothingPending(ctx, t, s)
+}
+
 func TestConfigValidation(t *testing.T) {
 	_, s := standalone(t, 1)
 	tr := newScripted("primary", accepted)
