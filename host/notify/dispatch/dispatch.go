@@ -91,6 +91,7 @@ const (
 	DefaultBlock                = 500 * time.Millisecond
 	DefaultMinIdle              = 10 * time.Minute
 	DefaultReclaimEvery         = 30 * time.Second
+	DefaultReclaimBatch         = 256
 	DefaultMaxDeliveries        = 5
 	DefaultAttemptsPerTransport = 3
 	DefaultBase                 = 30 * time.Second
@@ -132,6 +133,13 @@ type Config struct {
 	MinIdle time.Duration
 	// ReclaimEvery spaces reclaim scans (default 30s, at most MinIdle/2).
 	ReclaimEvery time.Duration
+	// ReclaimBatch bounds the entries one reclaim scan of a shard takes
+	// over (default 256, at most 65536). A scan goes on page after page
+	// (ReadCount entries, or the free slots) while its pages come back
+	// full, so a backlog of entries pending for MinIdle drains in one scan,
+	// not one page per ReclaimEvery; the bound keeps new entries of the
+	// shard from waiting behind a long backlog.
+	ReclaimBatch int
 	// MaxDeliveries quarantines an entry delivered that often (default 5).
 	MaxDeliveries int64
 	// AttemptsPerTransport, Base, Cap: the retry policy (defaults 3, 30s,
@@ -164,6 +172,7 @@ func (c *Config) fill() error {
 	}
 	def(&c.Concurrency, DefaultConcurrency)
 	def(&c.ReadCount, DefaultReadCount)
+	def(&c.ReclaimBatch, DefaultReclaimBatch)
 	def(&c.AttemptsPerTransport, DefaultAttemptsPerTransport)
 	defD(&c.Block, DefaultBlock)
 	defD(&c.MinIdle, DefaultMinIdle)
@@ -210,6 +219,9 @@ func (c *Config) fill() error {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 1024 || c.ReadCount < 1 || c.ReadCount > 64 {
 		bad("concurrency 1..1024 and read count 1..64")
+	}
+	if c.ReclaimBatch < 1 || c.ReclaimBatch > 65536 {
+		bad("reclaim batch 1..65536")
 	}
 	if c.AttemptsPerTransport < 1 || c.AttemptsPerTransport*intent.MaxTransports > 1000 {
 		bad("attempts per transport 1..250")
@@ -354,7 +366,7 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 		}
 		if now := d.cfg.Now(); now.Sub(lastReclaim) >= d.cfg.ReclaimEvery {
 			lastReclaim = now
-			if slots -= d.reclaim(ctx, shard, slots, true); slots == 0 {
+			if _, slots = d.reclaim(ctx, shard, slots, true); slots == 0 {
 				continue
 			}
 		}
@@ -429,45 +441,68 @@ func (d *Dispatcher) run(del intent.Delivery) {
 	}()
 }
 
-// reclaim takes over at most count entries of shard pending for MinIdle
-// and handles them: on slots the caller holds (async, one per entry) or
-// in turn before it returns. It returns how many it handled.
-func (d *Dispatcher) reclaim(ctx context.Context, shard, count int, async bool) int {
+// reclaim runs one reclaim scan of shard: it takes over entries pending
+// for MinIdle a page at a time, while pages come back full, up to
+// ReclaimBatch entries (and as many pages). With async each entry runs at
+// once on a slot of the caller's: held slots on entry, and between pages
+// the scan waits for more; it returns the slots still held. Otherwise
+// (Poll) pages of ReadCount entries are handled in turn before it returns.
+func (d *Dispatcher) reclaim(ctx context.Context, shard, held int, async bool) (handled, left int) {
 	if pending, lag, known, err := d.store.Backlog(ctx, shard); err == nil {
 		if !known {
 			lag = -1
 		}
 		d.cfg.Observer.Backlog(shard, pending, lag)
 	}
-	ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
-		}
-		return 0
-	}
-	if trimmed > 0 {
-		d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", trimmed)
-	}
-	for i := range ds {
+	for page := 0; page < d.cfg.ReclaimBatch && handled < d.cfg.ReclaimBatch && ctx.Err() == nil; page++ {
+		count := d.cfg.ReadCount
 		if async {
-			d.run(ds[i])
-		} else {
-			d.Handle(ctx, &ds[i])
+			if held == 0 {
+				n, ok := d.acquire(ctx, d.cfg.ReadCount)
+				if !ok {
+					break
+				}
+				held = n
+			}
+			count = held
+		}
+		count = min(count, d.cfg.ReclaimBatch-handled)
+		ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
+			}
+			break
+		}
+		if trimmed > 0 {
+			d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", trimmed)
+		}
+		for i := range ds {
+			if async {
+				d.run(ds[i])
+				held--
+			} else {
+				d.Handle(ctx, &ds[i])
+			}
+		}
+		handled += len(ds)
+		if len(ds)+trimmed < count {
+			break // a short page: nothing more is idle long enough
 		}
 	}
-	return len(ds)
+	return handled, held
 }
 
-// Poll runs one reclaim scan and one non-blocking read of shard and
-// handles what they return before it returns: the synchronous form of
+// Poll runs one reclaim scan (page after page while they are full, up to
+// ReclaimBatch) and one non-blocking read of shard and handles what they
+// return before it returns: the synchronous form of
 // the loop, for tests and batch drains. n counts the deliveries handled.
 func (d *Dispatcher) Poll(ctx context.Context, shard int) (n int, err error) {
 	ok, err := d.store.EnsureGroup(ctx, shard)
 	if err != nil || !ok {
 		return 0, err
 	}
-	n = d.reclaim(ctx, shard, d.cfg.ReadCount, false)
+	n, _ = d.reclaim(ctx, shard, 0, false)
 	ds, err := d.store.Read(ctx, shard, d.cfg.Consumer, d.cfg.ReadCount, 0)
 	if err != nil {
 		return n, err

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -359,7 +360,7 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 	d, err := New(s, cfg)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, err := d.Poll(ctx, 0) // one reclaimed entry per poll (ReadCount 1)
+		_, err := d.Poll(ctx, 0)
 		return err == nil && obs.Get("quarantined:deliveries")+obs.Get("quarantined:undecodable") == 2
 	}, 20*time.Second, 10*time.Millisecond)
 	assert.Empty(t, tr.Calls(), "a poison message is never sent")
@@ -677,6 +678,101 @@ func TestReadsOnlyWithAFreeSlot(t *testing.T) {
 	assertNothingPending(ctx, t, s)
 }
 
+// backlog submits n intents to shard 0 and has a consumer read them all
+// and die before claiming any: n entries pending, records PENDING. It
+// returns once all n have been idle for minIdle (server clock), so every
+// later reclaim scan finds them all eligible.
+func backlog(ctx context.Context, t *testing.T, srv *redistest.Server, s *intent.Store, n int, minIdle time.Duration) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for i := range n {
+		sub, err := s.Submit(ctx, []byte(fmt.Sprintf("k%d", i)), testPlan(t, "primary"))
+		require.NoError(t, err)
+		ids[string(sub.ID)] = true
+	}
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	ds, err := s.Read(ctx, 0, "dead", n, 0)
+	require.NoError(t, err)
+	require.Len(t, ds, n)
+	stream := pendingStream(t, srv.Admin())
+	require.Eventually(t, func() bool {
+		p, err := srv.Admin().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: s.Group(), Idle: minIdle,
+			Start: "-", End: "+", Count: int64(n)}).Result()
+		return err == nil && len(p) == n
+	}, 20*time.Second, 5*time.Millisecond)
+	return ids
+}
+
+// TestReclaimDrainsABacklogInOneScan: 10 entries left pending by a dead
+// consumer (ReadCount 1). One Poll's reclaim scan goes on while its pages
+// come back full and hands over all 10, each sent once; with
+// ReclaimBatch 4 the scans stop at 4, 4, then 2.
+func TestReclaimDrainsABacklogInOneScan(t *testing.T) {
+	for _, tc := range []struct {
+		batch int
+		polls []int
+	}{
+		{0, []int{10, 0}},
+		{4, []int{4, 4, 2, 0}},
+	} {
+		t.Run(fmt.Sprintf("batch %d", tc.batch), func(t *testing.T) {
+			srv, s := standalone(t, 1)
+			ctx := ctxT(t)
+			cfg := crashConfig(&counting{}, 1, newScripted("primary", accepted))
+			ids := backlog(ctx, t, srv, s, 10, cfg.MinIdle)
+			tr := newScripted("primary", accepted)
+			cfg.Transports = map[string]transport.Transport{"primary": tr}
+			cfg.ReclaimBatch = tc.batch
+			d, err := New(s, cfg)
+			require.NoError(t, err)
+			for i, want := range tc.polls {
+				n, err := d.Poll(ctx, 0)
+				require.NoError(t, err)
+				assert.Equal(t, want, n, "poll %d", i)
+			}
+			calls := tr.Calls()
+			require.Len(t, calls, 10)
+			for _, c := range calls {
+				assert.True(t, ids[c.IntentID], "a backlog intent")
+				delete(ids, c.IntentID)
+				assert.Equal(t, uint32(1), c.Attempt)
+			}
+			assert.Empty(t, ids, "each sent once")
+			assertNothingPending(ctx, t, s)
+		})
+	}
+}
+
+// TestReclaimScanDrainsTheBacklogOnSlots: the read loop's first reclaim
+// scan hands over a 10-entry backlog with Concurrency 2 and ReadCount 1,
+// waiting for slots between pages. The clock is frozen, so this first
+// scan is the only one: all 10 delivered means one scan drained them.
+func TestReclaimScanDrainsTheBacklogOnSlots(t *testing.T) {
+	srv, s := standalone(t, 1)
+	ctx := ctxT(t)
+	tr := newScripted("primary", accepted)
+	obs := &counting{}
+	cfg := crashConfig(obs, 1, tr)
+	ids := backlog(ctx, t, srv, s, 10, cfg.MinIdle)
+	cfg.Concurrency, cfg.Sleep, cfg.Block = 2, nil, 20*time.Millisecond
+	cfg.Now = (&fakeClock{now: testNow}).Now
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start())
+	require.Eventually(t, func() bool { return obs.Get("final:DELIVERED") == 10 }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, d.Close(ctx))
+	calls := tr.Calls()
+	require.Len(t, calls, 10)
+	for _, c := range calls {
+		assert.True(t, ids[c.IntentID])
+		delete(ids, c.IntentID)
+	}
+	assert.Empty(t, ids, "each sent once")
+	assertNothingPending(ctx, t, s)
+}
+
 func TestConfigValidation(t *testing.T) {
 	_, s := standalone(t, 1)
 	tr := newScripted("primary", accepted)
@@ -690,6 +786,7 @@ func TestConfigValidation(t *testing.T) {
 		"idle too low":  func(c *Config) { c.MinIdle = c.Cap },
 		"cap < base":    func(c *Config) { c.Cap = c.Base / 2 },
 		"deliveries":    func(c *Config) { c.MaxDeliveries = 1 },
+		"reclaim batch": func(c *Config) { c.ReclaimBatch = 65537 },
 	} {
 		c := good
 		mut(&c)
