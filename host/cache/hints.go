@@ -98,7 +98,8 @@ func (h *hints) flushAll() {
 }
 
 // receive applies one hint. A hint that fails authentication, is outside
-// the freshness window or is malformed is counted and ignored.
+// the freshness window or is malformed is counted (with no region: what it
+// names cannot be believed) and ignored.
 func (h *hints) receive(payload []byte) {
 	msg, err := h.codec.Open(payload)
 	switch {
@@ -111,16 +112,22 @@ func (h *hints) receive(payload []byte) {
 	case err != nil:
 		h.c.m.hint("rejected_malformed")
 		return
-	case msg.Sender == h.c.instance:
-		h.c.m.hint("ignored_own")
-		return
 	}
+	// Authenticated: the region it names is one a host of this deployment
+	// serves, counted under its id only when this host serves it too.
 	r, ok := h.c.state.Load().regions[msg.Region]
-	if !ok {
+	switch {
+	case msg.Sender == h.c.instance && ok:
+		r.m.hint(hintIgnoredOwn)
+		return
+	case msg.Sender == h.c.instance:
+		h.c.m.hint("ignored_own") // a region a swap removed since
+		return
+	case !ok:
 		h.c.m.hint("ignored_unknown_region")
 		return
 	}
-	h.c.m.hint("received")
+	r.m.hint(hintReceived)
 	if msg.Kind == hint.KeyInvalidated && h.c.waiters.wake(waitKey{region: msg.Region, loc: msg.Location}) {
 		r.m.lease("woken")
 	}
@@ -165,7 +172,7 @@ func (c *Cache) publish(r *region, m hint.Message) {
 	m.Region, m.Sender, m.IssuedAt = r.pol.ID, c.instance, c.clock()
 	b, err := c.hints.codec.Seal(m)
 	if err != nil {
-		c.m.hint("send_failed")
+		r.m.hint(hintSendFailed)
 		return
 	}
 	// Detached from the caller: the write it reports has happened, and a
@@ -173,10 +180,10 @@ func (c *Cache) publish(r *region, m hint.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), hintSendTimeout)
 	defer cancel()
 	if _, err := c.dep.Publish(ctx, c.hints.channel, b); err != nil {
-		c.m.hint("send_failed")
+		r.m.hint(hintSendFailed)
 		return
 	}
-	c.m.hint("sent")
+	r.m.hint(hintSent)
 }
 
 // hintSendTimeout bounds one hint's publish.

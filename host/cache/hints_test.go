@@ -32,7 +32,7 @@ func waitHintsDown(t testing.TB, within time.Duration, ins ...*instance) {
 	t.Helper()
 	for _, in := range ins {
 		require.Eventually(t, func() bool {
-			return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_down"}) >= 1
+			return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": "", "result": "subscription_down"}) >= 1
 		}, within, time.Millisecond, "the hint subscription never went down")
 	}
 }
@@ -92,8 +92,8 @@ func TestL1CoherentAcrossInstances(t *testing.T) {
 		lk, err := a.Lookup(ctx, key)
 		return err == nil && lk.Kind == Miss
 	}, 10*time.Second, 5*time.Millisecond, "a region invalidation flushes a's L1")
-	assert.Positive(t, metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"result": "received"}))
-	assert.Positive(t, metric(t, ia.reg, "caphost_cache_hints_total", map[string]string{"result": "sent"}))
+	assert.Positive(t, metric(t, ib.reg, "caphost_cache_hints_total", map[string]string{"region": "items", "result": "received"}))
+	assert.Positive(t, metric(t, ia.reg, "caphost_cache_hints_total", map[string]string{"region": "items", "result": "sent"}))
 }
 
 // TestForgedHintIgnored: a hint published on the channel without the hint
@@ -135,9 +135,9 @@ func TestForgedHintIgnored(t *testing.T) {
 		require.NoError(t, srv.Admin().SPublish(ctx, channel.Redis(), m).Err())
 	}
 	require.Eventually(t, func() bool {
-		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_forged"}) == 1 &&
-			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_stale"}) == 1 &&
-			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "rejected_malformed"}) == 1
+		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": "", "result": "rejected_forged"}) == 1 &&
+			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": "", "result": "rejected_stale"}) == 1 &&
+			metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": "", "result": "rejected_malformed"}) == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	lk, err = r.Lookup(ctx, key)
 	require.NoError(t, err)
@@ -151,6 +151,63 @@ func TestForgedHintIgnored(t *testing.T) {
 		lk, err := r.Lookup(ctx, key)
 		return err == nil && !lk.FromL1
 	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestHintsCountedPerRegion: hints sent and received are counted under
+// their region's id, hints of one region never move another's series,
+// and a rejected hint or one naming a region this host does not serve is
+// counted under region="" (what it names cannot be believed, or is not a
+// label this host's configuration bounds).
+func TestHintsCountedPerRegion(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	topo := &policy.Standalone{Endpoint: srv.Addr()}
+	clk := newClock()
+	cfg := l1Config(t)
+	prices := cfg.Regions[0]
+	prices.ID = "prices"
+	cfg.Regions = append(cfg.Regions, prices)
+	ia, ib := newInstance(t, topo, cfg, clk, nil), newInstance(t, topo, cfg, clk, nil)
+	waitHintsUp(t, ia, ib)
+	ctx := ctxT(t)
+	hints := func(in *instance, region, result string) float64 {
+		return metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": region, "result": result})
+	}
+
+	_, err := ia.region(t, "prices").Record(ctx, Parts("p"), []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, hints(ia, "prices", "sent"), "counted by the time the write returns")
+	require.Eventually(t, func() bool {
+		return hints(ib, "prices", "received") == 1 && hints(ia, "prices", "ignored_own") == 1
+	}, 10*time.Second, time.Millisecond)
+
+	channel, err := ib.rt.Keys().Build(hintChannelSpec())
+	require.NoError(t, err)
+	genuine, err := hint.NewCodec(hintSecret.Reveal(), time.Minute, clk.Now)
+	require.NoError(t, err)
+	elsewhere, err := genuine.Seal(hint.Message{Kind: hint.RegionInvalidated, Region: "elsewhere", Sender: [16]byte{1}, IssuedAt: clk.Now()})
+	require.NoError(t, err)
+	forger, err := hint.NewCodec([]byte("not-the-hint-secret-0123456789abcdef"), time.Minute, clk.Now)
+	require.NoError(t, err)
+	forged, err := forger.Seal(hint.Message{Kind: hint.RegionInvalidated, Region: "prices", Sender: [16]byte{1}, IssuedAt: clk.Now()})
+	require.NoError(t, err)
+	for _, m := range [][]byte{elsewhere, forged} {
+		require.NoError(t, srv.Admin().SPublish(ctx, channel.Redis(), m).Err())
+	}
+	require.Eventually(t, func() bool {
+		return hints(ib, "", "ignored_unknown_region") == 1 && hints(ib, "", "rejected_forged") == 1
+	}, 10*time.Second, time.Millisecond)
+
+	for _, in := range []*instance{ia, ib} {
+		for _, result := range regionHintResults {
+			assert.Zero(t, hints(in, "items", result), "items moved no hint series (%s)", result)
+			assert.Zero(t, hints(in, "", result), "a hint of a served region is counted under its id (%s)", result)
+		}
+		assert.Positive(t, hints(in, "", "subscription_up"))
+		assert.Zero(t, hints(in, "prices", "send_failed"))
+	}
+	assert.Zero(t, hints(ib, "prices", "sent"))
+	assert.Zero(t, hints(ia, "prices", "received"), "a host's own hint is ignored, not received")
+	assert.Zero(t, hints(ib, "prices", "rejected_forged"), "a forged hint is never counted under the region it names")
 }
 
 // TestL1FlushedWhileHintsAreDown: when the hint subscription drops, L1 is
@@ -183,7 +240,7 @@ func TestL1FlushedWhileHintsAreDown(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.True(t, lk.FromL1, "L1 serves again once hints are back")
-	assert.GreaterOrEqual(t, metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"result": "subscription_up"}), 2.0)
+	assert.GreaterOrEqual(t, metric(t, in.reg, "caphost_cache_hints_total", map[string]string{"region": "", "result": "subscription_up"}), 2.0)
 }
 
 // TestInvalidationWhileHintsAreDown: host B is cut off from the hint

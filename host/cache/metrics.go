@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ type metrics struct {
 	guestFailures *prometheus.CounterVec   // region, op
 	quarantines   *prometheus.CounterVec   // region, reason
 	rewrites      *prometheus.CounterVec   // region, result
-	hints         *prometheus.CounterVec   // direction, result
+	hints         *prometheus.CounterVec   // region, direction, result
 	reloads       *prometheus.CounterVec   // result
 	genReads      *prometheus.CounterVec   // region, generation
 
@@ -43,10 +44,35 @@ type metrics struct {
 
 // Closed label values.
 var (
-	lookupOutcomes = lookupOutcomeNames[:]
-	hintResults    = []string{"sent", "send_failed", "received", "rejected_forged", "rejected_stale",
-		"rejected_malformed", "ignored_own", "ignored_unknown_region", "subscription_down", "subscription_up"}
+	lookupOutcomes    = lookupOutcomeNames[:]
+	regionHintResults = regionHintResultNames[:]
+	// unattributedHintResults are counted with region="" (noHintRegion):
+	// what a rejected hint (forged, stale or malformed) names cannot be
+	// believed, a region this host does not serve would let other hosts'
+	// configurations mint labels, and the subscription's changes of state
+	// concern every region.
+	unattributedHintResults = []string{"rejected_forged", "rejected_stale", "rejected_malformed",
+		"ignored_unknown_region", "subscription_down", "subscription_up"}
+	hintResults = append(slices.Clone(regionHintResults), unattributedHintResults...)
 )
+
+// regionHintResultNames are the hint results counted per region, indexed
+// by hintSent...: hints this host sent for one of its regions, and
+// authenticated hints it received for one. (ignored_own is counted with
+// region="" for a region a swap removed since the hint was sent.)
+var regionHintResultNames = [...]string{"sent", "send_failed", "received", "ignored_own"}
+
+const (
+	hintSent = iota
+	hintSendFailed
+	hintReceived
+	hintIgnoredOwn
+)
+
+// noHintRegion is the region label of the hint events no region of this
+// host can be named for (unattributedHintResults). Region ids are slugs,
+// never empty.
+const noHintRegion = ""
 
 // lookupOutcomeNames are the lookup outcome labels, indexed by
 // lookupOutcome's answer.
@@ -65,6 +91,9 @@ const (
 	outOverloaded
 	outError
 )
+
+const hintsHelp = "L1 invalidation and refresh hints by region, direction and result; region is empty for a hint " +
+	"rejected (forged, stale, malformed) or naming a region this host does not serve, and for the subscription's changes of state."
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	c := func(name, help string, labels ...string) *prometheus.CounterVec {
@@ -88,14 +117,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		guestFailures: c("guest_failures_total", "Codec, canonicaliser and admission guest failures.", "region", "op"),
 		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
 		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
-		hints:         c("hints_total", "L1 invalidation and refresh hints by direction and result.", "direction", "result"),
+		hints:         c("hints_total", hintsHelp, "region", "direction", "result"),
 		reloads:       c("policy_reloads_total", "Region rebuilds after a codec or cache-region guest swap, by result (ok, failed).", "result"),
 		genReads: c("generation_reads_total", "L2 reads of regions with generation trust, by how the shard generation was known: "+
 			"trusted (only the entry read) or read (read with the entry).", "region", "generation"),
 		regions: map[string]*regionMetrics{},
 	}
-	for _, r := range hintResults {
-		m.hints.WithLabelValues(hintDirection(r), r)
+	for _, r := range unattributedHintResults {
+		m.hints.WithLabelValues(noHintRegion, hintDirection(r), r)
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
@@ -126,7 +155,10 @@ func hintDirection(result string) string {
 	return "in"
 }
 
-func (m *metrics) hint(result string) { m.hints.WithLabelValues(hintDirection(result), result).Inc() }
+// hint counts a hint event no region of this host can be named for.
+func (m *metrics) hint(result string) {
+	m.hints.WithLabelValues(noHintRegion, hintDirection(result), result).Inc()
+}
 
 // region returns the instruments of region id, creating its series at zero.
 func (m *metrics) region(id string) *regionMetrics {
@@ -144,6 +176,9 @@ func (m *metrics) region(id string) *regionMetrics {
 	for i, o := range lookupOutcomes {
 		r.lookups[i] = m.lookups.WithLabelValues(label, o)
 	}
+	for i, h := range regionHintResults {
+		r.hints[i] = m.hints.WithLabelValues(label, hintDirection(h), h)
+	}
 	m.regions[id] = r
 	return r
 }
@@ -155,10 +190,14 @@ type regionMetrics struct {
 	m           *metrics
 	label       string
 	lookups     [len(lookupOutcomeNames)]prometheus.Counter
+	hints       [len(regionHintResultNames)]prometheus.Counter
 	payloadRead prometheus.Observer
 	genTrusted  prometheus.Counter
 	genRead     prometheus.Counter
 }
+
+// hint counts a hint event of the region (hintSent...).
+func (r *regionMetrics) hint(result int) { r.hints[result].Inc() }
 
 // generationRead counts an L2 read of a region with generation trust:
 // under a trusted generation, or one that read the generation too.
