@@ -425,7 +425,15 @@ func (c *Cache) Reload(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	c.state.Store(st)
+	var replaced []*region
+	for id, old := range prev.regions {
+		if st.regions[id] != old {
+			replaced = append(replaced, old)
+		}
+	}
+	// The replaced runtimes' L1 and single-flight counters carry on in
+	// their regions' metrics: a scrape never sees a counter go down.
+	c.m.install(func() { c.state.Store(st) }, replaced)
 	for id, old := range prev.regions {
 		if st.regions[id] != old {
 			// Loads still running on the old runtime finish there; only the

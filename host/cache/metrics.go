@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caphost/caphost/host/cache/flight"
+	"github.com/caphost/caphost/host/cache/l1"
 )
 
 // maxRegionLabels bounds the region label: ids come from configuration and
@@ -194,6 +196,9 @@ type regionMetrics struct {
 	payloadRead prometheus.Observer
 	genTrusted  prometheus.Counter
 	genRead     prometheus.Counter
+	// runtimes carries the counters the region's L1 and single-flight
+	// keep across the rebuilds that replace them (guarded by m.mu).
+	runtimes runtimeTotals
 }
 
 // hint counts a hint event of the region (hintSent...).
@@ -356,8 +361,100 @@ func (r *regionMetrics) quarantine(reason string) {
 }
 func (r *regionMetrics) rewrite(result string) { r.m.rewrites.WithLabelValues(r.label, result).Inc() }
 
+// install stores a new policy set (store) and hands the runtimes it
+// replaced to their regions' totals in one step for a scrape, so that no
+// runtime's counters are seen twice or missed.
+func (m *metrics) install(store func(), replaced []*region) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	store()
+	for _, r := range replaced {
+		r.m.runtimes.retire(r)
+	}
+}
+
+// maxDraining bounds the replaced runtimes a region keeps reading while
+// their loads run: a loader that ignores its context keeps one running
+// forever.
+const maxDraining = 8
+
+// runtimeTotals keep a region's L1 and single-flight counters monotonic
+// across rebuilds. Each runtime counts into itself, and a guest swap that
+// changes the region's policy replaces its runtime, counters and all; the
+// replaced runtime's counts carry on here. A replaced runtime is read
+// while loads still run on it (their abandonments, time-outs and panics
+// count), then its counts are folded in for good. A caller that resolved
+// the region just before the swap and calls after the fold is not counted.
+type runtimeTotals struct {
+	folded   runtimeCounts
+	draining []*region
+}
+
+// runtimeCounts are one region's L1 and single-flight counters by event.
+type runtimeCounts struct {
+	served bool // a runtime counted: the region has these series
+	l1     map[string]uint64
+	flight map[string]uint64
+}
+
+// add adds r's counters.
+func (c *runtimeCounts) add(r *region) {
+	c.served = true
+	if r.l1 != nil {
+		if c.l1 == nil {
+			c.l1 = map[string]uint64{}
+		}
+		for ev, v := range l1Events(r.l1.Stats()) {
+			c.l1[ev] += v
+		}
+	}
+	if c.flight == nil {
+		c.flight = map[string]uint64{}
+	}
+	for ev, v := range flightEvents(r.flight.Stats()) {
+		c.flight[ev] += v
+	}
+}
+
+// retire takes over the counters of r, a runtime a swap replaced.
+func (t *runtimeTotals) retire(r *region) {
+	t.draining = append(t.draining, r)
+	t.fold()
+}
+
+// fold folds in the replaced runtimes with no load running, and the
+// oldest beyond maxDraining.
+func (t *runtimeTotals) fold() {
+	keep := t.draining[:0]
+	for i, r := range t.draining {
+		if r.flight.Stats().Running > 0 && len(t.draining)-i <= maxDraining {
+			keep = append(keep, r)
+			continue
+		}
+		t.folded.add(r)
+	}
+	clear(t.draining[len(keep):])
+	t.draining = keep
+}
+
+// counts returns the region's counters: its replaced runtimes' and those
+// of cur, its serving runtime (nil: the current set has no such region).
+func (t *runtimeTotals) counts(cur *region) runtimeCounts {
+	t.fold()
+	c := runtimeCounts{served: t.folded.served, l1: maps.Clone(t.folded.l1), flight: maps.Clone(t.folded.flight)}
+	for _, r := range t.draining {
+		c.add(r)
+	}
+	if cur != nil {
+		c.add(cur)
+	}
+	return c
+}
+
 // collector reports the counters the regions' L1 and single-flight keep
-// themselves, read at scrape time from the current policy set.
+// themselves (carried across rebuilds, see runtimeTotals) and their
+// gauges, read at scrape time. A region a swap removed keeps its
+// counters' series.
 type collector struct {
 	c     *Cache
 	descs map[string]*prometheus.Desc
@@ -386,6 +483,9 @@ func (k *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (k *collector) Collect(ch chan<- prometheus.Metric) {
+	m := k.c.m
+	m.mu.Lock() // against install: a swap moves counters between runtimes
+	defer m.mu.Unlock()
 	st := k.c.state.Load()
 	if st == nil {
 		return
@@ -396,28 +496,39 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	for _, id := range st.set.IDs() {
-		r := st.regions[id]
-		label := r.m.label
+	for id, rm := range m.regions {
+		label := rm.label
 		if label == "other" {
 			continue // beyond maxRegionLabels: one series per region is kept only for labelled regions
 		}
-		if r.l1 != nil {
-			s := r.l1.Stats()
-			for ev, v := range map[string]uint64{"hit": s.Hits, "miss": s.Misses, "stored": s.Stored, "raced": s.Raced,
-				"refused": s.Refused, "evicted_size": s.EvictedSize, "evicted_expiry": s.EvictedExpiry, "flush": s.Flushes} {
-				counter(k.descs["l1"], v, label, ev)
-			}
+		cur := st.regions[id]
+		c := rm.runtimes.counts(cur)
+		if !c.served {
+			continue
+		}
+		for ev, v := range c.l1 {
+			counter(k.descs["l1"], v, label, ev)
+		}
+		for ev, v := range c.flight {
+			counter(k.descs["flight"], v, label, ev)
+		}
+		if cur == nil {
+			continue
+		}
+		if cur.l1 != nil {
+			s := cur.l1.Stats()
 			gauge(k.descs["l1_entries"], s.Entries, label)
 			gauge(k.descs["l1_bytes"], s.Bytes, label)
 		}
-		fs := r.flight.Stats()
-		for ev, v := range flightEvents(fs) {
-			counter(k.descs["flight"], v, label, ev)
-		}
-		gauge(k.descs["flight_keys"], int64(fs.InFlight), label)
-		gauge(k.descs["source_inuse"], int64(r.source.Stats().InUse), label)
+		gauge(k.descs["flight_keys"], int64(cur.flight.Stats().InFlight), label)
+		gauge(k.descs["source_inuse"], int64(cur.source.Stats().InUse), label)
 	}
+}
+
+// l1Events names an L1's counters.
+func l1Events(s l1.Stats) map[string]uint64 {
+	return map[string]uint64{"hit": s.Hits, "miss": s.Misses, "stored": s.Stored, "raced": s.Raced,
+		"refused": s.Refused, "evicted_size": s.EvictedSize, "evicted_expiry": s.EvictedExpiry, "flush": s.Flushes}
 }
 
 // flightEvents names a single-flight's counters.

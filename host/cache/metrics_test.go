@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/host/cache/flight"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 )
@@ -208,4 +209,118 @@ func TestL1HitsCountOneLookup(t *testing.T) {
 	assert.Equal(t, before["negative_hit"]+2, after["negative_hit"])
 	after["negative_hit"] = before["negative_hit"]
 	assert.Equal(t, before, after, "only negative_hit moved")
+}
+
+// runtimeCounters reads the L1 and single-flight counters, by
+// "l1/<event>" and "flight/<event>", of region items.
+func runtimeCounters(t testing.TB, in *instance) map[string]float64 {
+	t.Helper()
+	mfs, err := in.reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		prefix, ok := map[string]string{"caphost_cache_l1_events_total": "l1/", "caphost_cache_single_flight_events_total": "flight/"}[mf.GetName()]
+		if !ok {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !matches(m, map[string]string{"region": "items"}) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "event" {
+					out[prefix+lp.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rebuild changes the configured region's operational settings and
+// reloads, as after a guest swap: a new policy gets a new runtime (L1,
+// single-flight), which Reload installs in place of the old one.
+func rebuild(t testing.TB, in *instance, mut func(*policy.CacheOps)) {
+	t.Helper()
+	old := in.c.state.Load().regions["items"]
+	in.c.mu.Lock()
+	regions := slices.Clone(in.c.cfg.Regions)
+	for i := range regions {
+		ops := *regions[i].Ops
+		mut(&ops)
+		regions[i].Ops = &ops
+	}
+	in.c.cfg.Regions = regions
+	in.c.mu.Unlock()
+	require.NoError(t, in.c.Reload(ctxT(t)))
+	require.NotSame(t, old, in.c.state.Load().regions["items"], "a new policy is a new runtime")
+}
+
+// TestRuntimeCountersSurviveARebuild: the L1 and single-flight counters
+// live in the region's runtime, which a swap that changes the region's
+// policy replaces. The counters reported carry the replaced runtimes'
+// counts: no counter goes down across a rebuild, a load still running on
+// the replaced runtime counts when it ends, and the new runtime counts on
+// top.
+func TestRuntimeCountersSurviveARebuild(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	loaded := func(context.Context) (LoadOutcome, error) { return Loaded([]byte("v"), Revision{}), nil }
+	fromL1 := func(key Key) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			lk, err := r.Lookup(ctx, key)
+			return err == nil && lk.FromL1
+		}, 10*time.Second, time.Millisecond)
+	}
+
+	_, err := r.GetOrLoad(ctx, Parts("k"), loaded)
+	require.NoError(t, err)
+	fromL1(Parts("k"))
+	// A load that is still running when its runtime is replaced, and then
+	// panics.
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.GetOrLoad(ctx, Parts("slow"), func(ctx context.Context) (LoadOutcome, error) {
+			close(started)
+			if await(ctx, release) {
+				panic("loader bug")
+			}
+			return Cancelled(), nil
+		})
+		done <- err
+	}()
+	<-started
+	before := runtimeCounters(t, in)
+	require.Equal(t, 2.0, before["flight/load"])
+	require.Positive(t, before["l1/hit"])
+	require.Positive(t, before["l1/stored"])
+
+	rebuild(t, in, func(o *policy.CacheOps) { o.LeaseWait /= 2 })
+	after := runtimeCounters(t, in)
+	assert.Len(t, after, len(before), "every series is still there")
+	for ev, v := range before {
+		assert.GreaterOrEqual(t, after[ev], v, "%s went down across the rebuild", ev)
+	}
+
+	close(release)
+	var pe *flight.PanicError
+	require.ErrorAs(t, <-done, &pe)
+	assert.Equal(t, 1.0, runtimeCounters(t, in)["flight/panic"], "the replaced runtime's last load counts")
+
+	before = runtimeCounters(t, in)
+	_, err = r.GetOrLoad(ctx, Parts("k2"), loaded)
+	require.NoError(t, err)
+	fromL1(Parts("k2"))
+	after = runtimeCounters(t, in)
+	assert.Equal(t, before["flight/load"]+1, after["flight/load"], "the new runtime counts on top")
+	assert.Greater(t, after["l1/hit"], before["l1/hit"])
+	for ev, v := range before {
+		assert.GreaterOrEqual(t, after[ev], v, ev)
+	}
+	assert.Zero(t, metric(t, in.reg, "caphost_cache_single_flight_keys", map[string]string{"region": "items"}))
 }
