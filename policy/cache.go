@@ -176,11 +176,13 @@ type CacheOps struct {
 	// SourceLoads and SourceQueued bound the source bulkhead.
 	SourceLoads  int
 	SourceQueued int
-	// LeaseTTL is the refresh soft lease's TTL; LeaseWait bounds how long a
-	// caller that finds another host refreshing a missing key waits for the
-	// value. It reads the entry when the holder announces its write (on
-	// the same host, or through the hint channel when one is configured)
-	// and every LeasePoll in any case.
+	// LeaseTTL is the refresh soft lease's TTL, at least LoadTimeout (a
+	// lease that expires while its holder still loads lets another host
+	// load the same key); LeaseWait bounds how long a caller that finds
+	// another host refreshing a missing key waits for the value. It reads
+	// the entry when the holder announces its write (on the same host, or
+	// through the hint channel when one is configured) and every LeasePoll
+	// in any case.
 	LeaseTTL  time.Duration
 	LeaseWait time.Duration
 	LeasePoll time.Duration
@@ -587,8 +589,16 @@ func checkOps(o CacheOps, path string, ps *Problems) {
 	if o.SourceQueued < 0 || o.SourceQueued > CacheMaxQueued {
 		bad("source.max-queued", "must be within 0..%d", CacheMaxQueued)
 	}
-	if o.LeaseTTL < time.Millisecond || o.LeaseTTL%time.Millisecond != 0 || o.LeaseTTL > CacheMaxLeaseTTL {
+	leaseOK := o.LeaseTTL >= time.Millisecond && o.LeaseTTL%time.Millisecond == 0 && o.LeaseTTL <= CacheMaxLeaseTTL
+	loadOK := o.LoadTimeout >= time.Millisecond && o.LoadTimeout <= CacheMaxLoadTimeout
+	switch {
+	case !leaseOK:
 		bad("refresh-lease.ttl", "must be whole milliseconds within 1ms..%s", CacheMaxLeaseTTL)
+	case loadOK && o.LeaseTTL < o.LoadTimeout:
+		// The lease holder loads for up to the load timeout: a lease that
+		// expires first lets another host claim it and load the same key.
+		bad("refresh-lease.ttl", "%s is shorter than single-flight.load-timeout %s: the refresh lease would expire while its holder still loads, and another host would load the same key; raise it to at least %s (or lower the load timeout)",
+			o.LeaseTTL, o.LoadTimeout, o.LoadTimeout)
 	}
 	if o.LeaseWait < 0 || o.LeaseWait > o.LeaseTTL {
 		bad("refresh-lease.wait", "must be within 0..refresh-lease.ttl")

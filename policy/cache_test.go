@@ -178,3 +178,57 @@ func TestCacheRegionMinTTLFollowsShortestTTL(t *testing.T) {
 	p, _ = set.Lookup("tiny")
 	assert.Zero(t, p.SoftTTL, "soft equal to hard is no stale window")
 }
+
+// TestCacheLeaseTTLCoversTheLoadTimeout: the refresh lease must outlive
+// the load its holder runs, or another host claims the expired lease and
+// loads the same key again mid-refresh. A shorter lease is refused where
+// it is written, in the defaults or a region's overrides; a lease or a
+// timeout out of its own range is reported once, by its own rule.
+func TestCacheLeaseTTLCoversTheLoadTimeout(t *testing.T) {
+	const (
+		defaults = "capabilities.cache.defaults"
+		region   = "capabilities.cache.regions.products"
+	)
+	ops := func(lease, load time.Duration) CacheOps {
+		o := DefaultCacheOps()
+		o.LeaseTTL, o.LoadTimeout, o.LeaseWait = lease, load, 0
+		return o
+	}
+	for name, tc := range map[string]struct {
+		defaults CacheOps
+		override *CacheOps
+		path     string // "": valid
+		message  string
+	}{
+		"defaults":                      {defaults: DefaultCacheOps()},
+		"equal":                         {defaults: ops(5*time.Second, 5*time.Second)},
+		"longer":                        {defaults: ops(time.Minute, 5*time.Second)},
+		"shorter in defaults":           {defaults: ops(2*time.Second, 5*time.Second), path: defaults + ".refresh-lease.ttl", message: "2s is shorter than single-flight.load-timeout 5s"},
+		"a millisecond short":           {defaults: ops(4999*time.Millisecond, 5*time.Second), path: defaults + ".refresh-lease.ttl", message: "raise it to at least 5s"},
+		"shorter in an override":        {defaults: DefaultCacheOps(), override: new(ops(time.Second, 3*time.Second)), path: region + ".refresh-lease.ttl", message: "1s is shorter than single-flight.load-timeout 3s"},
+		"override raises the timeout":   {defaults: DefaultCacheOps(), override: new(ops(DefaultCacheOps().LeaseTTL, time.Minute)), path: region + ".refresh-lease.ttl", message: "6s is shorter than single-flight.load-timeout 1m0s"},
+		"override raises both":          {defaults: DefaultCacheOps(), override: new(ops(time.Minute, time.Minute))},
+		"lease out of range":            {defaults: ops(0, 5*time.Second), path: defaults + ".refresh-lease.ttl", message: "must be whole milliseconds"},
+		"timeout out of range":          {defaults: ops(time.Second, 0), path: defaults + ".single-flight.load-timeout", message: "must be within 1ms"},
+		"timeout over its bound":        {defaults: ops(CacheMaxLeaseTTL, CacheMaxLoadTimeout+time.Second), path: defaults + ".single-flight.load-timeout", message: "must be within 1ms"},
+		"the longest timeout is leased": {defaults: ops(CacheMaxLoadTimeout, CacheMaxLoadTimeout)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := cacheOpts()
+			o.Defaults = tc.defaults
+			d := configRegion("products")
+			d.Ops = tc.override
+			_, err := CompileCacheRegions([]CacheRegionDecl{d}, o)
+			if tc.path == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ve *ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Len(t, ve.Problems, 1, "one problem, at the value written: %v", err)
+			assert.Equal(t, tc.path, ve.Problems[0].Path)
+			assert.Equal(t, RuleCacheOps, ve.Problems[0].Rule)
+			assert.Contains(t, ve.Problems[0].Message, tc.message)
+		})
+	}
+}

@@ -243,8 +243,9 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	cfg := testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
 		o.FlightWaiters, o.SourceLoads, o.SourceQueued = 2, 1, 0
 		o.LeaseWait = 0
-		// Only release ends the held load, never the test deadline (2 s).
-		o.LoadTimeout = time.Minute
+		// Only release ends the held load, never the test deadline (2 s);
+		// the refresh lease covers the load.
+		o.LoadTimeout, o.LeaseTTL = time.Minute, time.Minute
 	})
 	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, clk, nil)
 	r := in.region(t, "items")
@@ -298,7 +299,7 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	// does not allow it gets the overload.
 	noSIE := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
 		d.StaleIfError = false
-		o.SourceLoads, o.SourceQueued, o.LeaseWait, o.LoadTimeout = 1, 0, 0, time.Minute
+		o.SourceLoads, o.SourceQueued, o.LeaseWait, o.LoadTimeout, o.LeaseTTL = 1, 0, 0, time.Minute, time.Minute
 	}), clk, nil)
 	nr := noSIE.region(t, "items")
 	held := make(chan struct{})
@@ -426,7 +427,7 @@ func TestRedisDownBulkheadProtectsTheSource(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
 		o.SourceLoads, o.SourceQueued = 2, 1
-		o.LoadTimeout = time.Minute // only release ends the held loads
+		o.LoadTimeout, o.LeaseTTL = time.Minute, time.Minute // only release ends the held loads
 	}), newClock(), nil)
 	r := in.region(t, "items")
 	rg := in.c.state.Load().regions["items"]

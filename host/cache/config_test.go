@@ -193,6 +193,50 @@ func TestDecodeGuestsMayDeclareRegions(t *testing.T) {
 	assert.Equal(t, policy.RuleCacheCodec, problems(t, err)["capabilities.cache.regions.p.codec"])
 }
 
+// TestDecodeLeaseTTLCoversTheLoadTimeout: a refresh lease shorter than the
+// load timeout is refused where the block makes it so — the defaults, or a
+// region whose overrides shorten the lease or lengthen the timeout past
+// it — with a message naming both values.
+func TestDecodeLeaseTTLCoversTheLoadTimeout(t *testing.T) {
+	for name, tc := range map[string]struct {
+		block string
+		path  string // "": valid
+		msg   string
+	}{
+		"the defaults": {block: "regions: {p: {ttl: {hard: 1m}}}"},
+		"equal": {block: `
+defaults: {single-flight: {load-timeout: 10s}, refresh-lease: {ttl: 10s}}
+regions: {p: {ttl: {hard: 1m}}}`},
+		"short lease in defaults": {block: `
+defaults: {refresh-lease: {ttl: 2s}}
+regions: {p: {ttl: {hard: 1m}}}`, path: "capabilities.cache.defaults.refresh-lease.ttl", msg: "2s is shorter than single-flight.load-timeout 5s"},
+		"long timeout in defaults": {block: `
+defaults: {single-flight: {load-timeout: 10s}}
+regions: {p: {ttl: {hard: 1m}}}`, path: "capabilities.cache.defaults.refresh-lease.ttl", msg: "6s is shorter than single-flight.load-timeout 10s"},
+		"short lease in a region": {block: `
+regions: {p: {ttl: {hard: 1m}, refresh-lease: {ttl: 3s, wait: 1s}}}`, path: "capabilities.cache.regions.p.refresh-lease.ttl", msg: "raise it to at least 5s"},
+		"long timeout in a region": {block: `
+defaults: {refresh-lease: {ttl: 8s}}
+regions: {p: {ttl: {hard: 1m}, single-flight: {load-timeout: 9s}}}`, path: "capabilities.cache.regions.p.refresh-lease.ttl", msg: "8s is shorter than single-flight.load-timeout 9s"},
+		"a region raising both": {block: `
+regions: {p: {ttl: {hard: 1m}, single-flight: {load-timeout: 1m}, refresh-lease: {ttl: 1m}}}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := decodeYAML(t, tc.block, false)
+			if tc.path == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ve *policy.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Len(t, ve.Problems, 1, "%v", err)
+			assert.Equal(t, tc.path, ve.Problems[0].Path)
+			assert.Equal(t, policy.RuleCacheOps, ve.Problems[0].Rule)
+			assert.Contains(t, ve.Problems[0].Message, tc.msg)
+		})
+	}
+}
+
 func TestDecodeRegionOverridesOps(t *testing.T) {
 	cfg, err := decodeYAML(t, `
 defaults: {shards: 8, single-flight: {load-timeout: 3s}}

@@ -21,13 +21,14 @@ import (
 )
 
 // cacheConfig: one bytes region "items" (1 KiB values, a refresh-lease
-// wait of 50ms so a contended claim never holds a fuzz iteration long).
+// wait of 50ms so a contended claim never holds a fuzz iteration long; a
+// load timeout no longer than the lease, as config requires).
 const cacheConfig = `capabilities:
   cache:
     provider: redis
     redis-role: cache
     hints: {hmac: "secret://env/HTTPAPI_CACHE_HINT_KEY"}
-    defaults: {refresh-lease: {ttl: 1s, wait: 50ms, poll: 10ms}}
+    defaults: {refresh-lease: {ttl: 1s, wait: 50ms, poll: 10ms}, single-flight: {load-timeout: 1s}}
     regions:
       items:
         ttl: {soft: 30s, hard: 5m, negative: 10s}
