@@ -48,7 +48,10 @@ func (c CacheConsistency) Strict() bool {
 	return c == CacheReadAfterInvalidation || c == CacheSourceRevisionGuarded
 }
 
-// CacheStampede is a region's stampede strategy (the reference's §18).
+// CacheStampede is a region's stampede strategy (the reference's §18):
+// how GetOrLoad coalesces loads. A caller that asks for the refresh lease
+// itself (the cache's LookupOrClaim, the sidecar's claim) gets it in
+// either strategy.
 type CacheStampede string
 
 // The stampede strategies.

@@ -54,11 +54,12 @@ func (c Claim) String() string {
 }
 
 // LookupOrClaim looks key up and, when the entry is missing or stale (or
-// unreadable under quarantine-and-reload) and the region uses the
-// distributed stampede strategy, claims the refresh lease: the one caller
-// granted it gets a token to record with (RecordClaimed); the others get
-// Contended with the stale value, or wait up to wait (at most the region's
-// lease wait) for the holder's write.
+// unreadable under quarantine-and-reload), claims the region's refresh
+// lease: the one caller granted it gets a token to record with
+// (RecordClaimed); the others get Contended with the stale value, or wait
+// up to wait (at most the region's lease wait) for the holder's write.
+// It claims whatever the region's stampede strategy: the caller asked for
+// the lease, and the strategy only decides whether GetOrLoad takes one.
 func (r *Region) LookupOrClaim(ctx context.Context, key Key, wait time.Duration) (Lookup, Claim, string, error) {
 	rg, err := r.current()
 	if err != nil {
