@@ -18,10 +18,23 @@ import (
 
 // Record stores value for key in the region's current generation, with the
 // region's TTLs, jitter, codec, size bound and compression (there is no
-// per-call override). With OnlyIfSourceRevisionNewer it stores only when no
-// stored entry carries a revision at least as new. Outcomes say what
-// happened; errors are caller mistakes, ErrValueRefused (the codec refused
-// the value), codec failures (*CodecError) and ErrCorrupt.
+// per-call override).
+//
+// Record is a blind write, for write-through after the caller changed the
+// source: it replaces whatever the entry holds, a tombstone included, and
+// follows a generation that moved meanwhile, so value must be what the
+// source holds now. It is not for a cache-aside refill after a miss: a
+// load that began before an invalidation would store its older result
+// after it. Refill with GetOrLoad, or with LookupOrClaim and
+// RecordClaimed: their write applies only in the generation and on the
+// entry state the lookup observed, so a region invalidation or a per-key
+// invalidation in between (on any host) refuses it with
+// NotRecordedCondition.
+//
+// With OnlyIfSourceRevisionNewer it stores only when no stored entry
+// carries a revision at least as new. Outcomes say what happened; errors
+// are caller mistakes, ErrValueRefused (the codec refused the value), codec
+// failures (*CodecError) and ErrCorrupt.
 func (r *Region) Record(ctx context.Context, key Key, value []byte, meta RecordMeta) (RecordOutcome, error) {
 	return r.write(ctx, key, writeReq{value: value, meta: meta})
 }
@@ -29,7 +42,10 @@ func (r *Region) Record(ctx context.Context, key Key, value []byte, meta RecordM
 // RecordAbsent caches an authoritative absence for the region's negative
 // TTL. Record it only for a definite "does not exist" from the source,
 // never for a timeout or an error. A region with no negative TTL answers
-// NotRecordedProviderPolicy.
+// NotRecordedProviderPolicy. Like Record it is a blind write to the
+// current generation, for after the caller deleted the item at the
+// source; a refill that found the item absent is a loader's
+// AuthoritativeAbsent in GetOrLoad, or RecordClaimed with absent.
 func (r *Region) RecordAbsent(ctx context.Context, key Key, meta RecordMeta) (RecordOutcome, error) {
 	return r.write(ctx, key, writeReq{negative: true, meta: meta})
 }
