@@ -103,6 +103,175 @@ func ExampleRegion_LookupAppend() {
 	// sku-43 MISS
 }
 
+// Region.Lookup answers one of a closed set of outcomes: a hit says how
+// fresh it is, a miss says why (absent, expired, invalidated). Redis down
+// would be Unavailable, never a miss.
+func ExampleRegion_Lookup() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+	if _, err := products.Record(ctx, cache.Parts("sku-42"), []byte(`{"name":"lamp"}`), cache.RecordMeta{}); err != nil {
+		panic(err)
+	}
+
+	for _, sku := range []string{"sku-42", "sku-43"} {
+		lk, err := products.Lookup(ctx, cache.Parts(sku))
+		if err != nil {
+			panic(err) // a corrupt entry or a codec failure: never a miss
+		}
+		switch lk.Kind {
+		case cache.Hit:
+			fmt.Println(sku, lk.Kind, lk.Freshness, string(lk.Value))
+		case cache.Miss:
+			fmt.Println(sku, lk.Kind, lk.MissReason)
+		default:
+			fmt.Println(sku, lk.Kind)
+		}
+	}
+	// Output:
+	// sku-42 HIT FRESH {"name":"lamp"}
+	// sku-43 MISS ABSENT
+}
+
+// Region.Record writes through after the source changed: a blind write of
+// the value the source now holds. With OnlyIfSourceRevisionNewer a write
+// that arrives late, carrying an older revision, is refused.
+func ExampleRegion_Record() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+	key := cache.Parts("sku-42")
+
+	// The source committed revision 8 of sku-42: write it through.
+	o, err := products.Record(ctx, key, []byte(`{"name":"lamp","price_cents":2499}`), cache.RecordMeta{
+		Revision: cache.SourceRevision(8), Intent: cache.OnlyIfSourceRevisionNewer})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("revision 8:", o)
+	// A slower writer of revision 7 arrives after it.
+	o, err = products.Record(ctx, key, []byte(`{"name":"lamp","price_cents":1999}`), cache.RecordMeta{
+		Revision: cache.SourceRevision(7), Intent: cache.OnlyIfSourceRevisionNewer})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("revision 7:", o)
+	lk, _ := products.Lookup(ctx, key)
+	rev, _ := lk.SourceRevision.Value()
+	fmt.Println(lk.Kind, rev, string(lk.Value))
+	// Output:
+	// revision 8: RECORDED
+	// revision 7: NOT_RECORDED_CONDITION
+	// HIT 8 {"name":"lamp","price_cents":2499}
+}
+
+// Region.RecordAbsent caches an authoritative absence (after the item was
+// deleted at the source) for the region's negative TTL: lookups answer
+// NegativeHit until it expires, without asking the source.
+func ExampleRegion_RecordAbsent() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+
+	o, err := products.RecordAbsent(ctx, cache.Parts("sku-404"), cache.RecordMeta{})
+	if err != nil {
+		panic(err)
+	}
+	lk, _ := products.Lookup(ctx, cache.Parts("sku-404"))
+	fmt.Println(o, lk.Kind)
+	// Output:
+	// RECORDED NEGATIVE_HIT
+}
+
+// Region.Invalidate drops one key after the source committed a change. It
+// leaves a tombstone, so a load that began earlier cannot store its older
+// value; invalidating an absent key is harmless.
+func ExampleRegion_Invalidate() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+	key := cache.Parts("sku-42")
+	if _, err := products.Record(ctx, key, []byte(`{"name":"lamp"}`), cache.RecordMeta{}); err != nil {
+		panic(err)
+	}
+
+	for range 2 {
+		o, err := products.Invalidate(ctx, key)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(o)
+	}
+	lk, _ := products.Lookup(ctx, key)
+	fmt.Println(lk.Kind, lk.MissReason)
+	// Output:
+	// INVALIDATED
+	// ALREADY_ABSENT
+	// MISS INVALIDATED
+}
+
+// Region.InvalidateRegion drops every entry of the region at once: each
+// shard gets a new generation, under which nothing is stored yet. Nothing
+// is scanned; the old entries expire by their TTL.
+func ExampleRegion_InvalidateRegion() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+	for _, sku := range []string{"sku-42", "sku-43"} {
+		if _, err := products.Record(ctx, cache.Parts(sku), []byte(`{}`), cache.RecordMeta{}); err != nil {
+			panic(err)
+		}
+	}
+
+	o, err := products.InvalidateRegion(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(o)
+	for _, sku := range []string{"sku-42", "sku-43"} {
+		lk, _ := products.Lookup(ctx, cache.Parts(sku))
+		fmt.Println(sku, lk.Kind, lk.MissReason)
+	}
+	// Output:
+	// INVALIDATED
+	// sku-42 MISS ABSENT
+	// sku-43 MISS ABSENT
+}
+
+// Region.LookupOrClaim and Region.RecordClaimed are cache-aside for a
+// caller that loads from its source itself (the sidecar's
+// Caphost-Refresh: claim, then PUT with the token): of the callers that
+// miss, one is granted the refresh lease and loads; its write applies only
+// if nothing invalidated the key since its lookup.
+func ExampleRegion_LookupOrClaim() {
+	ctx := context.Background()
+	products, closeAll := exampleProducts(ctx)
+	defer closeAll()
+	key := cache.Parts("sku-42")
+
+	lk, claim, token, err := products.LookupOrClaim(ctx, key, 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lk.Kind, claim)
+	_, other, _, _ := products.LookupOrClaim(ctx, key, 0) // another caller, meanwhile
+	fmt.Println(other)
+
+	value := []byte(`{"name":"lamp"}`) // loaded from the source by the granted caller
+	o, err := products.RecordClaimed(ctx, key, token, value, false, cache.RecordMeta{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(o)
+	lk, claim, _, _ = products.LookupOrClaim(ctx, key, 0)
+	fmt.Println(lk.Kind, claim, string(lk.Value))
+	// Output:
+	// MISS GRANTED
+	// CONTENDED
+	// RECORDED
+	// HIT NOT_CLAIMED {"name":"lamp"}
+}
+
 // Decode reads a capabilities.cache block strictly; every problem is
 // reported at once.
 func ExampleDecode() {
