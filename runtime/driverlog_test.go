@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -18,27 +17,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/policy"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of go-redis's
-// background goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// jsonLines decodes every JSON log line written to s.
+func jsonLines(t *testing.T, s *logtest.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -49,14 +35,8 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestDriverLogRedactsAndRateLimits(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	d := NewDriverLog(slog.New(slog.NewJSONHandler(&buf, nil)))
 	now := time.Unix(1_800_000_000, 0)
 	d.now = func() time.Time { return now }
@@ -77,7 +57,7 @@ func TestDriverLogRedactsAndRateLimits(t *testing.T) {
 	out := buf.String()
 	assert.NotContains(t, out, "10.1.2.3", "no address")
 	assert.NotContains(t, out, "secret", "no free text")
-	lines := buf.lines(t)
+	lines := jsonLines(t, &buf)
 	require.Len(t, lines, 4)
 	assert.Equal(t, "WARN", lines[0]["level"])
 	assert.Equal(t, "redis driver", lines[0]["msg"])
@@ -93,7 +73,7 @@ func TestDriverLogRedactsAndRateLimits(t *testing.T) {
 // TestRouteDriverLogs installs the adapter as go-redis's process-wide
 // logger and makes go-redis log a pool dial failure of a runtime lane.
 func TestRouteDriverLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	RouteDriverLogs(slog.New(slog.NewJSONHandler(&buf, nil)))
 	t.Cleanup(func() { RouteDriverLogs(slog.Default()) })
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/internal/logtest"
 )
 
 // TestServeLogsDriverLinesAsJSON: with Redis unreachable, the driver's own
@@ -27,7 +28,7 @@ func TestServeLogsDriverLinesAsJSON(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runWith(ctx, []string{"serve", "--config", path}, &stdout, &stderr, config.WithEnv(serveEnv))

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 )
 
@@ -46,7 +47,7 @@ func TestServeEnvoyRateLimit(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runWith(ctx, []string{"serve", "--config", cfg, "--drain-timeout", "5s"}, &stdout, &stderr, config.WithEnv(serveEnv))
@@ -112,7 +113,7 @@ func TestServeEnvoyRateLimitRefusesBadStart(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	cfg := envoyConfig(t, srv.Addr(), listen, rlsListen)
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	code := runWith(context.Background(), []string{"serve", "--config", cfg}, &stdout, &stderr, config.WithEnv(serveEnv))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "listen "+rlsListen)

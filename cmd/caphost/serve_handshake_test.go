@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/runtime/programs"
 )
@@ -48,7 +49,7 @@ func TestServeWrongDigestStaysNotReady(t *testing.T) {
 	cfg, redisAddr, bad, want := wrongLibrary(t, listen, "{on-failure: retry, retry-initial: 50ms, retry-max: 200ms}")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runWith(ctx, []string{"serve", "--config", cfg}, &stdout, &stderr, config.WithEnv(serveEnv))
@@ -106,7 +107,7 @@ func TestServeWrongDigestStaysNotReady(t *testing.T) {
 func TestServeFailsOnMisconfiguration(t *testing.T) {
 	listen := freeListen(t)
 	cfg, _, bad, _ := wrongLibrary(t, listen, "{on-failure: fail-on-misconfiguration}")
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	code := runWith(context.Background(), []string{"serve", "--config", cfg}, &stdout, &stderr, config.WithEnv(serveEnv))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "startup handshake failed (misconfiguration)")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,26 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/config"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 const (
 	serveAdminToken = "serve-admin-token-0123456789"
@@ -116,7 +97,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runWith(ctx, []string{"serve", "--config", cfg, "--drain-timeout", "5s"}, &stdout, &stderr, config.WithEnv(serveEnv))
@@ -224,14 +205,14 @@ func TestServeRefusesBadStart(t *testing.T) {
 	listen := freeListen(t)
 	// Validation problems are listed, exit 1, nothing started.
 	bad := serveConfig(t, "127.0.0.1:1", listen, "  bogus: 1\n")
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	code := runWith(context.Background(), []string{"serve", "--config", bad}, &stdout, &stderr, config.WithEnv(serveEnv))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "server.bogus")
 
 	// A guessable admin token is refused.
 	short := serveConfig(t, "127.0.0.1:1", listen, `  admin-token: "secret://env/SERVE_SHORT_TOKEN"`+"\n")
-	stderr = syncBuffer{}
+	stderr = logtest.Buffer{}
 	code = runWith(context.Background(), []string{"serve", "--config", short}, &stdout, &stderr, config.WithEnv(serveEnv))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "shorter than 16 bytes")
@@ -243,7 +224,7 @@ func TestServeRefusesBadStart(t *testing.T) {
 	defer l.Close()
 	srv := redistest.StartStandalone(t)
 	busy := serveConfig(t, srv.Addr(), listen, "")
-	stderr = syncBuffer{}
+	stderr = logtest.Buffer{}
 	code = runWith(context.Background(), []string{"serve", "--config", busy}, &stdout, &stderr, config.WithEnv(serveEnv))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "listen "+listen)

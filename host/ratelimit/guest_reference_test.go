@@ -18,6 +18,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/host/httpjson"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/policy"
@@ -65,7 +66,7 @@ func newGuestHost(t *testing.T) *guestHost {
 	set, err := cfg.CompileWithGuests(map[string][]policy.RatePolicyDecl{"rate-policy": GuestPolicyDecls(m.Description())})
 	require.NoError(t, err)
 	srv := redistest.StartStandalone(t)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	reg := prometheus.NewRegistry()
 	rt := newRuntime(t, srv.Addr())

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/caphost/caphost/host/httpjson"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 )
@@ -52,31 +51,13 @@ routes:
     policies: [{policy: per-key, dimensions: {api-key: api-key-plan}}]
 `
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // sidecarHost is a Sidecar over a real limiter, concurrency limiter and
 // static selector on a private redis-server, mounted as the daemon does.
 type sidecarHost struct {
 	*fixture
 	sc  *Sidecar
 	mux *http.ServeMux
-	log *syncBuffer
+	log *logtest.Buffer
 }
 
 // newSidecarHost decodes block (a capabilities.rate-limit block) with
@@ -90,7 +71,7 @@ func newSidecarHost(t *testing.T, block string, sel Selector) *sidecarHost {
 	set, err := cfg.CompilePolicies()
 	require.NoError(t, err)
 	srv := redistest.StartStandalone(t)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
 	rt := newRuntime(t, srv.Addr())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/plugins/transport"
 )
 
@@ -24,7 +25,7 @@ func launchMisbehaving(t *testing.T, mode string, log *slog.Logger) (*transport.
 // that breaks the rules, is never Accepted: the plugin may have sent.
 func TestMalformedReplyIsIndeterminate(t *testing.T) {
 	for _, mode := range []string{"garbage", "bad-code"} {
-		var buf syncBuffer
+		var buf logtest.Buffer
 		p, _ := launchMisbehaving(t, mode, slog.New(slog.NewJSONHandler(&buf, nil)))
 		r := p.Deliver(context.Background(), message(t, "malformed"))
 		assert.Equal(t, transport.Receipt{Outcome: transport.Indeterminate, Code: "plugin-reply-invalid"}, r, mode)

@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/plugins/transport"
 )
 
@@ -59,24 +59,6 @@ func wait[T any](t *testing.T, ch <-chan T) T {
 	}
 	var zero T
 	return zero
-}
-
-// syncBuffer is a log sink tests read after the plugin wrote to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func message(t testing.TB, id string) transport.Message {
@@ -239,7 +221,7 @@ func TestDeliverWhileRestartingIsDefinite(t *testing.T) {
 }
 
 func TestPluginLogLinesAreBounded(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, _ := launchFile(t, t.TempDir(), func(c *transport.Config) { c.Logger = log })
 	require.NoError(t, p.Close())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/internal/redistest"
 )
 
@@ -70,7 +71,7 @@ func (f *fixture) ruleSeries(t *testing.T) map[string]map[string]float64 {
 // The load logs which rule each policy id and label stands for; a reload
 // that drops a rule's detailed_metric drops its series.
 func TestDetailedMetric(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	srv := redistest.StartStandalone(t)
 	f := serve(t, srv, envoyrls.Options{Log: slog.New(slog.NewJSONHandler(&logs, nil))}, parseConfig(t, "api.yaml", detailedYAML))
 

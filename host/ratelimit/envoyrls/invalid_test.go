@@ -1,13 +1,11 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -19,25 +17,8 @@ import (
 
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
+	"github.com/caphost/caphost/internal/logtest"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // counter reads one series of a counter vector with a single label.
 func (f *fixture) counter(t *testing.T, name, label string) float64 {
@@ -71,7 +52,7 @@ func (f *fixture) refused(t *testing.T, r envoyrls.Reason) float64 {
 // the whole request refused with a gRPC error, Envoy's default
 // failure_mode_deny: false would let it through, per-IP limit and all.
 func TestOversizedValueAnsweredInBand(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	f := start(t, envoyrls.Options{Log: slog.New(slog.NewJSONHandler(&logs, nil))}, "per_ip.yaml")
 	long := "/" + strings.Repeat("A", rlsconfig.MaxValueBytes)
 	rs := inOneWindow(t, func(a int) []*rlsv3.RateLimitResponse {
