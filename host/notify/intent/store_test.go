@@ -201,9 +201,11 @@ func TestSubmitLostReplyIsIndeterminateAndReconciled(t *testing.T) {
 	assert.Equal(t, int64(2), srv.Admin().XLen(ctx, s.intents.Anchor(0).Redis()).Val())
 }
 
-// TestFinalizeLostReplyIsReconciled: a finalize whose reply is lost is
-// repeated: ALREADY_FINAL, the entry acknowledged once, one DELIVERED.
-func TestFinalizeLostReplyIsReconciled(t *testing.T) {
+// readOneThroughProxy starts a store whose Redis is behind a fault proxy
+// (300ms command timeout), submits one intent on its one shard and reads
+// it as consumer c1.
+func readOneThroughProxy(t *testing.T) (*redistest.Server, *redistest.Proxy, *Store, Submission, []Delivery) {
+	t.Helper()
 	srv := redistest.StartStandalone(t)
 	p := redistest.NewProxy(t, srv.Addr())
 	cfg := runtimeConfigTimeout(&policy.Standalone{Endpoint: p.Addr()}, 300*time.Millisecond)
@@ -218,6 +220,14 @@ func TestFinalizeLostReplyIsReconciled(t *testing.T) {
 	ds, err := s.Read(ctx, 0, "c1", 1, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
+	return srv, p, s, sub, ds
+}
+
+// TestFinalizeLostReplyIsReconciled: a finalize whose reply is lost is
+// repeated: ALREADY_FINAL, the entry acknowledged once, one DELIVERED.
+func TestFinalizeLostReplyIsReconciled(t *testing.T) {
+	srv, p, s, sub, ds := readOneThroughProxy(t)
+	ctx := ctxT(t)
 	require.NoError(t, ds[0].Err)
 	assert.Equal(t, sub.ID, ds[0].ID)
 	c, err := s.Claim(ctx, &ds[0], 3)
@@ -287,20 +297,8 @@ func TestClaimAfterAnUnfinalizedAttemptIsInDoubt(t *testing.T) {
 // claim finds DELIVERING: InDoubt, never a send. This is the price of the
 // rule: the intent ends INDETERMINATE although nothing was sent.
 func TestClaimLostReplyIsInDoubt(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	p := redistest.NewProxy(t, srv.Addr())
-	cfg := runtimeConfigTimeout(&policy.Standalone{Endpoint: p.Addr()}, 300*time.Millisecond)
-	s, err := New(newRuntime(t, cfg), Config{Shards: 1})
-	require.NoError(t, err)
+	srv, p, s, sub, ds := readOneThroughProxy(t)
 	ctx := ctxT(t)
-	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
-	require.NoError(t, err)
-	ready, err := s.EnsureGroup(ctx, 0)
-	require.NoError(t, err)
-	require.True(t, ready)
-	ds, err := s.Read(ctx, 0, "c1", 1, 0)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
 	// Warm the claim script so the stalled call is the program itself.
 	gone, err := s.Claim(ctx, &Delivery{Shard: 0, EntryID: "0-1", ID: ID(strings.Repeat("1", 64))}, 3)
 	require.NoError(t, err)
