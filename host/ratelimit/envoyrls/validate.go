@@ -152,34 +152,35 @@ func Validate(req *rlsv3.RateLimitRequest) (Validation, error) {
 
 // checkDescriptor returns the cost of descriptor i, or why it is refused.
 func checkDescriptor(i int, d *commonv3.RateLimitDescriptor, base int64) (int64, *Refusal) {
-	p := fmt.Sprintf("descriptors[%d]", i)
+	// The field is named only for a refusal: every call checks every
+	// descriptor, and a valid one must not pay for formatting.
 	refuse := func(r Reason, field, format string, args ...any) (int64, *Refusal) {
-		return 0, &Refusal{Reason: r, Field: field, Detail: fmt.Sprintf(format, args...)}
+		return 0, &Refusal{Reason: r, Field: fmt.Sprintf("descriptors[%d]", i) + field, Detail: fmt.Sprintf(format, args...)}
 	}
+	entry := func(j int, field string) string { return fmt.Sprintf(".entries[%d].%s", j, field) }
 	es := d.GetEntries()
 	switch {
 	case len(es) == 0:
-		return refuse(ReasonEntries, p+".entries", "at least one is required")
+		return refuse(ReasonEntries, ".entries", "at least one is required")
 	case len(es) > MaxEntries:
-		return refuse(ReasonEntries, p+".entries", "%d, at most %d", len(es), MaxEntries)
+		return refuse(ReasonEntries, ".entries", "%d, at most %d", len(es), MaxEntries)
 	case d.GetLimit() != nil:
-		return refuse(ReasonLimitOverride, p+".limit", "limit overrides are not supported by caphost")
+		return refuse(ReasonLimitOverride, ".limit", "limit overrides are not supported by caphost")
 	case d.GetIsNegativeHits():
-		return refuse(ReasonNegativeHits, p+".is_negative_hits", "negative hits are not supported by caphost")
+		return refuse(ReasonNegativeHits, ".is_negative_hits", "negative hits are not supported by caphost")
 	}
 	for j, e := range es {
-		ep := fmt.Sprintf("%s.entries[%d]", p, j)
 		switch k, v := e.GetKey(), e.GetValue(); {
 		case k == "":
-			return refuse(ReasonKey, ep+".key", "must not be empty")
+			return refuse(ReasonKey, entry(j, "key"), "must not be empty")
 		case len(k) > rlsconfig.MaxKeyBytes:
-			return refuse(ReasonKey, ep+".key", "%d bytes, at most %d", len(k), rlsconfig.MaxKeyBytes)
+			return refuse(ReasonKey, entry(j, "key"), "%d bytes, at most %d", len(k), rlsconfig.MaxKeyBytes)
 		case len(v) > rlsconfig.MaxValueBytes:
-			return refuse(ReasonValueTooLong, ep+".value", "%d bytes, at most %d", len(v), rlsconfig.MaxValueBytes)
+			return refuse(ReasonValueTooLong, entry(j, "value"), "%d bytes, at most %d", len(v), rlsconfig.MaxValueBytes)
 		case !utf8.ValidString(k):
-			return refuse(ReasonNotUTF8, ep+".key", "not valid UTF-8")
+			return refuse(ReasonNotUTF8, entry(j, "key"), "not valid UTF-8")
 		case !utf8.ValidString(v):
-			return refuse(ReasonNotUTF8, ep+".value", "not valid UTF-8")
+			return refuse(ReasonNotUTF8, entry(j, "value"), "not valid UTF-8")
 		}
 	}
 	h := d.GetHitsAddend()
@@ -187,7 +188,7 @@ func checkDescriptor(i int, d *commonv3.RateLimitDescriptor, base int64) (int64,
 	case h == nil:
 		return base, nil
 	case h.GetValue() > MaxHits:
-		return refuse(ReasonHitsTooLarge, p+".hits_addend", "at most %d", uint64(MaxHits))
+		return refuse(ReasonHitsTooLarge, ".hits_addend", "at most %d", uint64(MaxHits))
 	}
 	return int64(h.GetValue()), nil
 }
