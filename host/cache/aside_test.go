@@ -110,6 +110,40 @@ func TestStampedeOneLoadAcrossInstances(t *testing.T) {
 	assert.Equal(t, 1.0, contended())
 }
 
+// startHeldRefresh starts a GetOrLoad of key on r whose loader holds
+// until release is called, then answers v2 at revision 2, and returns once
+// the loader runs. done delivers the refresher's result; loads counts the
+// loader's calls.
+func startHeldRefresh(t *testing.T, ctx context.Context, r *Region, key Key) (release func(), done <-chan Result, loads *atomic.Int32) {
+	t.Helper()
+	started, held := make(chan struct{}), make(chan struct{})
+	out := make(chan Result, 1)
+	loads = new(atomic.Int32)
+	go func() {
+		res, err := r.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
+			loads.Add(1)
+			close(started)
+			if !await(ctx, held) {
+				return Cancelled(), nil
+			}
+			return Loaded([]byte("v2"), SourceRevision(2)), nil
+		})
+		assert.NoError(t, err)
+		out <- res
+	}()
+	<-started
+	var once sync.Once
+	return func() { once.Do(func() { close(held) }) }, out, loads
+}
+
+// mustNotLoad is a loader a test expects never to run.
+func mustNotLoad(t *testing.T, why string) Loader {
+	return func(context.Context) (LoadOutcome, error) {
+		t.Error(why)
+		return Loaded(nil, Revision{}), nil
+	}
+}
+
 // TestStaleWhileRevalidateAcrossInstances: while one host refreshes a
 // stale hot key under the lease, the other serves the stale value at once.
 func TestStaleWhileRevalidateAcrossInstances(t *testing.T) {
@@ -123,29 +157,13 @@ func TestStaleWhileRevalidateAcrossInstances(t *testing.T) {
 	require.NoError(t, err)
 	clk.Advance(11 * time.Second) // past the soft TTL, before the hard one
 
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan Result, 1)
-	go func() {
-		res, err := a.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
-			close(started)
-			if !await(ctx, release) {
-				return Cancelled(), nil
-			}
-			return Loaded([]byte("v2"), SourceRevision(2)), nil
-		})
-		assert.NoError(t, err)
-		done <- res
-	}()
-	<-started
-	res, err := b.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
-		t.Error("the contender must not load")
-		return Loaded(nil, Revision{}), nil
-	})
+	release, done, _ := startHeldRefresh(t, ctx, a, key)
+	res, err := b.GetOrLoad(ctx, key, mustNotLoad(t, "the contender must not load"))
 	require.NoError(t, err)
 	assert.Equal(t, StaleHit, res.Kind)
 	assert.Equal(t, []byte("v1"), res.Value)
 	assert.Greater(t, res.StaleAge, time.Duration(0))
-	close(release)
+	release()
 	res = <-done
 	assert.Equal(t, LoadedFromSource, res.Kind)
 	assert.Equal(t, Recorded, res.Record)
@@ -351,27 +369,9 @@ func TestStaleWhileRevalidateWithinInstance(t *testing.T) {
 			require.NoError(t, err)
 			clk.Advance(11 * time.Second) // past the soft TTL, before the hard one
 
-			var loads atomic.Int32
-			started, release := make(chan struct{}), make(chan struct{})
-			done := make(chan Result, 1)
-			go func() {
-				res, err := r.GetOrLoad(ctx, key, func(ctx context.Context) (LoadOutcome, error) {
-					loads.Add(1)
-					close(started)
-					if !await(ctx, release) {
-						return Cancelled(), nil
-					}
-					return Loaded([]byte("v2"), SourceRevision(2)), nil
-				})
-				assert.NoError(t, err)
-				done <- res
-			}()
-			<-started
+			release, done, loads := startHeldRefresh(t, ctx, r, key)
 			for range 3 {
-				res, err := r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
-					t.Error("a caller behind the refresh must not load")
-					return Loaded(nil, Revision{}), nil
-				})
+				res, err := r.GetOrLoad(ctx, key, mustNotLoad(t, "a caller behind the refresh must not load"))
 				require.NoError(t, err)
 				assert.Equal(t, StaleHit, res.Kind, "served stale, not queued behind the refresh")
 				assert.Equal(t, []byte("v1"), res.Value)
@@ -379,14 +379,11 @@ func TestStaleWhileRevalidateWithinInstance(t *testing.T) {
 			}
 			assert.Equal(t, uint64(3), rg.flight.Stats().Skips)
 			assert.Equal(t, uint64(0), rg.flight.Stats().Joins)
-			close(release)
+			release()
 			res := <-done
 			assert.Equal(t, LoadedFromSource, res.Kind)
 			assert.Equal(t, int32(1), loads.Load())
-			res, err = r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
-				t.Error("refreshed: no load")
-				return Loaded(nil, Revision{}), nil
-			})
+			res, err = r.GetOrLoad(ctx, key, mustNotLoad(t, "refreshed: no load"))
 			require.NoError(t, err)
 			assert.Equal(t, FreshHit, res.Kind)
 			assert.Equal(t, []byte("v2"), res.Value)

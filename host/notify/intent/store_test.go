@@ -211,6 +211,14 @@ func readOneThroughProxy(t *testing.T) (*redistest.Server, *redistest.Proxy, *St
 	cfg := runtimeConfigTimeout(&policy.Standalone{Endpoint: p.Addr()}, 300*time.Millisecond)
 	s, err := New(newRuntime(t, cfg), Config{Shards: 1})
 	require.NoError(t, err)
+	sub, ds := submitAndRead(t, s)
+	return srv, p, s, sub, ds
+}
+
+// submitAndRead submits one intent on s's shard 0, creates the group and
+// reads the entry as consumer c1.
+func submitAndRead(t *testing.T, s *Store) (Submission, []Delivery) {
+	t.Helper()
 	ctx := ctxT(t)
 	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
 	require.NoError(t, err)
@@ -220,7 +228,7 @@ func readOneThroughProxy(t *testing.T) (*redistest.Server, *redistest.Proxy, *St
 	ds, err := s.Read(ctx, 0, "c1", 1, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	return srv, p, s, sub, ds
+	return sub, ds
 }
 
 // TestFinalizeLostReplyIsReconciled: a finalize whose reply is lost is
@@ -265,14 +273,7 @@ func TestClaimAfterAnUnfinalizedAttemptIsInDoubt(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	s := standaloneStore(t, srv.Addr(), Config{Shards: 1})
 	ctx := ctxT(t)
-	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "x"))
-	require.NoError(t, err)
-	ready, err := s.EnsureGroup(ctx, 0)
-	require.NoError(t, err)
-	require.True(t, ready)
-	ds, err := s.Read(ctx, 0, "c1", 1, 0)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
+	sub, ds := submitAndRead(t, s)
 	c, err := s.Claim(ctx, &ds[0], 6)
 	require.NoError(t, err)
 	require.Equal(t, Claim{Status: Proceed, Attempt: 1, State: Delivering}, c)
