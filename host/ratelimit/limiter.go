@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/caphost/caphost/host/internal/logsample"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/certainty"
@@ -147,7 +148,7 @@ type Limiter struct {
 	served  revisionMemory
 	local   *localLimiter // nil unless degraded-provider is local-emergency
 	metrics *metrics
-	shadow  *sampler
+	shadow  *logsample.Sampler
 	// beforeRetry runs just before the reconciling retry (tests use it to
 	// heal an injected fault).
 	beforeRetry func()
@@ -187,7 +188,7 @@ func New(rt *runtime.Runtime, cfg Config, set *policy.RatePolicySet, opts ...Opt
 	if l.metrics, err = newMetrics(o.reg); err != nil {
 		return nil, err
 	}
-	l.shadow = newSampler(cfg.ShadowSampleLog.PerMinute, o.now)
+	l.shadow = logsample.New(cfg.ShadowSampleLog.PerMinute, o.now)
 	if err := l.check(set); err != nil {
 		return nil, err
 	}
@@ -496,7 +497,7 @@ func (l *Limiter) decided(pol policy.RatePolicy, res programs.RateResult) Outcom
 		if !d.Allowed {
 			d.ShadowDenied = true
 			l.metrics.shadowDeny.WithLabelValues(pol.ID).Inc()
-			if l.shadow.take() {
+			if l.shadow.Take() {
 				l.log.Info("rate shadow policy would have denied", "policy", pol.ID, "revision", pol.Revision)
 			}
 		}
@@ -734,34 +735,4 @@ func stateKind(a policy.RateAlgorithm) string {
 		return "log"
 	}
 	return "window"
-}
-
-// sampler bounds the shadow sample log to perMinute lines per minute.
-type sampler struct {
-	mu        sync.Mutex
-	perMinute int
-	minute    int64
-	n         int
-	now       func() time.Time
-}
-
-func newSampler(perMinute int, now func() time.Time) *sampler {
-	return &sampler{perMinute: perMinute, now: now}
-}
-
-func (s *sampler) take() bool {
-	if s.perMinute <= 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.now().Unix() / 60
-	if m != s.minute {
-		s.minute, s.n = m, 0
-	}
-	if s.n >= s.perMinute {
-		return false
-	}
-	s.n++
-	return true
 }

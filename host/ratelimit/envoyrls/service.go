@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/caphost/caphost/host/internal/logsample"
 	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
 	"github.com/caphost/caphost/policy"
@@ -75,7 +76,7 @@ type Service struct {
 	reloadMu sync.Mutex // serialises Reload (build, swap, store)
 	sel      *SelectorMapping
 	headers  bool
-	refusals sampler
+	refusals *logsample.Sampler
 	log      *slog.Logger
 	now      func() time.Time
 	m        *metrics
@@ -116,7 +117,7 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
 	}
 	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, log: o.Log, now: o.Now,
-		refusals: sampler{perMinute: refusalLogsPerMinute}}
+		refusals: logsample.New(refusalLogsPerMinute, o.Now)}
 	mp, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -374,7 +375,7 @@ func (s *Service) refuse(r *Refusal, n int) *rlsv3.RateLimitResponse_DescriptorS
 // refused counts and logs n refusals for r.
 func (s *Service) refused(r *Refusal, n int) {
 	s.m.invalid.WithLabelValues(string(r.Reason)).Add(float64(n))
-	if s.refusals.take(s.now()) {
+	if s.refusals.Take() {
 		s.log.Warn("envoy rate-limit descriptor refused; answered OVER_LIMIT", "reason", string(r.Reason), "field", r.Field,
 			"detail", r.Detail, "descriptors", n)
 	}
@@ -383,27 +384,6 @@ func (s *Service) refused(r *Refusal, n int) {
 // refusalLogsPerMinute bounds the refusal log lines; the metric counts
 // every refusal.
 const refusalLogsPerMinute = 10
-
-// sampler lets at most perMinute events through per clock minute.
-type sampler struct {
-	mu        sync.Mutex
-	perMinute int
-	minute    int64
-	n         int
-}
-
-func (l *sampler) take(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m := now.Unix() / 60; m != l.minute {
-		l.minute, l.n = m, 0
-	}
-	if l.n >= l.perMinute {
-		return false
-	}
-	l.n++
-	return true
-}
 
 // Descriptor results (metric label values).
 const (
