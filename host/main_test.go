@@ -23,6 +23,7 @@ var testGuests = []guesttest.Guest{
 	{Name: "cache-region", Pkg: "guests/cache-region"},
 	// The notify capability's reference renderer.
 	{Name: "renderer", Pkg: "guests/renderer"},
+	{Name: "altrenderer", Pkg: "host/notify/render/testdata/guests/altrenderer"},
 }
 
 // harness is the built guests: wasm by name and the warmed cache.

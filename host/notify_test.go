@@ -167,6 +167,8 @@ guests:
   compile-cache-dir: %q
   modules:
     renderer: {path: renderer.wasm, sha256: %q, limits: {call-timeout: 2s}}
+security:
+  allow-unsigned-swaps: true
 `, addr, sum, rcv.srv.URL+"/hook", th.cacheDir, hex.EncodeToString(ws[:]))
 	path := filepath.Join(dir, "caphost.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
@@ -306,6 +308,50 @@ func TestNotifyCapability(t *testing.T) {
 	require.NotNil(t, st.Descriptor)
 	assert.Contains(t, st.Descriptor.Guarantees, capability.GuaranteeAtLeastOnceDelivery)
 	assert.LessOrEqual(t, st.Readiness, st.Claimed)
+}
+
+// TestRepeatAfterRendererSwapReturnsTheFirstIntent: a repeated submit is
+// recognised by its request, not by its rendering. After the renderer is
+// swapped for an edition without the slack channel, the same request
+// can no longer render, yet its repeat still answers the first intent
+// (and its reuse with another request the 409), while a new key with
+// that request is the render failure it now is.
+func TestRepeatAfterRendererSwapReturnsTheFirstIntent(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rcv := newReceiver(t)
+	h, api, _ := notifyHost(t, srv.Addr(), rcv)
+
+	code, first := postJSON(t, api, "/v1/notify", welcomeBody("swap-ada", "ada@example.com", "en", "Ada"))
+	require.Equal(t, http.StatusAccepted, code, first)
+	id := first["id"].(string)
+	awaitState(t, api, id, "DELIVERED")
+
+	st, err := h.SwapGuest(context.Background(), "renderer", th.wasm["altrenderer"], nil)
+	require.NoError(t, err)
+	require.True(t, st.LastSwapOK)
+
+	code, fresh := postJSON(t, api, "/v1/notify", welcomeBody("swap-new", "ada@example.com", "en", "Ada"))
+	require.Equal(t, http.StatusUnprocessableEntity, code, "the swapped renderer has no slack channel: %v", fresh)
+	assert.Equal(t, "render-failed", fresh["code"])
+
+	code, again := postJSON(t, api, "/v1/notify", welcomeBody("swap-ada", "ada@example.com", "en", "Ada"))
+	require.Equal(t, http.StatusOK, code, again)
+	assert.Equal(t, true, again["duplicate"])
+	assert.Equal(t, id, again["id"])
+	assert.Equal(t, "DELIVERED", again["state"])
+	assert.Equal(t, "APPLIED", again["certainty"])
+	assert.NotContains(t, again, "locale", "nothing was rendered for the repeat")
+
+	code, other := postJSON(t, api, "/v1/notify", welcomeBody("swap-ada", "ada@example.com", "en", "Eve"))
+	assert.Equal(t, http.StatusConflict, code, other)
+	assert.Equal(t, "idempotency-key-reused", other["code"])
+	assert.Equal(t, id, other["id"], "the first intent stands")
+
+	assert.Len(t, rcv.deliveries(id), 1, "the repeats sent nothing")
+	reg := h.Registry()
+	assert.Equal(t, 1.0, gaugeValue(t, reg, "caphost_notify_intents_total", map[string]string{"outcome": "duplicate"}))
+	assert.Equal(t, 1.0, gaugeValue(t, reg, "caphost_notify_intents_total", map[string]string{"outcome": "conflict"}))
+	assert.Equal(t, 1.0, gaugeValue(t, reg, "caphost_notify_intents_total", map[string]string{"outcome": "render-failed"}))
 }
 
 // TestNotifyCapabilityFailures: a receiver that refuses definitely gets

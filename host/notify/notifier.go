@@ -69,8 +69,9 @@ func (r Request) route() string {
 // Submitted is the outcome of a durable submit.
 type Submitted struct {
 	intent.Submission
-	// Locale is the locale the message was rendered in (the request's,
-	// or a fallback the host chose).
+	// Locale is the locale this call rendered the message in (the
+	// request's, or a fallback the host chose); empty for a repeat that
+	// was found after its render failed (see Notifier.Submit).
 	Locale string
 }
 
@@ -108,7 +109,11 @@ type Notifier struct {
 // Submit renders req and stores it durably under its idempotency key. A
 // repeat of the same request returns the first intent (Duplicate); the
 // same key with another request returns the first intent's id with
-// OtherPlan and certainty CONFLICT — the first one stands.
+// OtherPlan and certainty CONFLICT — the first one stands. A repeat is
+// recognised by its request, never by its rendering, so it returns the
+// first intent even when the renderer changed since (a hot swap that
+// dropped the template or locale, or tightened the parameters): a render
+// failure is answered from the stored intent when the key names one.
 //
 // Errors: ErrInvalidRequest, ErrUnknownRoute, the render stage's errors
 // (render.ErrTemplateNotFound, ...; nothing was stored) and the store's,
@@ -125,13 +130,40 @@ func (n *Notifier) Submit(ctx context.Context, req Request) (Submitted, error) {
 		n.metrics.intents.WithLabelValues(SubmitInvalid).Inc()
 		return Submitted{Submission: intent.Submission{Certainty: certainty.Rejected}}, err
 	}
+	fp := fingerprint(req)
 	plan, err := n.freeze(ctx, req, route)
 	if err != nil {
+		if sub, ok := n.existing(ctx, req, fp, err); ok {
+			n.countSubmit(sub, nil)
+			return Submitted{Submission: sub}, nil
+		}
 		n.metrics.intents.WithLabelValues(submitFailure(err)).Inc()
 		return Submitted{Submission: intent.Submission{Certainty: certainty.Rejected}}, err
 	}
-	sub, err := n.store.SubmitRequest(ctx, []byte(req.IdempotencyKey), plan, fingerprint(req))
-	out := Submitted{Submission: sub, Locale: plan.Message.Locale}
+	sub, err := n.store.SubmitRequest(ctx, []byte(req.IdempotencyKey), plan, fp)
+	n.countSubmit(sub, err)
+	return Submitted{Submission: sub, Locale: plan.Message.Locale}, err
+}
+
+// existing looks up the intent a repeated submit names after its render
+// failed with renderErr: the renderer may have changed since the first
+// submit (a hot swap removed the template or locale, or its parameter
+// schema), and a repeat must still return the first intent rather than
+// fail. Only render-stage errors are looked up; on any failure of the
+// lookup itself the render error stands.
+func (n *Notifier) existing(ctx context.Context, req Request, fp [sha256.Size]byte, renderErr error) (intent.Submission, bool) {
+	if !isRenderError(renderErr) {
+		return intent.Submission{}, false
+	}
+	sub, found, err := n.store.Existing(ctx, []byte(req.IdempotencyKey), fp)
+	if err != nil || !found {
+		return intent.Submission{}, false
+	}
+	return sub, true
+}
+
+// countSubmit counts one submit's outcome in intents_total.
+func (n *Notifier) countSubmit(sub intent.Submission, err error) {
 	switch {
 	case err != nil && sub.Certainty == certainty.Indeterminate:
 		n.metrics.intents.WithLabelValues(SubmitIndeterminate).Inc()
@@ -144,7 +176,6 @@ func (n *Notifier) Submit(ctx context.Context, req Request) (Submitted, error) {
 	default:
 		n.metrics.intents.WithLabelValues(SubmitNew).Inc()
 	}
-	return out, err
 }
 
 // submitFailure is the intents_total outcome of an error before or at the

@@ -264,6 +264,45 @@ func (s *Store) submit(ctx context.Context, idempotencyKey []byte, plan Plan, fi
 	return sub, nil
 }
 
+// Existing reports the intent a submit with idempotencyKey and
+// fingerprint (as given to SubmitRequest) would find, without storing
+// anything: found false when the key names no intent. A found intent is
+// a Duplicate, with OtherPlan and certainty CONFLICT when it was submitted
+// with another fingerprint. A caller that cannot build a plan any more
+// (its renderer changed since the first submit) uses it so that a repeat
+// still returns the first intent.
+func (s *Store) Existing(ctx context.Context, idempotencyKey []byte, fingerprint [sha256.Size]byte) (sub Submission, found bool, err error) {
+	if len(idempotencyKey) == 0 || len(idempotencyKey) > MaxIdempotencyKeyBytes {
+		return Submission{Certainty: certainty.Rejected}, false, fmt.Errorf("%w: idempotency key must be 1..%d bytes", ErrInvalidRequest, MaxIdempotencyKeyBytes)
+	}
+	loc, err := s.intents.Locate([][]byte{idempotencyKey})
+	if err != nil {
+		return Submission{Certainty: certainty.Rejected}, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	d := loc.Digest()
+	id := ID(hex.EncodeToString(d[:]))
+	_, record, err := s.keysOf(loc)
+	if err != nil {
+		return Submission{ID: id, Certainty: certainty.Rejected}, false, err
+	}
+	r, err := s.exec.NotifyInspect(ctx, record)
+	if err != nil {
+		return Submission{ID: id, Certainty: outcomeOf(err)}, false, err
+	}
+	switch r.Status {
+	case programs.NotifyFound:
+	case programs.NotifyInspectAbsent:
+		return Submission{ID: id, Certainty: certainty.NotApplied}, false, nil
+	default:
+		return Submission{ID: id, Certainty: certainty.Rejected}, false, fmt.Errorf("intent: inspect refused by the server: %s", r.Status)
+	}
+	sub = Submission{ID: id, Duplicate: true, State: r.State, Attempts: r.Attempts, Certainty: certainty.Applied}
+	if r.PlanDigest != hex.EncodeToString(fingerprint[:]) {
+		sub.OtherPlan, sub.Certainty = true, certainty.Conflict
+	}
+	return sub, true, nil
+}
+
 // Status is what Get reports of one intent.
 type Status struct {
 	ID       ID

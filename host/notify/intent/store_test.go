@@ -134,6 +134,25 @@ func TestSubmitRequestDedupsOnTheFingerprint(t *testing.T) {
 	assert.True(t, other.OtherPlan)
 	assert.Equal(t, certainty.Conflict, other.Certainty)
 	assert.Equal(t, int64(1), streamEntries(ctx, t, srv.Admin(), s))
+
+	// Existing answers what a submit would find, storing nothing.
+	none, found, err := s.Existing(ctx, []byte("k2"), fp)
+	require.NoError(t, err)
+	assert.False(t, found)
+	assert.Equal(t, certainty.NotApplied, none.Certainty)
+	same, found, err := s.Existing(ctx, []byte("k"), fp)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, Submission{ID: first.ID, Duplicate: true, State: first.State, Attempts: first.Attempts,
+		Certainty: certainty.Applied}, same)
+	diff, found, err := s.Existing(ctx, []byte("k"), sha256.Sum256([]byte("request-2")))
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.True(t, diff.OtherPlan)
+	assert.Equal(t, certainty.Conflict, diff.Certainty)
+	_, _, err = s.Existing(ctx, nil, fp)
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	assert.Equal(t, int64(1), streamEntries(ctx, t, srv.Admin(), s))
 }
 
 // TestSubmitConcurrentDedup: 16 submitters of one key released together
