@@ -52,6 +52,34 @@ func TestCrashDuringCall(t *testing.T) {
 	assert.Equal(t, []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}, delays)
 }
 
+// TestWedgedPluginIsRestarted: a plugin stuck inside Deliver keeps its
+// process and gRPC health service up, so only its unanswered calls show
+// it. Each such call is Indeterminate (it may have sent); the third in a
+// row restarts the instance as wedged, and the new instance starts with
+// a clean count.
+func TestWedgedPluginIsRestarted(t *testing.T) {
+	p, rec := launchMisbehaving(t, "wedge", nil)
+	call := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		r := p.Deliver(ctx, message(t, "wedge"))
+		assert.Equal(t, transport.Receipt{Outcome: transport.Indeterminate, Code: "timeout-after-send"}, r)
+	}
+	for round := range 2 {
+		for range 3 {
+			call()
+		}
+		ev := wait(t, rec.restarts)
+		assert.Equal(t, transport.CauseWedged, ev.cause, "round %d", round)
+		require.NoError(t, wait(t, rec.launches))
+	}
+	select {
+	case ev := <-rec.restarts:
+		t.Fatalf("a restart beyond the two wedged ones: %v", ev)
+	default:
+	}
+}
+
 // TestReplacedBinaryIsNotRestarted: the checksum is checked on every
 // launch, so a binary swapped after the first launch is refused when the
 // supervisor restarts it.

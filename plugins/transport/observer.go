@@ -10,6 +10,7 @@ const (
 	CauseExited       RestartCause = "exited"        // the process is gone (crash, kill)
 	CauseUnhealthy    RestartCause = "unhealthy"     // gRPC health check failed or timed out
 	CauseLaunchFailed RestartCause = "launch-failed" // the last relaunch did not come up
+	CauseWedged       RestartCause = "wedged"        // calls in a row unanswered past their deadline (Config.WedgedAfter)
 )
 
 // Observer receives a plugin's lifecycle and call events so the host can

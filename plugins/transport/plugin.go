@@ -51,6 +51,13 @@ type Config struct {
 	HealthInterval, HealthTimeout time.Duration
 	// StartTimeout bounds one launch, handshake included (default 10s).
 	StartTimeout time.Duration
+	// WedgedAfter is how many consecutive calls an instance may leave
+	// unanswered past the host's deadline before the supervisor restarts
+	// it as wedged (default 3). A plugin's own deadline ends a margin
+	// before the host's, so a healthy plugin always answers in time, even
+	// to say it timed out; one that does not is stuck inside Deliver
+	// while its gRPC health service still answers SERVING.
+	WedgedAfter int
 	// Logger receives the host side's lines and the plugin's own log
 	// lines, bounded and sanitised; nil discards them.
 	Logger *slog.Logger
@@ -101,6 +108,12 @@ func (c *Config) withDefaults() (Config, []byte, error) {
 			return bad("%s: negative duration", cfg.Name)
 		}
 	}
+	if cfg.WedgedAfter == 0 {
+		cfg.WedgedAfter = 3
+	}
+	if cfg.WedgedAfter < 0 {
+		return bad("%s: negative wedged-after", cfg.Name)
+	}
 	if cfg.BackoffMax < cfg.BackoffMin {
 		return bad("%s: backoff max below min", cfg.Name)
 	}
@@ -132,11 +145,15 @@ type instance struct {
 	client *plugin.Client
 	conn   *grpc.ClientConn
 	pid    int
+	// overdue counts consecutive calls left unanswered past the host's
+	// deadline; any reply resets it (see Config.WedgedAfter).
+	overdue atomic.Int32
 }
 
 // Plugin is a transport running as a go-plugin process. It implements
 // Transport; a supervisor goroutine health-checks the process and restarts
-// it with bounded exponential backoff when it dies or stops answering.
+// it with bounded exponential backoff when it dies, stops answering its
+// health check, or leaves Config.WedgedAfter calls in a row unanswered.
 type Plugin struct {
 	cfg Config
 	sum []byte
@@ -293,6 +310,7 @@ func (p *Plugin) deliver(ctx context.Context, m Message) Receipt {
 		// moment before this side's timer fires: its status says so.
 		switch code := status.Code(err); {
 		case errors.Is(ctx.Err(), context.DeadlineExceeded) || code == codes.DeadlineExceeded:
+			inst.overdue.Add(1)
 			return Receipt{Outcome: Indeterminate, Code: "timeout-after-send"}
 		case ctx.Err() != nil:
 			// codes.Canceled alone is the connection being closed under
@@ -302,6 +320,7 @@ func (p *Plugin) deliver(ctx context.Context, m Message) Receipt {
 		}
 		return Receipt{Outcome: Indeterminate, Code: "plugin-lost-after-send"}
 	}
+	inst.overdue.Store(0)
 	r, err := DecodeReceipt(out.GetValue())
 	if err != nil {
 		p.log.Error("transport plugin reply refused", slog.Any("error", err))
@@ -381,6 +400,9 @@ func (p *Plugin) supervise() {
 func (p *Plugin) check(inst *instance) (RestartCause, bool) {
 	if inst.client.Exited() {
 		return CauseExited, false
+	}
+	if int(inst.overdue.Load()) >= p.cfg.WedgedAfter {
+		return CauseWedged, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HealthTimeout)
 	defer cancel()

@@ -6,7 +6,9 @@
 //
 //   - garbage: the reply is not JSON;
 //   - bad-code: an ACCEPTED reply whose code breaks the charset;
-//   - crash: the process exits in the middle of the call.
+//   - crash: the process exits in the middle of the call;
+//   - wedge: the call never returns, whatever its deadline, while the
+//     process and its health service stay up.
 package main
 
 import (
@@ -25,6 +27,8 @@ func main() {
 			return []byte(`{"outcome":"ACCEPTED","code":"Has Spaces"}`)
 		case "crash":
 			os.Exit(3)
+		case "wedge":
+			select {}
 		}
 		return []byte(`{"outcome":"ACCEPTED","code":"ok"}`)
 	})
