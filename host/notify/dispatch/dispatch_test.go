@@ -745,6 +745,38 @@ func TestReclaimDrainsABacklogInOneScan(t *testing.T) {
 	}
 }
 
+// TestBacklogIsObservedBeforeEachScan: the pending and lag figures the
+// Observer gets (the caphost_notify_backlog gauge) are the group's own,
+// taken before each reclaim scan: 10 entries a dead consumer read and 3
+// nobody read yet are pending 10, lag 3; once one Poll has handed over
+// the 10 and read the 3, the next observes an empty backlog.
+func TestBacklogIsObservedBeforeEachScan(t *testing.T) {
+	srv, s := standalone(t, 1)
+	ctx := ctxT(t)
+	obs := &counting{}
+	tr := newScripted("primary", accepted)
+	cfg := crashConfig(obs, 1, tr)
+	backlog(ctx, t, srv, s, 10, cfg.MinIdle)
+	for i := range 3 {
+		_, err := s.Submit(ctx, []byte(fmt.Sprintf("unread-%d", i)), testPlan(t, "primary"))
+		require.NoError(t, err)
+	}
+	cfg.ReadCount = 3
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+
+	n, err := d.Poll(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 13, n)
+	assert.Equal(t, [2]int64{10, 3}, obs.lastBacklog(0), "pending, lag before the first scan")
+	n, err = d.Poll(ctx, 0)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Equal(t, [2]int64{0, 0}, obs.lastBacklog(0), "pending, lag once drained")
+	assert.Equal(t, 2, obs.Get("backlog"))
+	assert.Len(t, tr.Calls(), 13)
+}
+
 // TestReclaimScanDrainsTheBacklogOnSlots: the read loop's first reclaim
 // scan hands over a 10-entry backlog with Concurrency 2 and ReadCount 1,
 // waiting for slots between pages. The clock is frozen, so this first

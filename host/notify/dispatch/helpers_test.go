@@ -151,10 +151,12 @@ func (s *sleeps) Delays() []time.Duration {
 	return append([]time.Duration(nil), s.ds...)
 }
 
-// counting is an Observer that counts events by label.
+// counting is an Observer that counts events by label and keeps the
+// last backlog observed per shard.
 type counting struct {
-	mu     sync.Mutex
-	events map[string]int
+	mu      sync.Mutex
+	events  map[string]int
+	backlog map[int][2]int64 // shard → pending, lag
 }
 
 func (c *counting) add(k string) {
@@ -170,9 +172,24 @@ func (c *counting) Final(s intent.State) { c.add("final:" + s.String()) }
 func (c *counting) Dispatched(n string, o transport.Outcome) {
 	c.add("dispatched:" + n + ":" + o.String())
 }
-func (c *counting) Retried(n string)          { c.add("retried:" + n) }
-func (c *counting) Quarantined(r string)      { c.add("quarantined:" + r) }
-func (c *counting) Backlog(int, int64, int64) { c.add("backlog") }
+func (c *counting) Retried(n string)     { c.add("retried:" + n) }
+func (c *counting) Quarantined(r string) { c.add("quarantined:" + r) }
+func (c *counting) Backlog(shard int, pending, lag int64) {
+	c.add("backlog")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.backlog == nil {
+		c.backlog = map[int][2]int64{}
+	}
+	c.backlog[shard] = [2]int64{pending, lag}
+}
+
+// lastBacklog is the last pending and lag observed for shard.
+func (c *counting) lastBacklog(shard int) [2]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.backlog[shard]
+}
 
 func (c *counting) Get(k string) int {
 	c.mu.Lock()
