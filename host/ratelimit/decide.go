@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -29,6 +30,14 @@ type Query struct {
 	// their costs, and Cost must be 0.
 	Policy string
 	Cost   int64
+	// Hits, without an explicit Policy, multiplies the cost the selector
+	// sets for each policy it selects (0: 1): how much of the request
+	// there is, such as Envoy's hits_addend or a batch's item count, where
+	// the selector says what one unit costs. A product over a policy's
+	// max cost makes that policy Unavailable (invalid request), never an
+	// allow. With an explicit Policy, Cost is the whole cost and Hits must
+	// be 0.
+	Hits int64
 	// EvaluationID (at most MaxEvaluationIDBytes) identifies the
 	// evaluation for dedup. For a hierarchy of n > 1 policies policy i is
 	// evaluated with the derived id "<id>/<i>", so that a retry of the same
@@ -101,6 +110,10 @@ func (l *Limiter) Decide(ctx context.Context, sel Selector, q Query) (Outcome, e
 		return Outcome{}, &QueryError{Field: "cost", Reason: "must be >= 1"}
 	case q.Cost > 0 && !explicit:
 		return Outcome{}, &QueryError{Field: "cost", Reason: "only with an explicit policy (the selector sets the cost)"}
+	case q.Hits < 0:
+		return Outcome{}, &QueryError{Field: "hits", Reason: "must be >= 1"}
+	case q.Hits > 0 && explicit:
+		return Outcome{}, &QueryError{Field: "hits", Reason: "only without an explicit policy (set cost there)"}
 	case len(q.EvaluationID) > MaxEvaluationIDBytes:
 		return Outcome{}, &QueryError{Field: "evaluation-id", Reason: fmt.Sprintf("at most %d bytes", MaxEvaluationIDBytes)}
 	}
@@ -171,7 +184,19 @@ func (l *Limiter) plan(g *generation, sels []Selection, q Query, explicit bool) 
 				return nil, &QueryError{Field: "evaluation-id", Reason: "too long for a hierarchy of policies"}
 			}
 		}
-		steps[i] = step{cp: cp, req: Request{Policy: cp.pol.ID, Subject: sub, Cost: s.Cost, EvaluationID: id}}
+		steps[i] = step{cp: cp, req: Request{Policy: cp.pol.ID, Subject: sub, Cost: scaledCost(s.Cost, q.Hits), EvaluationID: id}}
 	}
 	return steps, nil
+}
+
+// scaledCost is cost × hits (hits 0: 1), saturating at math.MaxInt64 so an
+// overflow is refused by the policy's max cost rather than wrapping.
+func scaledCost(cost, hits int64) int64 {
+	if hits <= 1 {
+		return cost
+	}
+	if cost > math.MaxInt64/hits {
+		return math.MaxInt64
+	}
+	return cost * hits
 }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -136,6 +137,22 @@ func TestDecideQueries(t *testing.T) {
 	assert.Equal(t, int64(3), f.used(t, policyOf(t, set, "tenant"), tenantSub))
 	assert.Equal(t, "tenant", o.Policy())
 
+	// Hits scales the selector's cost; over the max cost (3) it is an
+	// invalid request for that policy, consuming nothing, and an overflow
+	// of cost × hits saturates into the same refusal.
+	o, err = f.l.Decide(ctxT(t), static(Selection{Policy: "tenant", Cost: 1}), Query{Identity: Identity{Tenant: "hits"}, Hits: 3})
+	require.NoError(t, err)
+	assert.True(t, o.Allowed())
+	assert.Equal(t, int64(3), f.used(t, policyOf(t, set, "tenant"), tenant("hits")))
+	for _, h := range []int64{4, math.MaxInt64} {
+		o, err = f.l.Decide(ctxT(t), static(Selection{Policy: "tenant", Cost: 2}), Query{Identity: Identity{Tenant: "hits-over"}, Hits: h})
+		require.NoError(t, err)
+		assert.False(t, o.Allowed(), "hits %d", h)
+		assert.Equal(t, Unavailable, o.Kind(), "hits %d", h)
+	}
+	assert.Equal(t, int64(0), f.used(t, policyOf(t, set, "tenant"), tenant("hits-over")))
+	assert.Equal(t, int64(math.MaxInt64), scaledCost(2, math.MaxInt64/2+1))
+
 	o, err = f.l.Decide(ctxT(t), static(), q)
 	require.NoError(t, err)
 	assert.Equal(t, NotLimited, o.Kind())
@@ -164,6 +181,8 @@ func TestDecideQueries(t *testing.T) {
 		{"subject value too long", nil, Query{Policy: "tenant", Identity: Identity{Tenant: strings.Repeat("t", MaxSubjectValueBytes+1)}}, ErrInvalidQuery},
 		{"cost with a selector", hier, Query{Identity: Identity{Tenant: "acme"}, Cost: 2}, ErrInvalidQuery},
 		{"negative cost", nil, Query{Policy: "tenant", Identity: Identity{Tenant: "acme"}, Cost: -1}, ErrInvalidQuery},
+		{"negative hits", hier, Query{Attributes: Attributes{Route: "/orders"}, Identity: Identity{Tenant: "acme"}, Hits: -1}, ErrInvalidQuery},
+		{"hits with an explicit policy", nil, Query{Policy: "tenant", Identity: Identity{Tenant: "acme"}, Hits: 2}, ErrInvalidQuery},
 		{"evaluation id too long", nil, Query{Policy: "tenant", Identity: Identity{Tenant: "acme"}, EvaluationID: strings.Repeat("e", MaxEvaluationIDBytes+1)}, ErrInvalidQuery},
 		{"derived id too long", hier, Query{Attributes: Attributes{Route: "/orders"}, Identity: Identity{Tenant: "acme"}, EvaluationID: strings.Repeat("e", MaxEvaluationIDBytes-1)}, ErrInvalidQuery},
 	}

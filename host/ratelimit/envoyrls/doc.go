@@ -63,7 +63,8 @@
 // rate-limit capability's selector — its rate-policy guest when one is
 // configured — instead of a descriptor file: entries named after caphost's
 // attributes and identities become the query, the selector chooses the
-// policies and costs, and the capability's limiter decides. `caphost serve`
+// policies and their unit costs, hits_addend multiplies them (up to each
+// policy's max-cost), and the capability's limiter decides. `caphost serve`
 // wires it from server.envoy-rate-limit.selector-domains.
 //
 // # Reload
@@ -82,8 +83,8 @@
 // 1..MaxEntries entries, non-empty keys, key and value byte limits, valid
 // UTF-8, MaxMessageBytes on the wire. A descriptor outside them, or using
 // what caphost cannot act on (a per-descriptor limit override, negative
-// hits; for a selector-mapped domain a key outside its vocabulary or a
-// hits_addend), is refused on its own and in-band: its status is
+// hits, a hits_addend of 0 on a counted rule; for a selector-mapped
+// domain a key outside its vocabulary), is refused on its own and in-band: its status is
 // OVER_LIMIT (fail closed) without a current_limit, nothing is counted for
 // it, the request's other descriptors are decided as usual, and the
 // overall code follows the usual rule — so it is OVER_LIMIT. Each refusal

@@ -23,9 +23,11 @@ import (
 // Entry keys are caphost's vocabulary, matched exactly, each at most once:
 // the attributes route, method, principal-tier, api-key-plan,
 // client-ip-class and resource-class, and the identities tenant,
-// principal, api-key and client-ip (only ever digested). A descriptor of
-// such a domain with another key, a repeated key or a hits_addend other
-// than 1 (the selector sets the cost) is refused in-band like any invalid
+// principal, api-key and client-ip (only ever digested). The hits_addend
+// (the descriptor's, else the request's) multiplies the cost the selector
+// sets for each policy it selects. A descriptor of such a domain with
+// another key, a repeated key or a hits_addend of 0 (a check without
+// counting, which caphost cannot do) is refused in-band like any invalid
 // descriptor: OVER_LIMIT, nothing counted, the request's other
 // descriptors decided as usual.
 type SelectorMapping struct {
@@ -60,10 +62,11 @@ func (m *SelectorMapping) check() error {
 // descriptor, or why it is refused (the field, never a key or value).
 func selectorQuery(i int, entries []*ratelimitEntry, cost int64) (ratelimit.Query, *Refusal) {
 	var q ratelimit.Query
-	if cost != 1 {
-		return q, &Refusal{Reason: ReasonSelectorCost, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
-			Detail: "the selector of this domain sets the cost"}
+	if cost == 0 {
+		return q, &Refusal{Reason: ReasonCheckOnly, Field: fmt.Sprintf("descriptors[%d].hits_addend", i),
+			Detail: "0 (a check without counting) is not supported by caphost on a selector-mapped domain"}
 	}
+	q.Hits = cost
 	seen := make(map[string]bool, len(entries))
 	for j, e := range entries {
 		k, v := e.GetKey(), e.GetValue()

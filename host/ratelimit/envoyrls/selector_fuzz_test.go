@@ -36,10 +36,11 @@ func FuzzSelectorQuery(f *testing.F) {
 		}
 		q, r := envoyrls.SelectorQuery(0, d.Entries, int64(cost))
 		if r != nil {
-			require.Contains(t, []envoyrls.Reason{envoyrls.ReasonSelectorKey, envoyrls.ReasonSelectorCost}, r.Reason)
+			require.Contains(t, []envoyrls.Reason{envoyrls.ReasonSelectorKey, envoyrls.ReasonCheckOnly}, r.Reason)
 			return
 		}
-		require.Equal(t, uint8(1), cost)
+		require.NotZero(t, cost, "hits_addend 0 is a check, always refused")
+		require.Equal(t, int64(cost), q.Hits, "hits_addend scales the selector's cost")
 		got := map[string]string{
 			"route": q.Attributes.Route, "method": q.Attributes.Method, "principal-tier": q.Attributes.PrincipalTier,
 			"api-key-plan": q.Attributes.APIKeyPlan, "client-ip-class": q.Attributes.ClientIPClass,

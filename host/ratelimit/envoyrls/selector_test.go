@@ -21,15 +21,15 @@ import (
 // capability's selector (here the static route selector; a rate-policy
 // guest is another Selector): entries become attributes and identity, the
 // selected policy counts per api-key, other domains keep the static file.
-// A descriptor with an unknown or repeated key or a hits_addend is refused
-// on its own (OVER_LIMIT, nothing counted) while the valid descriptor
+// hits_addend scales the selector's cost. A descriptor with an unknown or
+// repeated key or a hits_addend of 0 is refused on its own (OVER_LIMIT, nothing counted) while the valid descriptor
 // beside it is decided; a missing identity fails closed.
 func TestSelectorMapping(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rt := newRuntime(t, srv.Addr())
 	rc := ratelimit.Config{Provider: ratelimit.ProviderRedis, DegradedProvider: ratelimit.DegradedDisabled,
 		Policies: []policy.RatePolicyDecl{{ID: "per-key", Revision: "r1", Algorithm: policy.RateFixedWindow,
-			Parameters: policy.RateParameters{Limit: 2, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}},
+			Parameters: policy.RateParameters{Limit: 2, Window: 720 * time.Hour}, MaxCost: 2, Dimensions: []policy.RateDimension{policy.DimAPIKey}},
 			{ID: "shadow-key", Revision: "r1", Algorithm: policy.RateFixedWindow, Shadow: true,
 				Parameters: policy.RateParameters{Limit: 1, Window: 720 * time.Hour}, Dimensions: []policy.RateDimension{policy.DimAPIKey}}}}
 	set, err := rc.CompilePolicies()
@@ -86,8 +86,7 @@ func TestSelectorMapping(t *testing.T) {
 	}{
 		{"unknown key", desc("route", "/api", "remote_address", "1.2.3.4"), envoyrls.ReasonSelectorKey},
 		{"repeated key", desc("route", "/api", "api-key", "a", "api-key", "b"), envoyrls.ReasonSelectorKey},
-		{"hits", hits(desc("route", "/api", "api-key", "k4"), 2), envoyrls.ReasonSelectorCost},
-		{"check", hits(desc("route", "/api", "api-key", "k4"), 0), envoyrls.ReasonSelectorCost},
+		{"check", hits(desc("route", "/api", "api-key", "k4"), 0), envoyrls.ReasonCheckOnly},
 	} {
 		before := f.refused(t, tc.reason)
 		r, err := call(desc("route", "/api", "api-key", "k3-"+tc.name), tc.d)
@@ -102,6 +101,25 @@ func TestSelectorMapping(t *testing.T) {
 	r, err = call(desc("route", "/api", "api-key", "k4"))
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "a refused descriptor counted nothing")
+
+	// hits_addend scales the selector's cost (1 per request here, up to
+	// the policy's max cost of 2): the descriptor's own, else the
+	// request's; over the max cost it counts nothing.
+	r, err = call(hits(desc("route", "/api", "api-key", "k5"), 2))
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, r.Statuses[0].Code)
+	assert.Equal(t, uint32(0), r.Statuses[0].LimitRemaining, "2 of 2 taken at once")
+	r, err = f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2,
+		Descriptors: []*commonv3.RateLimitDescriptor{desc("route", "/api", "api-key", "k6")}})
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, r.Statuses[0].Code)
+	assert.Equal(t, uint32(0), r.Statuses[0].LimitRemaining, "the request's hits_addend")
+	r, err = call(hits(desc("route", "/api", "api-key", "k7"), 3))
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.Statuses[0].Code, "3 is over the max cost")
+	r, err = call(desc("route", "/api", "api-key", "k7"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1), r.Statuses[0].LimitRemaining, "the refused 3 counted nothing")
 
 	// A domain in both the file and the selector is a configuration error.
 	_, err = envoyrls.New(rt, loadFiles(t, "example2.yaml"), envoyrls.Options{Selector: &envoyrls.SelectorMapping{Limiter: lim, Selector: sel, Domains: []string{"messaging"}}})

@@ -61,21 +61,18 @@ const (
 	// ReasonHitsTooLarge: a hits_addend over MaxHits.
 	ReasonHitsTooLarge Reason = "hits_too_large"
 	// ReasonCheckOnly: hits_addend 0 — a check without counting — on a
-	// counted rule: caphost's limiter cannot evaluate a limit without
-	// consuming from it.
+	// counted rule or a selector-mapped domain: caphost's limiter cannot
+	// evaluate a limit without consuming from it.
 	ReasonCheckOnly Reason = "check_only"
 	// ReasonSelectorKey: a selector-mapped descriptor with a key that is
 	// not a selector attribute or identity, or a repeated key.
 	ReasonSelectorKey Reason = "selector_key"
-	// ReasonSelectorCost: a selector-mapped descriptor with a hits_addend
-	// other than 1 (the selector sets the cost).
-	ReasonSelectorCost Reason = "selector_cost"
 )
 
 // Reasons lists every Reason.
 func Reasons() []Reason {
 	return []Reason{ReasonTooManyDescriptors, ReasonEntries, ReasonKey, ReasonValueTooLong, ReasonNotUTF8,
-		ReasonLimitOverride, ReasonNegativeHits, ReasonHitsTooLarge, ReasonCheckOnly, ReasonSelectorKey, ReasonSelectorCost}
+		ReasonLimitOverride, ReasonNegativeHits, ReasonHitsTooLarge, ReasonCheckOnly, ReasonSelectorKey}
 }
 
 // Refusal is why one descriptor is refused: its reason, the field (for
