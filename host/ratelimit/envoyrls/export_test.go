@@ -1,7 +1,8 @@
 package envoyrls
 
-// Exported for the external tests' fuzz targets.
+// Exported for the external tests.
 var (
 	SelectorQuery = selectorQuery
 	RequestID     = requestID
+	WindowUnit    = windowUnit
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -124,8 +125,8 @@ func (s *Service) decideSelected(ctx context.Context, q ratelimit.Query, rid str
 			DurationUntilReset: durationpb.New(ceilSecond(o.RetryAfter()))}
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
-		// The policy's limit; its window need not be an Envoy unit.
-		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: o.Policy(), RequestsPerUnit: uint32(min(max(d.Limit, 0), math.MaxUint32))},
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: o.Policy(), RequestsPerUnit: uint32(min(max(d.Limit, 0), math.MaxUint32)),
+			Unit: windowUnit(d.Window)},
 		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(max(d.ResetAt.Sub(s.now()), 0)),
 	}
@@ -143,6 +144,23 @@ func (s *Service) decideSelected(ctx context.Context, q ratelimit.Query, rid str
 		s.m.descriptors.WithLabelValues(resultOK).Inc()
 	}
 	return st
+}
+
+// windowUnit is the Envoy unit of a policy window that is exactly one:
+// 1s, 1m, 1h or 24h. Any other window (90s, 30 days) has none, and says
+// UNKNOWN rather than a unit that would misstate the limit's rate.
+func windowUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch w {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 }
 
 func selectorCategory(err error) string {
