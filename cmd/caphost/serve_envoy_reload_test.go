@@ -177,20 +177,7 @@ func TestServeEnvoySelectorDomains(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	listen, rlsListen := freeListen(t), freeListen(t)
 	cfg := selectorConfig(t, srv.Addr(), listen, rlsListen)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr logtest.Buffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- runWith(ctx, []string{"serve", "--config", cfg, "--drain-timeout", "5s"}, &stdout, &stderr, config.WithEnv(serveEnv))
-	}()
-	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "serving envoy rate-limit service") },
-		15*time.Second, 50*time.Millisecond, stderr.String())
-	conn, err := grpc.NewClient(rlsListen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	client, stderr, stop := rlsServe(t, cfg, rlsListen)
 	resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
 		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "route", Value: "/api"}, {Key: "api-key", Value: "k1"}}}}})
 	require.NoError(t, err)
@@ -198,7 +185,6 @@ func TestServeEnvoySelectorDomains(t *testing.T) {
 	assert.Equal(t, "per-key", resp.Statuses[0].CurrentLimit.GetName())
 	assert.Equal(t, uint32(100), resp.Statuses[0].CurrentLimit.GetRequestsPerUnit())
 	assert.Equal(t, uint32(99), resp.Statuses[0].LimitRemaining)
-	cancel()
-	assert.Equal(t, 0, <-exited, stderr.String())
+	assert.Equal(t, 0, stop(), stderr.String())
 	assert.NotContains(t, stderr.String(), "k1", "identities are never logged")
 }

@@ -40,6 +40,35 @@ func envoyConfig(t *testing.T, redisAddr, listen, rlsListen string) string {
 // TestServeEnvoyRateLimit: caphost serve answers Envoy's ShouldRateLimit
 // on its own gRPC listener, counting in Redis next to the HTTP API, and
 // stops it cleanly with the rest.
+// rlsServe runs caphost serve on cfg until the test ends and returns a
+// go-control-plane client of its Envoy rate-limit listener, once that
+// serves; stop cancels serve and returns its exit code, and stderr holds
+// its log.
+func rlsServe(t *testing.T, cfg, rlsListen string) (client rlsv3.RateLimitServiceClient, stderr *logtest.Buffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stderr = new(logtest.Buffer)
+	var stdout logtest.Buffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runWith(ctx, []string{"serve", "--config", cfg, "--drain-timeout", "5s"}, &stdout, stderr, config.WithEnv(serveEnv))
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "serving envoy rate-limit service") },
+		60*time.Second, 50*time.Millisecond, stderr.String())
+	conn, err := grpc.NewClient(rlsListen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn), stderr, func() int {
+		cancel()
+		code := <-exited
+		if out := stdout.String(); out != "" {
+			_, _ = stderr.Write([]byte(out))
+		}
+		return code
+	}
+}
+
 func TestServeEnvoyRateLimit(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	listen, rlsListen := freeListen(t), freeListen(t)
