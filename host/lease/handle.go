@@ -181,6 +181,9 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 			break
 		}
 		lost = err
+		if try == 0 && c.beforeReleaseRepeat != nil {
+			c.beforeReleaseRepeat()
+		}
 	}
 	// A repeat that fails before it is sent does not undo the first
 	// send's uncertainty: the release may have applied.

@@ -110,11 +110,14 @@ type Client struct {
 	closing chan struct{}
 
 	// Test hooks: beforeRepeat runs before the reconciling repeat of an
-	// acquire whose reply was lost, afterContended after each contended
-	// try of a waiting acquire, afterRenew after each watchdog renew.
-	beforeRepeat   func()
-	afterContended func()
-	afterRenew     func(RenewKind)
+	// acquire whose reply was lost, beforeReleaseRepeat before the repeat
+	// of a release whose reply was lost, afterContended after each
+	// contended try of a waiting acquire, afterRenew after each watchdog
+	// renew.
+	beforeRepeat        func()
+	beforeReleaseRepeat func()
+	afterContended      func()
+	afterRenew          func(RenewKind)
 }
 
 // New binds a client to cfg.Role of rt.

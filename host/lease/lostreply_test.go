@@ -157,3 +157,62 @@ func TestLostInspectReplyChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Absent, again.Kind)
 }
+
+// TestLostReleaseReplyIsNeverReportedReleased: a release that applied but
+// whose reply is lost is never reported RELEASED on a guess. When its
+// reconciling repeat is lost too the outcome is INDETERMINATE and the
+// handle UNKNOWN for good; the caller's retry with the same owner token
+// and operation id — on the handle or without it — answers ALREADY_ABSENT
+// (the first send applied), and the lease is free for the next attempt.
+// When the repeat gets through, ALREADY_ABSENT settles it and the handle
+// is RELEASED.
+func TestLostReleaseReplyIsNeverReportedReleased(t *testing.T) {
+	f := newLostReplies(t)
+	ctx := ctxT(t)
+	a := attempt(t, "op")
+	h := f.hold(t, a)
+	key := h.key.Redis()
+
+	// The first send and its repeat both go out on live connections and
+	// both replies are lost.
+	var repeats int
+	f.c.beforeReleaseRepeat = func() { repeats++; f.loseReplies(t) }
+	f.loseReplies(t)
+	rel, err := h.Release(ctx)
+	f.p.Passthrough()
+	f.c.beforeReleaseRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, 1, repeats)
+	assert.Equal(t, ReleaseIndeterminate, rel)
+	assert.Equal(t, Unknown, h.State(), "a lost release is not a release")
+	assert.Error(t, h.Cause())
+	assert.Equal(t, 1.0, value(t, f.c.m.lost.WithLabelValues("nightly-cleanup", causeUnknown)))
+	n, err := f.srv.Admin().Exists(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the first send applied")
+
+	rel, err = h.Release(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, ReleaseAlreadyAbsent, rel, "the retry finds its release applied")
+	assert.Equal(t, Unknown, h.State(), "no transition out of a terminal state")
+	resumed, err := ResumeAttempt(a.Owner(), a.OperationID())
+	require.NoError(t, err)
+	res, err := f.c.Release(ctx, "nightly-cleanup", []byte("tenant-42"), resumed)
+	require.NoError(t, err)
+	assert.Equal(t, ReleaseAlreadyAbsent, res.Kind)
+	assert.Equal(t, certainty.NotApplied, res.Certainty, "the server answered: nothing left to delete")
+	next := f.hold(t, attempt(t, "next")) // the lease is free
+
+	// The first reply is lost, the repeat gets through: settled.
+	f.c.beforeReleaseRepeat = func() { repeats++; f.p.Passthrough() }
+	f.loseReplies(t)
+	rel, err = next.Release(ctx)
+	f.p.Passthrough()
+	f.c.beforeReleaseRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, 2, repeats)
+	assert.Equal(t, ReleaseAlreadyAbsent, rel, "the repeat finds the first send applied")
+	assert.Equal(t, Released, next.State())
+	assert.NoError(t, next.Cause())
+	assert.Equal(t, 1.0, value(t, f.c.m.lost.WithLabelValues("nightly-cleanup", causeUnknown)), "a settled release is no loss")
+}
