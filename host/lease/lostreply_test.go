@@ -216,3 +216,49 @@ func TestLostReleaseReplyIsNeverReportedReleased(t *testing.T) {
 	assert.NoError(t, next.Cause())
 	assert.Equal(t, 1.0, value(t, f.c.m.lost.WithLabelValues("nightly-cleanup", causeUnknown)), "a settled release is no loss")
 }
+
+// TestDoubleLostAcquireIsReplayed: an acquire's reply is lost and so is
+// its reconciling repeat's (both really reached Redis): INDETERMINATE, no
+// handle. The caller's third try with the same owner token and operation
+// id is REPLAYED_SAME_OPERATION with the validity of the server's
+// remaining TTL — never a second grant, never a TTL set again — and
+// another attempt is contended.
+func TestDoubleLostAcquireIsReplayed(t *testing.T) {
+	f := newLostReplies(t)
+	ctx := ctxT(t)
+	a := attempt(t, "op")
+	var repeats int
+	f.c.beforeRepeat = func() { repeats++; f.loseReplies(t) }
+	f.openConnection(t)
+	sent := f.srv.CommandCalls(t, "evalsha")
+	f.p.Stall()
+	lost, err := f.c.Acquire(ctx, req(a, 10*time.Second))
+	f.p.Passthrough()
+	f.c.beforeRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, 1, repeats)
+	assert.Equal(t, Indeterminate, lost.Kind)
+	assert.Equal(t, certainty.Indeterminate, lost.Certainty)
+	assert.Equal(t, 2, lost.Attempts)
+	assert.Nil(t, lost.Handle, "never held on a guess")
+	// The acquire, the inspect that opened the repeat's connection, and
+	// the repeat all reached Redis.
+	assert.Equal(t, sent+3, f.srv.CommandCalls(t, "evalsha"))
+
+	key, err := f.c.resourceKey("nightly-cleanup", []byte("tenant-42"))
+	require.NoError(t, err)
+	require.NoError(t, f.srv.Admin().PExpire(ctx, key.Redis(), 3*time.Second).Err())
+	before := f.stored(t, key.Redis())
+	third, err := f.c.Acquire(ctx, req(a, 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, ReplayedSameOperation, third.Kind, "the first send applied; the third try finds it")
+	assert.Equal(t, 1, third.Attempts)
+	assert.Equal(t, Active, third.Handle.State())
+	f.assertServerValidity(t, third.Handle, before.pttl)
+	after := f.stored(t, key.Redis())
+	assert.Equal(t, before.value, after.value, "the same grant")
+	assert.LessOrEqual(t, after.pttl, before.pttl, "a replay does not set the TTL again")
+	other, err := f.c.Acquire(ctx, req(attempt(t, "other"), 10*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, Contended, other.Kind, "no second grant")
+}
