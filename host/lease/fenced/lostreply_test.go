@@ -170,3 +170,55 @@ func TestLostRenewReplyNeverExtendsTheValidity(t *testing.T) {
 	assert.Equal(t, fence.Token{Epoch: f.reg.Epoch, Counter: 2}, next.Handle.Token())
 	assert.Equal(t, int64(2), f.counter(t), "the counter moves on, never back")
 }
+
+// TestDoubleLostAcquireKeepsOneToken: an acquire's reply is lost and so is
+// its reconciling repeat's (both really reached Redis): INDETERMINATE, no
+// handle, and the counter went up once. The caller's third try with the
+// same owner token and operation id is REPLAYED_SAME_OPERATION with the
+// first send's token and the validity of the server's remaining TTL —
+// never a second grant or a new token — and another attempt is contended.
+func TestDoubleLostAcquireKeepsOneToken(t *testing.T) {
+	f := newLostReplies(t)
+	ctx := ctxT(t)
+	r := f.request(attempt(t, "op"))
+	var repeats int
+	f.w.c.beforeRepeat = func() { repeats++; f.loseReplies(t) }
+	f.openConnection(t)
+	sent := f.w.srv.CommandCalls(t, "evalsha")
+	f.p.Stall()
+	lost, err := f.w.c.Acquire(ctx, r)
+	f.p.Passthrough()
+	f.w.c.beforeRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, 1, repeats)
+	assert.Equal(t, Indeterminate, lost.Kind)
+	assert.Equal(t, certainty.Indeterminate, lost.Certainty)
+	assert.Equal(t, 2, lost.Attempts)
+	assert.Nil(t, lost.Handle, "never held on a guess")
+	// The acquire, the inspect that opened the repeat's connection, and
+	// the repeat all reached Redis.
+	assert.Equal(t, sent+3, f.w.srv.CommandCalls(t, "evalsha"))
+	assert.Equal(t, int64(1), f.counter(t), "one increment: the repeat was a replay")
+
+	owner, _, err := f.w.c.keysOf("ledger", "acct-7")
+	require.NoError(t, err)
+	require.NoError(t, f.w.srv.Admin().PExpire(ctx, owner.Redis(), 3*time.Second).Err())
+	before := f.ownerPTTL(t)
+	third, err := f.w.c.Acquire(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, ReplayedSameOperation, third.Kind, "the first send applied; the third try finds it")
+	assert.Equal(t, 1, third.Attempts)
+	tok := fence.Token{Epoch: f.reg.Epoch, Counter: 1}
+	assert.Equal(t, tok, third.Handle.Token(), "the first send's token")
+	after := f.ownerPTTL(t)
+	assert.LessOrEqual(t, after, before, "a replay does not set the TTL again")
+	assert.LessOrEqual(t, third.Handle.Remaining(), before-lease.DefaultDriftBudget,
+		"validity from the server's remaining TTL, not the request's")
+	assert.GreaterOrEqual(t, third.Handle.Remaining(), after-lease.DefaultDriftBudget)
+	require.NoError(t, f.w.write(ctx, third.Handle.Token(), "op", 1))
+
+	other, err := f.w.c.Acquire(ctx, f.request(attempt(t, "other")))
+	require.NoError(t, err)
+	assert.Equal(t, Contended, other.Kind, "no second grant")
+	assert.Equal(t, int64(1), f.counter(t))
+}
