@@ -10,7 +10,7 @@ import (
 )
 
 // Notification intent programs (notify-submit/claim/finalize/quarantine/
-// inspect-v1, notify-submit-v2, notify-claim-v2). A shard's stream, its quarantine stream and the intent
+// inspect-v1, notify-submit-v2, notify-claim-v2, notify-finalize-v2). A shard's stream, its quarantine stream and the intent
 // records located in it share one Cluster slot (a keys.Sharded layout of
 // keys.CapNotify); every facade refuses keys of different slots before
 // sending (ErrCrossSlot).
@@ -265,7 +265,7 @@ type NotifyFinalizeRequest struct {
 	Receipt []byte
 }
 
-// NotifyFinalizeResult is the result of notify-finalize-v1.
+// NotifyFinalizeResult is the result of notify-finalize-v1 and -v2.
 type NotifyFinalizeResult struct {
 	Status   NotifyFinalizeStatus
 	State    NotifyState
@@ -277,11 +277,37 @@ type NotifyFinalizeResult struct {
 func (r NotifyFinalizeResult) Outcome() certainty.Outcome { return r.Status.Outcome() }
 
 // NotifyFinalize records a receipt and reduces the intent's state
-// monotonically (see notify-finalize-v1). A repeat after a timeout is
+// monotonically through notify-finalize-v1. A repeat after a timeout is
 // ALREADY_FINAL for a final call, RECORDED again for a retry (the receipt
-// log may then hold the receipt twice; readers deduplicate).
+// log may then hold the receipt twice; readers deduplicate). v1's result
+// depends on the order of an attempt's receipts: INDETERMINATE then
+// REJECTED_DEFINITE ends INDETERMINATE, the other order FAILED;
+// NotifyFinalizeV2 does not.
 func (e *Executor) NotifyFinalize(ctx context.Context, stream, record keys.Key, req NotifyFinalizeRequest) (NotifyFinalizeResult, error) {
-	const id = "notify-finalize-v1"
+	return e.notifyFinalize(ctx, notifyFinalizeV1, stream, record, req)
+}
+
+// NotifyFinalizeV2 is NotifyFinalize through notify-finalize-v2 (what
+// host/notify/intent runs): the same keys, arguments, record, reply and
+// statuses, but the state an attempt's receipts leave depends only on
+// which receipts arrived, not on their order. A definite report resolves
+// the doubt: a REJECTED_DEFINITE receipt for the record's current attempt
+// turns INDETERMINATE into FAILED (RECONCILED; acknowledged when EntryID
+// is given), whether Final or not — the entry may be acknowledged
+// already, so no retry may follow — and an INDETERMINATE receipt for the
+// current attempt of a PENDING record (its rejection was recorded with a
+// retry to follow) makes it FAILED (FINALIZED), not INDETERMINATE.
+func (e *Executor) NotifyFinalizeV2(ctx context.Context, stream, record keys.Key, req NotifyFinalizeRequest) (NotifyFinalizeResult, error) {
+	return e.notifyFinalize(ctx, notifyFinalizeV2, stream, record, req)
+}
+
+// The notify finalize programs.
+const (
+	notifyFinalizeV1 = "notify-finalize-v1"
+	notifyFinalizeV2 = "notify-finalize-v2"
+)
+
+func (e *Executor) notifyFinalize(ctx context.Context, id string, stream, record keys.Key, req NotifyFinalizeRequest) (NotifyFinalizeResult, error) {
 	if err := sameSlot(id, stream, record); err != nil {
 		return NotifyFinalizeResult{}, err
 	}
@@ -294,12 +320,11 @@ func (e *Executor) NotifyFinalize(ctx context.Context, stream, record keys.Key, 
 	if err != nil {
 		return NotifyFinalizeResult{}, err
 	}
-	return notifyFinalizeResult(&r)
+	return notifyFinalizeResult(id, &r)
 }
 
-// notifyFinalizeResult checks a decoded notify-finalize-v1 reply.
-func notifyFinalizeResult(r *reply) (NotifyFinalizeResult, error) {
-	const id = "notify-finalize-v1"
+// notifyFinalizeResult checks a decoded notify-finalize-v1 or -v2 reply.
+func notifyFinalizeResult(id string, r *reply) (NotifyFinalizeResult, error) {
 	res := NotifyFinalizeResult{Status: NotifyFinalizeStatus(r.status), State: NotifyState(r.int(0)), Attempts: int(r.int(1)), Acked: r.int(2) == 1}
 	if !validAttempts(r.int(1)) || r.int(2) < 0 || r.int(2) > 1 {
 		return NotifyFinalizeResult{}, notifyIncompatible(id, "attempts or acked out of range")
@@ -308,6 +333,11 @@ func notifyFinalizeResult(r *reply) (NotifyFinalizeResult, error) {
 	case NotifyFinalized, NotifyReconciled, NotifyFinalizeAlreadyFinal:
 		if !res.State.Final() {
 			return NotifyFinalizeResult{}, notifyIncompatible(id, "a final status with a state that is not final")
+		}
+		// v1 reconciles only to DELIVERED (an ACCEPTED receipt); v2 also
+		// to FAILED (a definite rejection resolving INDETERMINATE).
+		if res.Status == NotifyReconciled && res.State != NotifyDelivered && (id != notifyFinalizeV2 || res.State != NotifyFailed) {
+			return NotifyFinalizeResult{}, notifyIncompatible(id, "a reconciled state that is neither DELIVERED nor a v2 FAILED")
 		}
 	case NotifyRecorded:
 		if res.State != NotifyPending || res.Acked {

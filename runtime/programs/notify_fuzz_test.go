@@ -45,10 +45,18 @@ func FuzzNotifyReplies(f *testing.F) {
 				require.Equal(t, NotifyFailed, cl.State, "v2 never exhausts a DELIVERING record")
 			}
 		}
-		if fi, err := notifyFinalizeResult(&r); err == nil {
+		for _, id := range []string{notifyFinalizeV1, notifyFinalizeV2} {
+			fi, err := notifyFinalizeResult(id, &r)
+			if err != nil {
+				continue
+			}
 			require.True(t, validAttempts(int64(fi.Attempts)))
 			if fi.Status == NotifyFinalized || fi.Status == NotifyReconciled || fi.Status == NotifyFinalizeAlreadyFinal {
 				require.True(t, fi.State.Final())
+			}
+			if fi.Status == NotifyReconciled && fi.State != NotifyDelivered {
+				require.Equal(t, notifyFinalizeV2, id, "only v2 reconciles to anything but DELIVERED")
+				require.Equal(t, NotifyFailed, fi.State)
 			}
 		}
 		if q, err := notifyQuarantineResult(&r); err == nil {

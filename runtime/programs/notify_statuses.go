@@ -91,10 +91,11 @@ func (s NotifyClaimStatus) Outcome() certainty.Outcome {
 	return statusOutcome(notifyClaimV2Statuses(), uint8(s))
 }
 
-// NotifyFinalizeStatus is the status enum of notify-finalize-v1.
+// NotifyFinalizeStatus is the status enum of notify-finalize-v1 and -v2
+// (the same table).
 type NotifyFinalizeStatus uint8
 
-// Statuses of notify-finalize-v1 (codes as in the manifest).
+// Statuses of notify-finalize-v1 and -v2 (codes as in the manifest).
 const (
 	// NotifyFinalized is FINALIZED (code 1, APPLIED).
 	NotifyFinalized NotifyFinalizeStatus = iota + 1
@@ -211,7 +212,7 @@ func notifyStatuses(id string) []statusDef {
 		return notifyClaimStatuses()
 	case "notify-claim-v2":
 		return notifyClaimV2Statuses()
-	case "notify-finalize-v1":
+	case "notify-finalize-v1", "notify-finalize-v2":
 		return notifyFinalizeStatuses()
 	case "notify-quarantine-v1":
 		return notifyQuarantineStatuses()

@@ -187,20 +187,8 @@ func notifyFacades() map[string]facadeCall {
 			r, err := e.NotifyClaimV2(ctx, ks[0], ks[1], g, eid, mx)
 			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
 		},
-		"notify-finalize-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
-			g, err1 := str(a[0])
-			eid, err2 := str(a[1])
-			att, err3 := num(a[2])
-			o, err4 := num(a[3])
-			fin, err5 := num(a[4])
-			rc, err6 := fixtureBytes(a[5])
-			if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
-				return "", 0, nil, err
-			}
-			r, err := e.NotifyFinalize(ctx, ks[0], ks[1], NotifyFinalizeRequest{Group: g, EntryID: eid, Attempt: att,
-				Outcome: NotifyReceiptOutcome(o), Final: fin == 1, Receipt: rc})
-			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
-		},
+		"notify-finalize-v1": notifyFinalizeFacade((*Executor).NotifyFinalize),
+		"notify-finalize-v2": notifyFinalizeFacade((*Executor).NotifyFinalizeV2),
 		"notify-quarantine-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			g, err1 := str(a[0])
 			eid, err2 := str(a[1])
@@ -217,5 +205,24 @@ func notifyFacades() map[string]facadeCall {
 			r, err := e.NotifyInspect(ctx, ks[0])
 			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), ms(r.RecordTTL), r.EntryID, r.PlanDigest, string(r.Receipts)}, err
 		},
+	}
+}
+
+// notifyFinalizeFacade adapts a finalize facade (both versions take the
+// same six arguments and answer the same result).
+func notifyFinalizeFacade(call func(*Executor, context.Context, keys.Key, keys.Key, NotifyFinalizeRequest) (NotifyFinalizeResult, error)) facadeCall {
+	return func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+		g, err1 := fixtureBytes(a[0])
+		eid, err2 := fixtureBytes(a[1])
+		att, err3 := fixtureInt(a[2])
+		o, err4 := fixtureInt(a[3])
+		fin, err5 := fixtureInt(a[4])
+		rc, err6 := fixtureBytes(a[5])
+		if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+			return "", 0, nil, err
+		}
+		r, err := call(e, ctx, ks[0], ks[1], NotifyFinalizeRequest{Group: string(g), EntryID: string(eid), Attempt: int(att),
+			Outcome: NotifyReceiptOutcome(o), Final: fin == 1, Receipt: rc})
+		return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
 	}
 }
