@@ -237,7 +237,7 @@ func TestCrashAfterFinalizeBeforeAckIsConsumerDedup(t *testing.T) {
 		want    intent.State
 	}{
 		{transport.Receipt{Outcome: transport.Accepted, Code: "http-202"}, intent.Delivered},
-		{transport.Receipt{Outcome: transport.Indeterminate, Code: "timeout-after-send"}, intent.Indeterminate},
+		{transport.Receipt{Outcome: transport.RejectedDefinite, Code: "http-550"}, intent.Failed},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
 			_, s := standalone(t, 1)

@@ -222,10 +222,23 @@ type Finalization struct {
 	Acked bool
 }
 
-// Finalize records r for d's attempt r.Attempt. final ends the dispatch
-// (an Accepted or Indeterminate receipt always does); the entry is
-// acknowledged in the same step when the state is final. Repeating the
-// same call after a lost reply is safe (AlreadyFinal).
+// Finalize records r for d's attempt r.Attempt through
+// notify-finalize-v2. final ends the dispatch (an Accepted or
+// Indeterminate receipt always does); the entry is acknowledged in the
+// same step when the state is final. Repeating the same call after a lost
+// reply is safe (AlreadyFinal).
+//
+// The state an attempt's receipts leave depends on which receipts
+// arrived, never on their order (in band here, out of band through
+// RecordReceipt, and a Claim that found the attempt in doubt): Accepted
+// makes any state Delivered and nothing leaves Delivered; a definite
+// rejection of the current attempt resolves the doubt, so it turns
+// Indeterminate into Failed even when final is false (the entry may be
+// acknowledged already: no retry may follow), and an Indeterminate
+// receipt for an attempt whose rejection was recorded with a retry to
+// follow makes the intent Failed, not Indeterminate; otherwise a
+// rejection or an Indeterminate receipt never changes a final state, and
+// one for an older attempt changes nothing (Stale).
 func (s *Store) Finalize(ctx context.Context, d *Delivery, r Receipt, final bool) (Finalization, error) {
 	stream, record, err := s.deliveryKeys(d)
 	if err != nil {
@@ -235,9 +248,17 @@ func (s *Store) Finalize(ctx context.Context, d *Delivery, r Receipt, final bool
 }
 
 // RecordReceipt records a receipt that arrived out of band (a provider's
-// delivery webhook): an Accepted receipt makes the intent DELIVERED from
-// any state; nothing is acknowledged.
+// delivery report) through notify-finalize-v2, as final and acknowledging
+// nothing: an Accepted receipt makes the intent Delivered from any state;
+// a RejectedDefinite one for the current attempt makes it Failed unless
+// it is Delivered or Quarantined — an Indeterminate intent included: the
+// report resolves the doubt (see Finalize). A provider's report says
+// delivered or rejected, never "unknown": an Indeterminate receipt is
+// refused with ErrInvalidRequest before anything is sent.
 func (s *Store) RecordReceipt(ctx context.Context, id ID, r Receipt) (Finalization, error) {
+	if r.Outcome == transport.Indeterminate {
+		return Finalization{}, fmt.Errorf("%w: an out-of-band receipt is accepted or rejected, never indeterminate", ErrInvalidRequest)
+	}
 	loc, err := s.locationOf(id)
 	if err != nil {
 		return Finalization{}, err
@@ -254,7 +275,7 @@ func (s *Store) finalize(ctx context.Context, stream, record keys.Key, entryID s
 	if err != nil {
 		return Finalization{}, err
 	}
-	res, err := s.exec.NotifyFinalize(ctx, stream, record, programs.NotifyFinalizeRequest{Group: s.cfg.Group, EntryID: entryID,
+	res, err := s.exec.NotifyFinalizeV2(ctx, stream, record, programs.NotifyFinalizeRequest{Group: s.cfg.Group, EntryID: entryID,
 		Attempt: r.Attempt, Outcome: programs.NotifyReceiptOutcome(r.Outcome), Final: final || r.Outcome != transport.RejectedDefinite, Receipt: enc})
 	if err != nil {
 		return Finalization{}, err
