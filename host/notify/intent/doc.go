@@ -16,7 +16,10 @@
 // never begins an attempt after one that was claimed and never finalized:
 // that attempt may have been sent, so the intent becomes INDETERMINATE and
 // the claim reports InDoubt — even when the attempt never reached its
-// transport, which nothing here can tell.
+// transport, which nothing here can tell. Finalize and RecordReceipt
+// (notify-finalize-v2) reduce an attempt's receipts monotonically and
+// regardless of arrival order: a definite rejection of the current
+// attempt resolves INDETERMINATE into FAILED, ACCEPTED wins over all.
 //
 // Layout. Intents spread over Config.Shards shards; a shard is one stream
 // (the anchor of a keys.Sharded layout of keys.CapNotify) plus its
