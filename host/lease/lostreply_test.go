@@ -215,6 +215,20 @@ func TestLostReleaseReplyIsNeverReportedReleased(t *testing.T) {
 	assert.Equal(t, Released, next.State())
 	assert.NoError(t, next.Cause())
 	assert.Equal(t, 1.0, value(t, f.c.m.lost.WithLabelValues("nightly-cleanup", causeUnknown)), "a settled release is no loss")
+
+	// Without a handle, a release whose reply and repeat are both lost is
+	// counted as the handle's is.
+	third := attempt(t, "third")
+	f.hold(t, third)
+	f.c.beforeReleaseRepeat = func() { repeats++; f.loseReplies(t) }
+	f.loseReplies(t)
+	res, err = f.c.Release(ctx, "nightly-cleanup", []byte("tenant-42"), third)
+	f.p.Passthrough()
+	f.c.beforeReleaseRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, 3, repeats)
+	assert.Equal(t, ReleaseIndeterminate, res.Kind)
+	assert.Equal(t, 2.0, value(t, f.c.m.lost.WithLabelValues("nightly-cleanup", causeUnknown)), "a lost handle-less release")
 }
 
 // TestDoubleLostAcquireIsReplayed: an acquire's reply is lost and so is

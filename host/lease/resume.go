@@ -40,8 +40,10 @@ func (c *Client) Renew(ctx context.Context, r Request) (RenewResult, error) {
 
 // Release deletes the lease of (purpose, resource) if attempt still holds
 // it, without a Handle (never a blind DEL: another owner's lease stays). A
-// lost reply is repeated once, as Handle.Release does. Errors are
-// ErrInvalidRequest, ErrClosed, ErrCorrupt and ctx's.
+// lost reply is repeated once, as Handle.Release does, and when the repeat
+// is lost too (ReleaseIndeterminate) it is counted as a handle's would be:
+// caphost_lease_lost_total{cause="unknown"}. Errors are ErrInvalidRequest,
+// ErrClosed, ErrCorrupt and ctx's.
 func (c *Client) Release(ctx context.Context, purpose string, resource []byte, attempt Attempt) (ReleaseResult, error) {
 	if attempt.IsZero() {
 		return ReleaseResult{}, fmt.Errorf("%w: no attempt (mint one with NewAttempt)", ErrInvalidRequest)
@@ -53,5 +55,10 @@ func (c *Client) Release(ctx context.Context, purpose string, resource []byte, a
 	if c.isClosed() {
 		return ReleaseResult{}, ErrClosed
 	}
-	return c.releaseCall(ctx, key, c.m.purpose(purpose), attempt)
+	label := c.m.purpose(purpose)
+	res, err := c.releaseCall(ctx, key, label, attempt)
+	if err == nil && res.Kind == ReleaseIndeterminate {
+		c.m.lostLabel(label, Unknown, res.Cause)
+	}
+	return res, err
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -164,11 +166,25 @@ func TestLostRenewReplyNeverExtendsTheValidity(t *testing.T) {
 	rel, err := f.w.c.Release(ctx, r, tok)
 	require.NoError(t, err)
 	require.Equal(t, lease.ReleaseDone, rel.Kind)
-	next, err := f.w.c.Acquire(ctx, f.request(attempt(t, "next")))
+	nextReq := f.request(attempt(t, "next"))
+	next, err := f.w.c.Acquire(ctx, nextReq)
 	require.NoError(t, err)
 	require.Equal(t, Acquired, next.Kind)
 	assert.Equal(t, fence.Token{Epoch: f.reg.Epoch, Counter: 2}, next.Handle.Token())
 	assert.Equal(t, int64(2), f.counter(t), "the counter moves on, never back")
+
+	// Without a handle, a release whose reply and repeat are both lost is
+	// counted as a handle's is.
+	unknown := f.w.c.m.lost.WithLabelValues("ledger", causeUnknown)
+	before := counterValue(t, unknown)
+	f.w.c.beforeReleaseRepeat = func() { f.loseReplies(t) }
+	f.loseReplies(t)
+	rel, err = f.w.c.Release(ctx, nextReq, next.Handle.Token())
+	f.p.Passthrough()
+	f.w.c.beforeReleaseRepeat = nil
+	require.NoError(t, err)
+	assert.Equal(t, lease.ReleaseIndeterminate, rel.Kind)
+	assert.Equal(t, before+1, counterValue(t, unknown), "a lost handle-less release")
 }
 
 // TestDoubleLostAcquireKeepsOneToken: an acquire's reply is lost and so is
@@ -221,4 +237,12 @@ func TestDoubleLostAcquireKeepsOneToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Contended, other.Kind, "no second grant")
 	assert.Equal(t, int64(1), f.counter(t))
+}
+
+// counterValue reads one counter series.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
 }

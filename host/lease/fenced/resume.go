@@ -44,8 +44,10 @@ func (c *Client) Renew(ctx context.Context, r Request, tok fence.Token) (lease.R
 
 // Release deletes the fenced lease r.Attempt holds under tok without a
 // Handle (never a blind DEL; the counter is never touched). A lost reply
-// is repeated once, as Handle.Release does. r.TTL and r.Wait are ignored.
-// Errors are lease.ErrInvalidRequest, lease.ErrCorrupt and ctx's.
+// is repeated once, as Handle.Release does; when the repeat is lost too
+// (ReleaseIndeterminate) it is counted as a handle's would be. r.TTL and
+// r.Wait are ignored. Errors are lease.ErrInvalidRequest,
+// lease.ErrCorrupt and ctx's.
 func (c *Client) Release(ctx context.Context, r Request, tok fence.Token) (lease.ReleaseResult, error) {
 	r.Wait, r.TTL = 0, c.maxTTL
 	k, err := c.resume(&r, tok)
@@ -53,6 +55,9 @@ func (c *Client) Release(ctx context.Context, r Request, tok fence.Token) (lease
 		return lease.ReleaseResult{}, err
 	}
 	res, err := c.releaseCall(ctx, k, tok.Counter)
+	if err == nil && res.Kind == lease.ReleaseIndeterminate {
+		c.m.ended(k.label, Unknown, res.Cause)
+	}
 	return res.ReleaseResult, err
 }
 
