@@ -150,6 +150,18 @@
 //	  load_assignment:
 //	    cluster_name: caphost_rls
 //	    endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]
+//	  health_checks:
+//	  - timeout: 1s
+//	    interval: 5s
+//	    unhealthy_threshold: 2
+//	    healthy_threshold: 1
+//	    grpc_health_check: {service_name: envoy.service.ratelimit.v3.RateLimitService}
+//
+// The listener also serves the standard gRPC health service
+// (grpc.health.v1.Health), as envoyproxy/ratelimit does: SERVING for ""
+// and HealthService, NOT_SERVING from the moment a shutdown begins, so
+// Envoy's health check moves traffic to another replica while the calls
+// in flight drain.
 //
 // The service's own metrics are caphost_envoy_rls_requests_total{code},
 // caphost_envoy_rls_descriptors_total{result},

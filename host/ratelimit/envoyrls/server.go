@@ -8,6 +8,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -23,11 +25,20 @@ const (
 // size, stream and keepalive bounds) so that callers such as `caphost
 // serve` never handle gRPC themselves.
 type Server struct {
-	g *grpc.Server
+	g      *grpc.Server
+	health *health.Server
 }
 
+// HealthService is the service name the gRPC health service reports for
+// the rate-limit service (the empty name reports the server as a whole).
+const HealthService = "envoy.service.ratelimit.v3.RateLimitService"
+
 // NewServer registers svc as envoy.service.ratelimit.v3.RateLimitService
-// on a new gRPC server.
+// on a new gRPC server, beside the standard gRPC health service
+// (grpc.health.v1.Health, as envoyproxy/ratelimit serves it) so Envoy's
+// grpc_health_check can see the upstream: SERVING from the start, NOT_SERVING
+// once Shutdown begins, so Envoy stops sending before the calls in flight
+// are drained.
 func NewServer(svc *Service) *Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
@@ -36,7 +47,10 @@ func NewServer(svc *Service) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 	)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
-	return &Server{g: g}
+	h := health.NewServer()
+	h.SetServingStatus(HealthService, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	return &Server{g: g, health: h}
 }
 
 // Serve accepts connections on ln until Shutdown; it returns nil after a
@@ -52,6 +66,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // then closes what is left. It reports ctx's error when it had to cut
 // calls short.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() {
 		s.g.GracefulStop()
