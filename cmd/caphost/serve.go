@@ -239,7 +239,7 @@ func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrl
 		Selector:       sel,
 		Policies:       rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
 		LocalEmergency: e.LocalEmergency,
-		RedisRole:      e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders,
+		RedisRole:      e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders, ShadowMode: e.ShadowMode,
 		Log: log, Registerer: h.Registry(),
 	})
 	if err != nil {

@@ -37,6 +37,9 @@ type EnvoyRateLimit struct {
 	SelectorDomains []string
 	// ResponseHeaders adds RateLimit-Limit/-Remaining/-Reset for Envoy.
 	ResponseHeaders bool
+	// ShadowMode answers every call OK overall, whatever its descriptors'
+	// statuses (envoyproxy/ratelimit's SHADOW_MODE).
+	ShadowMode bool
 	// AttemptTimeout bounds one program call (0: the request's deadline).
 	AttemptTimeout time.Duration
 }
@@ -53,7 +56,7 @@ const (
 // envoyRateLimit decodes server.envoy-rate-limit and marks its role as
 // selected (so that redis.roles must bind it).
 func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]string) *EnvoyRateLimit {
-	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency", "selector-domains")
+	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency", "selector-domains", "shadow-mode")
 	e := &EnvoyRateLimit{RedisRole: policy.RoleCoordination, Algorithm: policy.RateFixedWindow, FailureMode: policy.FailClosed}
 	if s, ok := d.Str(envoyPath+".listen", m["listen"]); ok {
 		e.Listen = s
@@ -103,6 +106,9 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 	}
 	if v, ok := d.Bool(envoyPath+".response-headers", m["response-headers"]); ok {
 		e.ResponseHeaders = v
+	}
+	if v, ok := d.Bool(envoyPath+".shadow-mode", m["shadow-mode"]); ok {
+		e.ShadowMode = v
 	}
 	if v, ok := d.Duration(envoyPath+".attempt-timeout", m["attempt-timeout"]); ok {
 		if v <= 0 || v > MaxEnvoyAttemptTimeout {

@@ -53,6 +53,7 @@ func TestEnvoyRateLimitBlock(t *testing.T) {
     algorithm: sliding-counter
     failure-mode: fail-open
     response-headers: true
+    shadow-mode: true
     attempt-timeout: 250ms
 `, map[string]string{"rls/messaging.yaml": string(upstream)})
 	require.NoError(t, err)
@@ -64,6 +65,7 @@ func TestEnvoyRateLimitBlock(t *testing.T) {
 	assert.Equal(t, policy.RateSlidingCounter, e.Algorithm)
 	assert.Equal(t, policy.FailOpenPolicy, e.FailureMode)
 	assert.True(t, e.ResponseHeaders)
+	assert.True(t, e.ShadowMode)
 	assert.Equal(t, 250*time.Millisecond, e.AttemptTimeout)
 	require.NotNil(t, e.Descriptors)
 	r := e.Descriptors.Match("messaging", []rlsconfig.Entry{{Key: "to_number", Value: "1"}})

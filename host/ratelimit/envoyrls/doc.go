@@ -126,6 +126,7 @@
 //	      assumed-maximum-pods: 4
 //	      per-pod-share: 0.25
 //	    response-headers: true                  # RateLimit-Limit/-Remaining/-Reset
+//	    shadow-mode: false                      # true: decide and count, never limit (SHADOW_MODE)
 //
 // and point Envoy's rate-limit filter at it exactly as at envoyproxy/ratelimit
 // (an HTTP/2 cluster, transport_api_version V3):

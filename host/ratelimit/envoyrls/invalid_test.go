@@ -20,7 +20,8 @@ import (
 	"github.com/caphost/caphost/internal/logtest"
 )
 
-// counter reads one series of a counter vector with a single label.
+// counter reads one series of a counter vector with a single label, or
+// of a plain counter with label "".
 func (f *fixture) counter(t *testing.T, name, label string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -30,7 +31,7 @@ func (f *fixture) counter(t *testing.T, name, label string) float64 {
 			continue
 		}
 		for _, m := range mf.Metric {
-			if m.Label[0].GetValue() == label {
+			if (label == "" && len(m.Label) == 0) || (len(m.Label) > 0 && m.Label[0].GetValue() == label) {
 				return m.GetCounter().GetValue()
 			}
 		}

@@ -42,6 +42,13 @@ type Options struct {
 	// RateLimit-Reset for Envoy to forward, from the descriptor closest to
 	// its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
 	ResponseHeaders bool
+	// ShadowMode is service-wide shadow (envoyproxy/ratelimit's
+	// SHADOW_MODE): every descriptor is decided and counted as usual and
+	// keeps its own status, but a call whose overall code would be
+	// OVER_LIMIT is answered OK and counted in
+	// caphost_envoy_rls_global_shadow_total, so Envoy never limits. Rules'
+	// own shadow_mode is unaffected.
+	ShadowMode bool
 	// Selector, when set, answers its domains through the rate-limit
 	// capability's selector (a rate-policy guest) instead of cfg.
 	Selector *SelectorMapping
@@ -76,6 +83,7 @@ type Service struct {
 	reloadMu sync.Mutex // serialises Reload (build, swap, store)
 	sel      *SelectorMapping
 	headers  bool
+	shadow   bool // service-wide shadow (Options.ShadowMode)
 	refusals *logsample.Sampler
 	log      *slog.Logger
 	now      func() time.Time
@@ -116,7 +124,7 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		rc.DegradedProvider, rc.LocalEmergency = ratelimit.DegradedLocalEmergency, le
 		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
 	}
-	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, log: o.Log, now: o.Now,
+	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, shadow: o.ShadowMode, log: o.Log, now: o.Now,
 		refusals: logsample.New(refusalLogsPerMinute, o.Now)}
 	mp, err := s.build(cfg, nil)
 	if err != nil {
@@ -357,6 +365,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.headers && closest != nil {
 		resp.ResponseHeadersToAdd = headersOf(closest)
 	}
+	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// Service-wide shadow: the statuses and headers stay what they
+		// are, only the code Envoy acts on says OK.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.m.globalShadow.Inc()
+	}
 	s.m.requests.WithLabelValues(codeLabel(resp.OverallCode)).Inc()
 	return resp, nil
 }
@@ -558,11 +572,12 @@ func codeLabel(c rlsv3.RateLimitResponse_Code) string {
 }
 
 type metrics struct {
-	requests    *prometheus.CounterVec
-	descriptors *prometheus.CounterVec
-	rules       *prometheus.CounterVec // rule (KeyPath), result
-	invalid     *prometheus.CounterVec
-	reloads     *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	descriptors  *prometheus.CounterVec
+	rules        *prometheus.CounterVec // rule (KeyPath), result
+	invalid      *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	globalShadow prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -583,6 +598,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "caphost_envoy_rls_invalid_descriptors_total",
 			Help: "Descriptors the Envoy rate-limit service refused and answered OVER_LIMIT without counting, by reason.",
 		}, []string{"reason"}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caphost_envoy_rls_global_shadow_total",
+			Help: "ShouldRateLimit calls whose overall code was OVER_LIMIT and that service-wide shadow mode answered OK.",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caphost_envoy_rls_reloads_total",
 			Help: "Reloads of the Envoy rate-limit service's descriptor configuration, by result (ok, failed: the previous configuration keeps serving).",
@@ -601,7 +620,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.invalid.WithLabelValues(string(r))
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.rules, m.invalid, m.reloads} {
+		for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.rules, m.invalid, m.reloads, m.globalShadow} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(ratelimit.ErrConfig, err)
 			}

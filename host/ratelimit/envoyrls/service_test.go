@@ -319,6 +319,26 @@ func TestShadowMode(t *testing.T) {
 	assert.Equal(t, before+1, f.count(t, "shadow_over_limit"))
 }
 
+// TestGlobalShadowMode is envoyproxy/ratelimit's SHADOW_MODE: every
+// descriptor keeps its own status (and headers), but a call that would be
+// OVER_LIMIT overall is answered OK and counted; one within its limits is
+// untouched.
+func TestGlobalShadowMode(t *testing.T) {
+	f := start(t, envoyrls.Options{ShadowMode: true, ResponseHeaders: true})
+	over := f.call(t, "messaging", 101, desc("to_number", "shadow-1"))
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, over.OverallCode, "shadow: Envoy never limits")
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, over.Statuses[0].Code, "the descriptor still says why")
+	assert.NotEmpty(t, over.ResponseHeadersToAdd)
+	invalid := f.call(t, "messaging", 1, &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "to_number", Value: "1"}},
+		Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}})
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, invalid.OverallCode)
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, invalid.Statuses[0].Code, "refused in-band as always")
+	within := f.call(t, "messaging", 1, desc("to_number", "shadow-2"))
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, within.OverallCode)
+	assert.Equal(t, 2.0, f.counter(t, "caphost_envoy_rls_global_shadow_total", ""))
+	assert.Equal(t, 3.0, f.counter(t, "caphost_envoy_rls_requests_total", "ok"), "counted by the code answered")
+}
+
 // TestHitsAddend: the descriptor's hits_addend overrides the request's,
 // which overrides 1; a cost above the limit is over it without a call.
 func TestHitsAddend(t *testing.T) {
