@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -231,6 +232,14 @@ type SidecarResponse struct {
 	// RetryAfterMs is the holder's remaining processing lease (IN_PROGRESS)
 	// or the owner's.
 	RetryAfterMs int64 `json:"retry-after-ms"`
+	// ValidForMs (start answering STARTED or
+	// ALREADY_STARTED_SAME_OPERATION, renew answering RENEWED) is how long
+	// from this answer the action may still run unless a later renew
+	// extends it: the owner's lease from just before the send, less a
+	// tenth of the configured lease for drift. Stop or renew before it
+	// ends; count it from when the request was sent, not from when the
+	// answer arrived, to stay on the safe side.
+	ValidForMs *int64 `json:"valid-for-ms,omitempty"`
 	// Response (COMPLETED_REPLAY) is the stored response, base64.
 	Response string `json:"response,omitempty"`
 	// Certainty is the execution certainty of the last Redis call.
@@ -328,6 +337,10 @@ func (s *Sidecar) serve(w http.ResponseWriter, r *http.Request, step Step) (Side
 	}
 	out := SidecarResponse{Operation: step.String(), Kind: res.Status, Owned: res.Owned, State: res.State,
 		Attempt: res.Attempt, RetryAfterMs: res.RetryAfter.Milliseconds(), Certainty: res.Certainty.String()}
+	if !res.ValidUntil.IsZero() {
+		ms := max(res.ValidUntil.Sub(s.e.now()), 0).Milliseconds()
+		out.ValidForMs = &ms
+	}
 	if step == StepClaim {
 		out.OwnerToken = a.Owner().Reveal()
 	}
@@ -392,8 +405,12 @@ func (r SidecarRequest) LogValue() slog.Value { return slog.StringValue(fmt.Spri
 // Format prints r (every verb) without its owner token and with only the
 // response's length; only the JSON answer to claim carries the token.
 func (r SidecarResponse) Format(f fmt.State, _ rune) {
-	_, _ = fmt.Fprintf(f, "idempotency.SidecarResponse{Operation:%s, Kind:%s, Owned:%t, State:%s, OwnerToken:%s, Attempt:%d, RetryAfterMs:%d, Response:(%d bytes), Certainty:%s}",
-		r.Operation, r.Kind, r.Owned, r.State, redacted(r.OwnerToken), r.Attempt, r.RetryAfterMs, len(r.Response), r.Certainty)
+	valid := "-"
+	if r.ValidForMs != nil {
+		valid = strconv.FormatInt(*r.ValidForMs, 10)
+	}
+	_, _ = fmt.Fprintf(f, "idempotency.SidecarResponse{Operation:%s, Kind:%s, Owned:%t, State:%s, OwnerToken:%s, Attempt:%d, RetryAfterMs:%d, ValidForMs:%s, Response:(%d bytes), Certainty:%s}",
+		r.Operation, r.Kind, r.Owned, r.State, redacted(r.OwnerToken), r.Attempt, r.RetryAfterMs, valid, len(r.Response), r.Certainty)
 }
 
 // LogValue logs r as Format prints it.

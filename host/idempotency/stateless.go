@@ -77,6 +77,14 @@ type StepResult struct {
 	// RetryAfter is the holder's remaining lease (IN_PROGRESS and
 	// IN_PROGRESS_OTHER), or the owner's (claimed or started).
 	RetryAfter time.Duration
+	// ValidUntil (Start answering STARTED or
+	// ALREADY_STARTED_SAME_OPERATION, Renew answering RENEWED) is when the
+	// caller's action must have ended unless a later Renew moves it: the
+	// owner's remaining lease as the reply disclosed it, counted from just
+	// before the first send, less a tenth of the configured lease for
+	// clock drift — the deadline Execute's watchdog keeps itself. It reads
+	// the monotonic clock; zero for any other answer.
+	ValidUntil time.Time
 	// Response is the stored response (COMPLETED_REPLAY).
 	Response []byte
 	// Certainty is the execution certainty of the last call.
@@ -322,6 +330,7 @@ func (e *Executor) Start(ctx context.Context, s Scope, a owner.Attempt, attempt 
 		return StepResult{}, err
 	}
 	op := stepOpID(StepStart, a, attempt)
+	sent := e.now()
 	res, err := repeatable(ctx, e, "start", func() (programs.IdemTransitionResult[programs.IdemStartStatus], error) {
 		return e.exec.IdempotencyStart(ctx, k, own, op, e.cfg.Lease)
 	})
@@ -331,7 +340,20 @@ func (e *Executor) Start(ctx context.Context, s Scope, a owner.Attempt, attempt 
 	if res.Status == programs.IdemStartWrongType {
 		return StepResult{}, ErrCorrupt
 	}
-	return transition(e, StepStart, s.Route, res.Status.String(), res.Record, res.Outcome()), nil
+	out := transition(e, StepStart, s.Route, res.Status.String(), res.Record, res.Outcome())
+	if res.Status == programs.IdemStarted || res.Status == programs.IdemAlreadyStartedSameOperation {
+		out.ValidUntil = e.validUntil(sent, res.Record.Lease)
+	}
+	return out, nil
+}
+
+// validUntil is the local deadline of a lease the server reported as
+// remaining for lease, measured from sent (just before the send): the
+// server read it after the send arrived, so sent+lease is never later
+// than the true end, and a tenth of the configured lease is kept for
+// clock drift, as Execute's watchdog does.
+func (e *Executor) validUntil(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(min(lease, e.cfg.Lease) - e.cfg.Lease/10)
 }
 
 // Renew sets the remaining processing lease of the attempt's claimed or
@@ -343,6 +365,7 @@ func (e *Executor) Renew(ctx context.Context, s Scope, a owner.Attempt, attempt 
 	if err != nil {
 		return StepResult{}, err
 	}
+	sent := e.now()
 	res, err := e.exec.IdempotencyRenew(ctx, k, own, newOpID("renew"), e.cfg.Lease)
 	e.m.renewed(s.Route, renewLabel(res.Status, err))
 	if err != nil {
@@ -351,7 +374,11 @@ func (e *Executor) Renew(ctx context.Context, s Scope, a owner.Attempt, attempt 
 	if res.Status == programs.IdemRenewWrongType {
 		return StepResult{}, ErrCorrupt
 	}
-	return transition(e, StepRenew, s.Route, res.Status.String(), res.Record, res.Outcome()), nil
+	out := transition(e, StepRenew, s.Route, res.Status.String(), res.Record, res.Outcome())
+	if res.Status == programs.IdemRenewed {
+		out.ValidUntil = e.validUntil(sent, res.Record.Lease)
+	}
+	return out, nil
 }
 
 // Complete stores response (at most Config.MaxResponseBytes, else
