@@ -240,7 +240,8 @@ func startEnvoyRLS(h *host.Host, cfg *config.Config, log *slog.Logger) (*envoyrl
 		Policies:       rlsconfig.PolicyOptions{Algorithm: e.Algorithm, FailureMode: e.FailureMode},
 		LocalEmergency: e.LocalEmergency,
 		RedisRole:      e.RedisRole, AttemptTimeout: e.AttemptTimeout, ResponseHeaders: e.ResponseHeaders, ShadowMode: e.ShadowMode,
-		Log: log, Registerer: h.Registry(),
+		HeaderNames: envoyrls.HeaderNames{Limit: e.HeaderLimit, Remaining: e.HeaderRemaining, Reset: e.HeaderReset},
+		Log:         log, Registerer: h.Registry(),
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("server.envoy-rate-limit: %w", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caphost/caphost/host/ratelimit"
@@ -37,6 +38,9 @@ type EnvoyRateLimit struct {
 	SelectorDomains []string
 	// ResponseHeaders adds RateLimit-Limit/-Remaining/-Reset for Envoy.
 	ResponseHeaders bool
+	// HeaderLimit, HeaderRemaining and HeaderReset rename the response
+	// headers (empty: the defaults).
+	HeaderLimit, HeaderRemaining, HeaderReset string
 	// ShadowMode answers every call OK overall, whatever its descriptors'
 	// statuses (envoyproxy/ratelimit's SHADOW_MODE).
 	ShadowMode bool
@@ -56,7 +60,7 @@ const (
 // envoyRateLimit decodes server.envoy-rate-limit and marks its role as
 // selected (so that redis.roles must bind it).
 func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]string) *EnvoyRateLimit {
-	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency", "selector-domains", "shadow-mode")
+	d.Known(envoyPath, m, "listen", "config-files", "redis-role", "algorithm", "failure-mode", "response-headers", "attempt-timeout", "local-emergency", "selector-domains", "shadow-mode", "response-header-names")
 	e := &EnvoyRateLimit{RedisRole: policy.RoleCoordination, Algorithm: policy.RateFixedWindow, FailureMode: policy.FailClosed}
 	if s, ok := d.Str(envoyPath+".listen", m["listen"]); ok {
 		e.Listen = s
@@ -106,6 +110,29 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 	}
 	if v, ok := d.Bool(envoyPath+".response-headers", m["response-headers"]); ok {
 		e.ResponseHeaders = v
+	}
+	if hn, ok := d.Object(envoyPath+".response-header-names", m["response-header-names"]); ok {
+		p := envoyPath + ".response-header-names"
+		d.Known(p, hn, "limit", "remaining", "reset")
+		for _, f := range []struct {
+			key  string
+			name *string
+		}{{"limit", &e.HeaderLimit}, {"remaining", &e.HeaderRemaining}, {"reset", &e.HeaderReset}} {
+			if s, ok := d.Str(p+"."+f.key, hn[f.key]); ok {
+				if rlsconfig.ValidHeaderName(s) {
+					*f.name = s
+				} else {
+					d.Problems.Add(p+"."+f.key, RuleEnvoyRateLimit, "a header name is 1..%d bytes of an HTTP token", rlsconfig.MaxHeaderNameBytes)
+				}
+			}
+		}
+		if !e.ResponseHeaders {
+			d.Problems.Add(p, RuleEnvoyRateLimit, "header names without response-headers: true would never be sent")
+		}
+		l, r, x := strings.ToLower(e.HeaderLimit), strings.ToLower(e.HeaderRemaining), strings.ToLower(e.HeaderReset)
+		if (l != "" && (l == r || l == x)) || (r != "" && r == x) {
+			d.Problems.Add(p, RuleEnvoyRateLimit, "the header names must differ")
+		}
 	}
 	if v, ok := d.Bool(envoyPath+".shadow-mode", m["shadow-mode"]); ok {
 		e.ShadowMode = v

@@ -148,6 +148,32 @@ func TestEnvoyRateLimitSelectorDomains(t *testing.T) {
 	}
 }
 
+// TestEnvoyRateLimitHeaderNames: response-header-names renames the
+// headers; a name that is not an HTTP token, names that clash or names
+// without response-headers are problems.
+func TestEnvoyRateLimitHeaderNames(t *testing.T) {
+	upstream, err := os.ReadFile("../ratelimit/envoyrls/testdata/example2.yaml")
+	require.NoError(t, err)
+	files := map[string]string{"m.yaml": string(upstream)}
+	cfg, err := loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [m.yaml], response-headers: true,\n"+
+		"    response-header-names: {limit: X-RateLimit-Limit, reset: X-RateLimit-Reset}}\n", files)
+	require.NoError(t, err)
+	e := cfg.Server.EnvoyRateLimit
+	assert.Equal(t, []string{"X-RateLimit-Limit", "", "X-RateLimit-Reset"}, []string{e.HeaderLimit, e.HeaderRemaining, e.HeaderReset})
+
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [m.yaml],\n"+
+		"    response-header-names: {limit: \"a b\", remaining: X-R, reset: x-r, other: y}}\n", files)
+	all := problemText(t, err)
+	for _, want := range []string{
+		"server.envoy-rate-limit.response-header-names.limit: a header name is 1..64 bytes of an HTTP token",
+		"server.envoy-rate-limit.response-header-names: header names without response-headers: true would never be sent",
+		"server.envoy-rate-limit.response-header-names: the header names must differ",
+		"server.envoy-rate-limit.response-header-names.other",
+	} {
+		assert.Contains(t, all, want)
+	}
+}
+
 // TestEnvoyRateLimitProblems: everything the host cannot act on is a
 // problem at its path, all reported together, descriptor-file problems
 // with their file, path and line.

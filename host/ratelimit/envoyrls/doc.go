@@ -126,6 +126,10 @@
 //	      assumed-maximum-pods: 4
 //	      per-pod-share: 0.25
 //	    response-headers: true                  # RateLimit-Limit/-Remaining/-Reset
+//	    response-header-names:                  # optional, as LIMIT_*_HEADER upstream
+//	      limit: X-RateLimit-Limit
+//	      remaining: X-RateLimit-Remaining
+//	      reset: X-RateLimit-Reset
 //	    shadow-mode: false                      # true: decide and count, never limit (SHADOW_MODE)
 //
 // and point Envoy's rate-limit filter at it exactly as at envoyproxy/ratelimit

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,12 @@ type Options struct {
 	// RateLimit-Reset for Envoy to forward, from the descriptor closest to
 	// its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
 	ResponseHeaders bool
+	// HeaderNames rename those headers (envoyproxy/ratelimit's
+	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); an
+	// empty name keeps the default. Each must be a valid header name
+	// (rlsconfig.ValidHeaderName), the three distinct, and only with
+	// ResponseHeaders.
+	HeaderNames HeaderNames
 	// ShadowMode is service-wide shadow (envoyproxy/ratelimit's
 	// SHADOW_MODE): every descriptor is decided and counted as usual and
 	// keeps its own status, but a call whose overall code would be
@@ -72,6 +79,31 @@ const (
 	HeaderReset     = "RateLimit-Reset"
 )
 
+// HeaderNames are the names of the three response headers.
+type HeaderNames struct{ Limit, Remaining, Reset string }
+
+// resolve fills the defaults and checks the names.
+func (n HeaderNames) resolve(enabled bool) (HeaderNames, error) {
+	if !enabled && n != (HeaderNames{}) {
+		return n, fmt.Errorf("%w: header names without response headers", ratelimit.ErrConfig)
+	}
+	for _, f := range []struct {
+		name *string
+		def  string
+	}{{&n.Limit, HeaderLimit}, {&n.Remaining, HeaderRemaining}, {&n.Reset, HeaderReset}} {
+		if *f.name == "" {
+			*f.name = f.def
+		}
+		if !rlsconfig.ValidHeaderName(*f.name) {
+			return n, fmt.Errorf("%w: a header name is 1..%d bytes of an HTTP token", ratelimit.ErrConfig, rlsconfig.MaxHeaderNameBytes)
+		}
+	}
+	if strings.EqualFold(n.Limit, n.Remaining) || strings.EqualFold(n.Limit, n.Reset) || strings.EqualFold(n.Remaining, n.Reset) {
+		return n, fmt.Errorf("%w: the three header names must differ", ratelimit.ErrConfig)
+	}
+	return n, nil
+}
+
 // Service implements envoy.service.ratelimit.v3.RateLimitService over
 // caphost's rate limiter. It is safe for concurrent use.
 type Service struct {
@@ -83,6 +115,7 @@ type Service struct {
 	reloadMu sync.Mutex // serialises Reload (build, swap, store)
 	sel      *SelectorMapping
 	headers  bool
+	names    HeaderNames
 	shadow   bool // service-wide shadow (Options.ShadowMode)
 	refusals *logsample.Sampler
 	log      *slog.Logger
@@ -124,7 +157,11 @@ func New(rt *runtime.Runtime, cfg *rlsconfig.Config, o Options) (*Service, error
 		rc.DegradedProvider, rc.LocalEmergency = ratelimit.DegradedLocalEmergency, le
 		o.Policies.LocalEmergency = &policy.RateLocalEmergency{AssumedMaxPods: le.AssumedMaxPods, PerPodShare: le.PerPodShare}
 	}
-	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, shadow: o.ShadowMode, log: o.Log, now: o.Now,
+	names, err := o.HeaderNames.resolve(o.ResponseHeaders)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{popts: o.Policies, sel: o.Selector, headers: o.ResponseHeaders, names: names, shadow: o.ShadowMode, log: o.Log, now: o.Now,
 		refusals: logsample.New(refusalLogsPerMinute, o.Now)}
 	mp, err := s.build(cfg, nil)
 	if err != nil {
@@ -363,7 +400,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	if s.headers && closest != nil {
-		resp.ResponseHeadersToAdd = headersOf(closest)
+		resp.ResponseHeadersToAdd = s.names.of(closest)
 	}
 	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// Service-wide shadow: the statuses and headers stay what they
@@ -552,15 +589,15 @@ func currentLimit(r *rlsconfig.Rule) *rlsv3.RateLimitResponse_RateLimit {
 // host HMACs the digest again).
 func subjectOf(domain string, es []rlsconfig.Entry) []byte { return rlsconfig.Digest(domain, es) }
 
-func headersOf(st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func (n HeaderNames) of(st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	reset := int64(0)
 	if st.DurationUntilReset != nil {
 		reset = int64(math.Ceil(st.DurationUntilReset.AsDuration().Seconds()))
 	}
 	return []*corev3.HeaderValue{
-		{Key: HeaderLimit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
-		{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{Key: HeaderReset, Value: strconv.FormatInt(reset, 10)},
+		{Key: n.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: n.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{Key: n.Reset, Value: strconv.FormatInt(reset, 10)},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
 	"github.com/caphost/caphost/host/ratelimit/envoyrls/rlsconfig"
 	"github.com/caphost/caphost/internal/redistest"
@@ -364,6 +366,35 @@ func TestHitsAddend(t *testing.T) {
 
 	r := f.call(t, "messaging", 101, desc("to_number", "2"))
 	status1(t, r, 0, rlsv3.RateLimitResponse_OVER_LIMIT, 100, rlsv3.RateLimitResponse_RateLimit_DAY, 0)
+}
+
+// TestHeaderNames: the response headers can be renamed, as
+// envoyproxy/ratelimit's LIMIT_*_HEADER settings do; a name that is not
+// an HTTP token, two names that differ only in case, or names without
+// response headers are refused.
+func TestHeaderNames(t *testing.T) {
+	names := envoyrls.HeaderNames{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining"}
+	f := start(t, envoyrls.Options{ResponseHeaders: true, HeaderNames: names}, "example2.yaml")
+	r := f.call(t, "messaging", 1, desc("to_number", "names-1"))
+	hs := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		hs[h.Key] = h.Value
+	}
+	assert.Equal(t, map[string]string{"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "99", envoyrls.HeaderReset: hs[envoyrls.HeaderReset]}, hs)
+	assert.NotEmpty(t, hs[envoyrls.HeaderReset], "an unset name keeps its default")
+
+	srv := redistest.StartStandalone(t)
+	rt := newRuntime(t, srv.Addr())
+	for name, o := range map[string]envoyrls.Options{
+		"not a token":  {ResponseHeaders: true, HeaderNames: envoyrls.HeaderNames{Limit: "X-Limit\r\nSet-Cookie: a"}},
+		"a space":      {ResponseHeaders: true, HeaderNames: envoyrls.HeaderNames{Reset: "a b"}},
+		"too long":     {ResponseHeaders: true, HeaderNames: envoyrls.HeaderNames{Reset: strings.Repeat("x", 65)}},
+		"case clash":   {ResponseHeaders: true, HeaderNames: envoyrls.HeaderNames{Limit: "ratelimit-remaining"}},
+		"without them": {HeaderNames: envoyrls.HeaderNames{Limit: "X-Limit"}},
+	} {
+		_, err := envoyrls.New(rt, loadFiles(t, "example2.yaml"), o)
+		assert.ErrorIs(t, err, ratelimit.ErrConfig, name)
+	}
 }
 
 // TestFailureModes: with Redis gone a fail-closed rule answers OVER_LIMIT

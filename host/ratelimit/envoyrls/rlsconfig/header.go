@@ -1,0 +1,26 @@
+package rlsconfig
+
+import "strings"
+
+// MaxHeaderNameBytes bounds a configured response header name.
+const MaxHeaderNameBytes = 64
+
+// ValidHeaderName reports whether s can name a rate-limit response header
+// (envoyproxy/ratelimit's LIMIT_*_HEADER settings): 1 to
+// MaxHeaderNameBytes bytes of an HTTP token (RFC 9110 tchar), so Envoy
+// forwards it as given and it can never split a header.
+func ValidHeaderName(s string) bool {
+	if len(s) == 0 || len(s) > MaxHeaderNameBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
