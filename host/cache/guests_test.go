@@ -275,6 +275,70 @@ func TestSlowCodecKeepsTheEntry(t *testing.T) {
 	assert.Equal(t, Hit, lk.Kind)
 }
 
+// TestCodecEncodeFailuresStoreNothing: a codec guest that traps, runs
+// into its deadline or answers a frame the host cannot parse while it
+// encodes fails Record and GetOrLoad closed with a *CodecError{Op:
+// "encode"}: Record answers no outcome (in particular not RECORDED),
+// GetOrLoad does not return the value it loaded, nothing reaches Redis
+// and every failure is counted as op="encode".
+func TestCodecEncodeFailuresStoreNothing(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg := testConfig(t, func(d *policy.CacheRegionDecl, _ *policy.CacheOps) { d.Codec = "product" })
+	for _, tc := range []struct {
+		value string
+		class plugins.Class
+		limit time.Duration // the guest's call deadline
+	}{
+		{`{"id":"trap"}`, plugins.ClassTrap, 5 * time.Second},
+		{`{"id":"garble"}`, plugins.ClassMalformedOutput, 5 * time.Second},
+		{`{"id":"spin"}`, plugins.ClassDeadline, 50 * time.Millisecond},
+	} {
+		t.Run(string(tc.class), func(t *testing.T) {
+			g := loadGuestsWith(t, map[string]string{"codec": "trapcodec"}, plugins.Limits{CallTimeout: tc.limit})
+			in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, cfg, newClock(), g)
+			r := in.region(t, "items")
+			ctx, key := ctxT(t), Parts(string(tc.class))
+			lk, err := r.Lookup(ctx, key) // the shard's generation exists from here on
+			require.NoError(t, err)
+			require.Equal(t, Miss, lk.Kind)
+			before := keyspace(t, srv)
+			failed := func(err error) {
+				t.Helper()
+				var ce *CodecError
+				require.ErrorAs(t, err, &ce, "an encode failure fails the operation")
+				assert.Equal(t, "encode", ce.Op)
+				assert.ErrorIs(t, err, tc.class)
+			}
+
+			o, err := r.Record(ctx, key, []byte(tc.value), RecordMeta{})
+			failed(err)
+			assert.Zero(t, o, "no record outcome, RECORDED least of all")
+			loads := 0
+			res, err := r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+				loads++
+				return Loaded([]byte(tc.value), Revision{}), nil
+			})
+			failed(err)
+			assert.Equal(t, 1, loads)
+			assert.Zero(t, res, "the loaded value is not returned")
+
+			assert.Equal(t, before, keyspace(t, srv), "nothing was written")
+			lk, err = r.Lookup(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, Miss, lk.Kind)
+			assert.Equal(t, Absent, lk.MissReason)
+			m := func(name string, labels map[string]string) float64 {
+				labels["region"] = "items"
+				return metric(t, in.reg, name, labels)
+			}
+			assert.Equal(t, 2.0, m("caphost_cache_guest_failures_total", map[string]string{"op": "encode"}))
+			assert.Equal(t, 1.0, m("caphost_cache_records_total", map[string]string{"outcome": "error"}))
+			assert.Zero(t, m("caphost_cache_records_total", map[string]string{"outcome": "RECORDED"}))
+			assert.Equal(t, 1.0, m("caphost_cache_get_or_load_total", map[string]string{"result": "error"}))
+		})
+	}
+}
+
 // TestPoisonedClasses pins which guest failures quarantine an entry: those
 // the stored bytes cause on every read, never those of the host's load or
 // lifecycle.

@@ -2,14 +2,17 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 )
@@ -177,4 +180,24 @@ func await(ctx context.Context, ch <-chan struct{}) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// keyspace returns every key srv holds with its serialised value (SCAN,
+// never KEYS, and DUMP): equal snapshots around an operation prove it wrote
+// nothing.
+func keyspace(t testing.TB, srv *redistest.Server) map[string]string {
+	t.Helper()
+	ctx, c := ctxT(t), srv.Admin()
+	out := map[string]string{}
+	it := c.Scan(ctx, 0, "*", 100).Iterator()
+	for it.Next(ctx) {
+		v, err := c.Dump(ctx, it.Val()).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired between SCAN and DUMP
+		}
+		require.NoError(t, err)
+		out[it.Val()] = v
+	}
+	require.NoError(t, it.Err())
+	return out
 }

@@ -1,11 +1,14 @@
 // Command trapcodec is a hostile test guest that passes the codec
-// conformance suite and then fails on one input: it declares the
+// conformance suite and then fails on chosen inputs: it declares the
 // reference codec's "product" schema (v2, reads v1 and v2), stores JSON
-// objects as they are, answers corrupt for anything that is not JSON, and
-// panics (a trap) when it decodes a payload containing "trap", and spins
-// until its deadline on one containing "spin". The cache must fail both
-// lookups closed and count them — never answer a miss — and quarantine
-// only the entry the guest crashed on: a deadline is not the bytes' fault.
+// objects as they are and answers corrupt for a payload that is not JSON.
+// Encoding or decoding anything containing "trap" panics (a trap),
+// anything containing "spin" spins until its deadline, and anything
+// containing "garble" answers a status whose detail is not UTF-8, a frame
+// the host cannot parse (malformed output). The cache must fail every one
+// of them closed and count it — never answer a miss, never store a value —
+// and quarantine only an entry the guest crashed decoding: a deadline is
+// not the bytes' fault.
 package main
 
 import (
@@ -28,22 +31,30 @@ func encode(v []byte) ([]byte, error) {
 	if !json.Valid(v) || !bytes.HasPrefix(v, []byte("{")) {
 		return nil, guest.Errorf(abi.CodeInvalidRequest, "want a JSON object")
 	}
-	return v, nil
+	return v, misbehave(v)
 }
 
 func decode(_ uint32, p []byte) ([]byte, error) {
 	if !json.Valid(p) {
 		return nil, guest.Errorf(abi.CodeCorrupt, "not JSON")
 	}
-	if bytes.Contains(p, []byte("trap")) {
+	return p, misbehave(p)
+}
+
+// misbehave fails the call the way b asks for, if it asks.
+func misbehave(b []byte) error {
+	if bytes.Contains(b, []byte("trap")) {
 		var m map[string]int
 		m["trap"]++ // nil map write: a Go panic, a wasm trap
 	}
-	if bytes.Contains(p, []byte("spin")) {
-		for spin(p) {
+	if bytes.Contains(b, []byte("spin")) {
+		for spin(b) {
 		}
 	}
-	return p, nil
+	if bytes.Contains(b, []byte("garble")) {
+		return guest.Errorf(abi.CodeInternal, "%s", "\xff\xfe")
+	}
+	return nil
 }
 
 // spin is true for as long as the host lets the guest run; a call the
