@@ -15,6 +15,7 @@ import (
 	"github.com/caphost/caphost/host/cache/flight"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/certainty"
 )
 
 // TestStampedeOneLoadPerProcess: N goroutines missing one cold key share
@@ -302,6 +303,8 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	_, err = r.GetOrLoad(ctx, Parts("other"), slow)
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "source-full", oe.Reason, "one source load at a time, no queue")
+	assert.Equal(t, 2.0, metric(t, in.reg, "caphost_cache_get_or_load_total", map[string]string{"region": "items", "result": "overloaded"}))
+	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_single_flight_events_total", map[string]string{"region": "items", "event": "refused_waiters"}))
 
 	_, err = r.Record(ctx, Parts("stale"), []byte("old"), RecordMeta{})
 	require.NoError(t, err)
@@ -349,6 +352,31 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 	clk.Advance(-11 * time.Second)
 	close(held)
 	require.NoError(t, <-busy)
+}
+
+// TestSingleFlightKeysBound: while the single-flight's every key is
+// loading, GetOrLoad of another key is refused as OVERLOADED (flight-keys)
+// without running its loader, and counted.
+func TestSingleFlightKeysBound(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
+		o.FlightKeys = 1
+		o.LoadTimeout, o.LeaseTTL = time.Minute, time.Minute // only release ends the held load
+	}), newClock(), nil)
+	r := in.region(t, "items")
+	ctx := ctxT(t)
+	release, done, _ := startHeldRefresh(t, ctx, r, Parts("held"))
+	t.Cleanup(release)
+
+	_, err := r.GetOrLoad(ctx, Parts("other"), mustNotLoad(t, "a refused key must not load"))
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "flight-keys", oe.Reason)
+	assert.ErrorIs(t, err, ErrOverloaded)
+	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_get_or_load_total", map[string]string{"region": "items", "result": "overloaded"}))
+	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_single_flight_events_total", map[string]string{"region": "items", "event": "refused_keys"}))
+	release()
+	assert.Equal(t, LoadedFromSource, (<-done).Kind)
 }
 
 // TestStaleWhileRevalidateWithinInstance: on the host that refreshes a
@@ -414,6 +442,62 @@ func TestRedisDownServesFromSource(t *testing.T) {
 	o, err := r.Record(ctx, Parts("k"), []byte("v"), RecordMeta{})
 	require.NoError(t, err)
 	assert.Contains(t, []RecordOutcome{DegradedUnavailable, Indeterminate}, o)
+}
+
+// TestRedisOverloadedIsUnavailable: while the deployment's in-flight
+// bound is taken (one slot, held by a lookup whose reply is stalled), a
+// lookup is Unavailable(OVERLOADED) and never sent, and GetOrLoad answers
+// from the source, degraded; both lookups are counted as "overloaded".
+func TestRedisOverloadedIsUnavailable(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	// Only the stall ends the held read: a command timeout far beyond the
+	// test, a short wait for a slot.
+	rt := newRuntimeWith(t, &policy.Standalone{Endpoint: proxy.Addr()}, policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20},
+		20*time.Second, func(d *policy.Deployment) {
+			d.Lanes[policy.LaneRegular] = policy.LaneConfig{PoolSize: 1, MaxInFlight: 1}
+			d.Timeouts.Acquire, d.Timeouts.Shutdown = 100*time.Millisecond, d.Timeouts.Command
+		})
+	in := newInstanceOn(t, rt, testConfig(t, nil), newClock(), nil)
+	r := in.region(t, "items")
+	ctx, key := ctxT(t), Parts("k")
+	_, err := r.Record(ctx, key, []byte("v"), RecordMeta{})
+	require.NoError(t, err)
+	lk, err := r.Lookup(ctx, key) // the regular lane's one connection is open
+	require.NoError(t, err)
+	require.Equal(t, Hit, lk.Kind)
+
+	proxy.Stall()
+	up, _ := proxy.Bytes()
+	held := make(chan error, 1)
+	go func() {
+		_, err := r.Lookup(ctx, key)
+		held <- err
+	}()
+	require.Eventually(t, func() bool { n, _ := proxy.Bytes(); return n > up }, 10*time.Second, time.Millisecond,
+		"the held lookup never took the slot")
+	up, _ = proxy.Bytes()
+
+	lk, err = r.Lookup(ctx, key)
+	require.NoError(t, err, "an overload is an outcome, not an error")
+	assert.Equal(t, Unavailable, lk.Kind)
+	assert.Equal(t, Overloaded, lk.Unavailable)
+	assert.Equal(t, certainty.OverloadedBeforeSend, lk.Certainty)
+	res, err := r.GetOrLoad(ctx, key, func(context.Context) (LoadOutcome, error) {
+		return Loaded([]byte("from-source"), Revision{}), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, DegradedSource, res.Kind)
+	assert.Equal(t, Unavailable, res.Lookup)
+	assert.Equal(t, []byte("from-source"), res.Value)
+	sent, _ := proxy.Bytes()
+	assert.Equal(t, up, sent, "nothing was sent past the bound")
+	assert.Equal(t, 2.0, metric(t, in.reg, "caphost_cache_lookups_total", map[string]string{"region": "items", "outcome": "overloaded"}))
+	assert.Zero(t, metric(t, in.reg, "caphost_cache_lookups_total", map[string]string{"region": "items", "outcome": "unavailable"}))
+	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_get_or_load_total", map[string]string{"region": "items", "result": "DEGRADED_SOURCE"}))
+
+	proxy.Passthrough()
+	require.NoError(t, <-held)
 }
 
 // TestRedisDownBulkheadProtectsTheSource: with Redis down every lookup

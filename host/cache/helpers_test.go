@@ -30,16 +30,18 @@ func newRuntime(t testing.TB, topo policy.Topology) *runtime.Runtime {
 // newRuntimeBudgets is newRuntime with the deployment's byte budgets.
 func newRuntimeBudgets(t testing.TB, topo policy.Topology, budgets policy.Budgets) *runtime.Runtime {
 	t.Helper()
-	return newRuntimeWith(t, topo, budgets, 2*time.Second)
+	return newRuntimeWith(t, topo, budgets, 2*time.Second, nil)
 }
 
 // newRuntimeTimeouts is newRuntime with a command timeout.
 func newRuntimeTimeouts(t testing.TB, topo policy.Topology, command time.Duration) *runtime.Runtime {
 	t.Helper()
-	return newRuntimeWith(t, topo, policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20}, command)
+	return newRuntimeWith(t, topo, policy.Budgets{MaxRequestBytes: 2 << 20, MaxReplyBytes: 2 << 20}, command, nil)
 }
 
-func newRuntimeWith(t testing.TB, topo policy.Topology, budgets policy.Budgets, command time.Duration) *runtime.Runtime {
+// newRuntimeWith builds the runtime of the helpers above; mut, if not nil,
+// changes the deployment (its lanes, its timeouts) first.
+func newRuntimeWith(t testing.TB, topo policy.Topology, budgets policy.Budgets, command time.Duration, mut func(*policy.Deployment)) *runtime.Runtime {
 	t.Helper()
 	lanes := make(map[policy.Lane]policy.LaneConfig)
 	for _, l := range policy.Lanes() {
@@ -50,6 +52,9 @@ func newRuntimeWith(t testing.TB, topo policy.Topology, budgets policy.Budgets, 
 		Timeouts: policy.Timeouts{Connect: time.Second, Command: command, Acquire: min(command, 2*time.Second), Shutdown: 3 * time.Second},
 		Lanes:    lanes, Budgets: budgets,
 		AdminShared: true, // no auth: every lane is the default user, by choice
+	}
+	if mut != nil {
+		mut(&dep)
 	}
 	cfg := policy.RedisConfig{
 		Deployments: map[string]policy.Deployment{"cache": dep},
@@ -95,7 +100,12 @@ type instance struct {
 // newInstance builds a Cache on its own runtime.
 func newInstance(t testing.TB, topo policy.Topology, cfg Config, clk *clock, guests Guests) *instance {
 	t.Helper()
-	rt := newRuntime(t, topo)
+	return newInstanceOn(t, newRuntime(t, topo), cfg, clk, guests)
+}
+
+// newInstanceOn builds a Cache on rt.
+func newInstanceOn(t testing.TB, rt *runtime.Runtime, cfg Config, clk *clock, guests Guests) *instance {
+	t.Helper()
 	dep, err := rt.Role(policy.RoleCache)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
