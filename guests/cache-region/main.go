@@ -12,9 +12,15 @@
 // ("locale", "page").
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o cache-region.wasm ./guests/cache-region
+//
+// The policy revision is a build-time knob used to exercise hot swaps that
+// change a region's policy: building with -ldflags=-X=main.policyRevision=v2
+// declares the products region with a soft TTL twice as long (any "vN"
+// multiplies it by N, up to the hard TTL; anything else is revision 1).
 package main
 
 import (
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -28,6 +34,22 @@ func init() { guest.Register(Module()) }
 
 func main() {}
 
+// policyRevision is set at link time (-X=main.policyRevision=v2); see the
+// package comment.
+var policyRevision = "v1"
+
+// productsSoftTTLMs is the products region's soft TTL under policyRevision;
+// a malformed value falls back to revision 1 so a bad build flag never
+// produces an invalid describe.
+func productsSoftTTLMs() int64 {
+	const soft, hard = 30_000, 600_000
+	n, err := strconv.ParseUint(strings.TrimPrefix(policyRevision, "v"), 10, 8)
+	if err != nil || n == 0 || !strings.HasPrefix(policyRevision, "v") {
+		n = 1
+	}
+	return int64(min(soft*n, hard))
+}
+
 // maxQuery bounds the normalised search query kept in a key part; longer
 // queries are not cached (their hit rate is negligible).
 const maxQuery = 256
@@ -40,7 +62,7 @@ func Module() *guest.Module {
 			// absorbs hot products, the soft TTL bounds how long a price
 			// change takes to show, and stale-if-error serves the last
 			// price while the catalogue is down, up to the hard TTL.
-			Decl: abi.RegionDecl{ID: "products", KeyVersion: 1, SoftTTLMs: 30_000, HardTTLMs: 600_000,
+			Decl: abi.RegionDecl{ID: "products", KeyVersion: 1, SoftTTLMs: productsSoftTTLMs(), HardTTLMs: 600_000,
 				NegativeTTLMs: 5_000, JitterPercent: 10, StaleIfError: true, L1: true, MaxBytes: 64 << 10, Codec: "product"},
 			Canonicalize: Products,
 			Admit:        admitUnder(64 << 10),

@@ -74,6 +74,18 @@ func TestDeclarations(t *testing.T) {
 		NegativeTTLMs: 1_000, JitterPercent: 20, MaxBytes: 256 << 10, Codec: "search-page"}, s)
 }
 
+func TestPolicyRevisionKnob(t *testing.T) {
+	old := policyRevision
+	t.Cleanup(func() { policyRevision = old })
+	for rev, want := range map[string]int64{"v1": 30_000, "v2": 60_000, "v99": 600_000, "garbage": 30_000, "v0": 30_000} {
+		policyRevision = rev
+		d := Module().Description()
+		require.NoError(t, d.Validate(), rev)
+		assert.Equal(t, want, d.Regions[0].SoftTTLMs, rev)
+		assert.Equal(t, int64(5_000), d.Regions[1].SoftTTLMs, "only products changes (%s)", rev)
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	d, err := guest.NewDispatcher(Module())
 	require.NoError(t, err)
