@@ -60,18 +60,30 @@ func cacheHost(t *testing.T, addr string) *host.Host {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "caphost.yaml")
 	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, cacheConfig, addr), 0o600))
-	env := func(k string) (string, bool) {
-		switch k {
-		case "HOST_TEST_KEY":
-			return "host-test-hmac-key-0123456789abcdefghijklmnop", true
-		case "CACHE_HINT_KEY":
-			return "cache-hint-key-0123456789abcdefghijklmnop", true
-		}
-		return "", false
-	}
-	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
+	cfg, err := config.Load(context.Background(), path, config.WithEnv(cacheEnv))
 	require.NoError(t, err)
 	return newHost(t, cfg)
+}
+
+// productsRegion returns h's cache and its region products.
+func productsRegion(t *testing.T, h *host.Host) (*cache.Cache, *cache.Region) {
+	t.Helper()
+	c, err := h.Cache()
+	require.NoError(t, err)
+	r, err := c.Region("products")
+	require.NoError(t, err)
+	return c, r
+}
+
+// cacheEnv serves the secrets of the cache hosts' configurations.
+func cacheEnv(k string) (string, bool) {
+	switch k {
+	case "HOST_TEST_KEY":
+		return "host-test-hmac-key-0123456789abcdefghijklmnop", true
+	case "CACHE_HINT_KEY":
+		return "cache-hint-key-0123456789abcdefghijklmnop", true
+	}
+	return "", false
 }
 
 // TestCacheCapability: the cache block becomes a running capability —
@@ -82,10 +94,7 @@ func cacheHost(t *testing.T, addr string) *host.Host {
 func TestCacheCapability(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	h := cacheHost(t, srv.Addr())
-	c, err := h.Cache()
-	require.NoError(t, err)
-	r, err := c.Region("products")
-	require.NoError(t, err)
+	_, r := productsRegion(t, h)
 	ctx := context.Background()
 	o, err := r.Record(ctx, cache.Parts("sku-1"), []byte("lamp"), cache.RecordMeta{})
 	require.NoError(t, err)
@@ -143,12 +152,11 @@ policies:
 	assert.Contains(t, rec.Body.String(), "capability-disabled")
 }
 
-// TestCacheGuestsSwapUnderTraffic: the cache's codec and cache-region
-// guests hot-swap while clients read and write through them: every swap
-// passes the cache's pre-check, the regions are rebuilt afterwards, and no
-// request fails.
-func TestCacheGuestsSwapUnderTraffic(t *testing.T) {
-	srv := redistest.StartStandalone(t)
+// cacheGuestsHost is a host whose cache regions are the reference
+// cache-region guest's, their payloads passing through the reference codec
+// guest; both may be swapped unsigned.
+func cacheGuestsHost(t *testing.T, addr string) *host.Host {
+	t.Helper()
 	dir := t.TempDir()
 	var mods strings.Builder
 	for _, n := range []string{"codec", "cache-region"} {
@@ -181,25 +189,22 @@ guests:
   modules:
 %ssecurity:
   allow-unsigned-swaps: true
-`, srv.Addr(), th.cacheDir, mods.String())
+`, addr, th.cacheDir, mods.String())
 	path := filepath.Join(dir, "caphost.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
-	env := func(k string) (string, bool) {
-		switch k {
-		case "HOST_TEST_KEY":
-			return "host-test-hmac-key-0123456789abcdefghijklmnop", true
-		case "CACHE_HINT_KEY":
-			return "cache-hint-key-0123456789abcdefghijklmnop", true
-		}
-		return "", false
-	}
-	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
+	cfg, err := config.Load(context.Background(), path, config.WithEnv(cacheEnv))
 	require.NoError(t, err)
-	h := newHost(t, cfg)
-	c, err := h.Cache()
-	require.NoError(t, err)
-	products, err := c.Region("products")
-	require.NoError(t, err)
+	return newHost(t, cfg)
+}
+
+// TestCacheGuestsSwapUnderTraffic: the cache's codec and cache-region
+// guests hot-swap while clients read and write through them: every swap
+// passes the cache's pre-check, the regions are rebuilt afterwards, and no
+// request fails.
+func TestCacheGuestsSwapUnderTraffic(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	h := cacheGuestsHost(t, srv.Addr())
+	c, products := productsRegion(t, h)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var ops, failed atomic.Int64
@@ -249,4 +254,81 @@ guests:
 		}
 	}
 	assert.Equal(t, 3.0, reloads, "the regions were rebuilt after each swap")
+}
+
+// TestCacheCountersSurviveARegionGuestSwap: a cache-region guest swapped in
+// through the host's swap path that changes a region's policy gives the
+// region a new runtime, L1 and single-flight included, whose counters start
+// at zero. The L1 and single-flight counters the host reports still never
+// go down across the swap, and they count the traffic after it on top.
+func TestCacheCountersSurviveARegionGuestSwap(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	h := cacheGuestsHost(t, srv.Addr())
+	c, products := productsRegion(t, h)
+	ctx, reg := context.Background(), h.Registry()
+	// traffic loads key once, then reads it until L1 serves it.
+	traffic := func(key string) {
+		t.Helper()
+		k := cache.Attrs(cache.Attr{Name: "key", Value: key})
+		res, err := products.GetOrLoad(ctx, k, func(context.Context) (cache.LoadOutcome, error) {
+			return cache.Loaded([]byte(`{"id":"x","name":"Lamp","price_cents":1,"currency":"EUR"}`), cache.Revision{}), nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, cache.LoadedFromSource, res.Kind)
+		require.Eventually(t, func() bool {
+			lk, err := products.Lookup(ctx, k)
+			return err == nil && lk.FromL1
+		}, 10*time.Second, time.Millisecond, "L1 never served %s", key)
+	}
+	events := map[string][]string{
+		"caphost_cache_l1_events_total":            {"hit", "miss", "stored", "raced", "refused", "evicted_size", "evicted_expiry", "flush"},
+		"caphost_cache_single_flight_events_total": {"load", "join", "abandoned", "timed_out", "refused_keys", "refused_waiters", "panic"},
+	}
+	counters := func() map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for name, evs := range events {
+			for _, ev := range evs {
+				out[name+"/"+ev] = gaugeValue(t, reg, name, map[string]string{"region": "products", "event": ev})
+			}
+		}
+		return out
+	}
+	notDown := func(before, after map[string]float64) {
+		t.Helper()
+		for k, v := range before {
+			assert.GreaterOrEqual(t, after[k], v, "%s went down", k)
+		}
+	}
+	softTTL := func() time.Duration {
+		for _, p := range c.Regions() {
+			if p.ID == "products" {
+				return p.SoftTTL
+			}
+		}
+		t.Fatal("no region products")
+		return 0
+	}
+
+	traffic("sku-1")
+	before := counters()
+	require.Equal(t, 1.0, before["caphost_cache_single_flight_events_total/load"])
+	require.Positive(t, before["caphost_cache_l1_events_total/hit"])
+	require.Positive(t, before["caphost_cache_l1_events_total/stored"])
+	require.Equal(t, 30*time.Second, softTTL())
+
+	st, err := h.SwapGuest(ctx, "cache-region", th.wasm["cache-region-v2"], nil)
+	require.NoError(t, err)
+	require.True(t, st.LastSwapOK)
+	require.Equal(t, 60*time.Second, softTTL(), "the swap changed the region's policy, so its runtime")
+	swapped := counters() // every series is still there, or gaugeValue fails
+	notDown(before, swapped)
+
+	traffic("sku-2")
+	after := counters()
+	notDown(swapped, after)
+	assert.Equal(t, before["caphost_cache_single_flight_events_total/load"]+1, after["caphost_cache_single_flight_events_total/load"],
+		"the new runtime's load counts on top")
+	assert.Greater(t, after["caphost_cache_l1_events_total/hit"], swapped["caphost_cache_l1_events_total/hit"])
+	assert.Greater(t, after["caphost_cache_l1_events_total/stored"], swapped["caphost_cache_l1_events_total/stored"])
 }

@@ -21,6 +21,7 @@ var testGuests = []guesttest.Guest{
 	// The cache's reference guests.
 	{Name: "codec", Pkg: "guests/codec"},
 	{Name: "cache-region", Pkg: "guests/cache-region"},
+	{Name: "cache-region-v2", Pkg: "guests/cache-region", LDFlags: "-X=main.policyRevision=v2"},
 	// The notify capability's reference renderer.
 	{Name: "renderer", Pkg: "guests/renderer"},
 	{Name: "altrenderer", Pkg: "host/notify/render/testdata/guests/altrenderer"},
