@@ -86,8 +86,8 @@ const (
 	// when the negative entry was cached (FromCache).
 	AuthoritativeAbsence
 	// StaleFallback: the source failed transiently (or the source bulkhead
-	// was full) and a stale value before its hard expiry was served
-	// (stale-if-error).
+	// or the single-flight's keys were full) and a stale value before its
+	// hard expiry was served (stale-if-error).
 	StaleFallback
 	// DegradedSource: Redis was unavailable; the value was loaded from the
 	// source within the bulkhead and not stored.
@@ -181,7 +181,8 @@ func (e *SchemaError) Is(target error) bool { return target == ErrIncompatibleSc
 // result is written to the generation and entry the lookup observed, so
 // an invalidation during the load wins. Negative caching only for
 // AuthoritativeAbsent; stale-if-error (a TransientFailure, a load past
-// its timeout or a full source bulkhead) only where the region allows it
+// its timeout, a full source bulkhead or a single-flight with every key
+// loading) only where the region allows it
 // and only before the hard expiry. When Redis is unavailable the value is
 // loaded within the bulkhead and reported DegradedSource.
 //
@@ -278,8 +279,10 @@ type loadResult struct {
 }
 
 // flightErr maps a failure of the single-flight itself: a load that ran
-// past the region's load timeout is a transient source failure (a stale
-// value stands in where the region allows); a refusal is an overload.
+// past the region's load timeout is a transient source failure, a refusal
+// an overload; a stale value stands in for either where the region allows
+// (as for a full source bulkhead). Only the keys bound can refuse a stale
+// hit's refresh: Lead never joins, so never meets the waiters bound.
 func (c *Cache) flightErr(r *region, lk Lookup, err error) (Result, error) {
 	var pe *flight.PanicError
 	switch {
@@ -292,6 +295,10 @@ func (c *Cache) flightErr(r *region, lk Lookup, err error) (Result, error) {
 		}
 		return Result{}, &SourceError{Kind: "transient", Code: "load-timeout", Cause: err}
 	case errors.Is(err, flight.ErrTooManyKeys):
+		if lk.Kind == Hit && r.pol.StaleIfError && c.beforeHard(lk) {
+			r.m.stale("overload", c.staleAge(lk))
+			return c.staleResult(lk, StaleFallback), nil
+		}
 		return Result{}, &OverloadError{Reason: "flight-keys"}
 	case errors.Is(err, flight.ErrTooManyWaiters):
 		return Result{}, &OverloadError{Reason: "flight-waiters"}

@@ -356,27 +356,50 @@ func TestSingleFlightAndBulkheadBounds(t *testing.T) {
 
 // TestSingleFlightKeysBound: while the single-flight's every key is
 // loading, GetOrLoad of another key is refused as OVERLOADED (flight-keys)
-// without running its loader, and counted.
+// without running its loader, and counted; a stale value stands in where
+// the region allows stale-if-error, as for a full source bulkhead.
 func TestSingleFlightKeysBound(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(_ *policy.CacheRegionDecl, o *policy.CacheOps) {
-		o.FlightKeys = 1
-		o.LoadTimeout, o.LeaseTTL = time.Minute, time.Minute // only release ends the held load
-	}), newClock(), nil)
-	r := in.region(t, "items")
-	ctx := ctxT(t)
-	release, done, _ := startHeldRefresh(t, ctx, r, Parts("held"))
-	t.Cleanup(release)
+	for _, sie := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stale-if-error=%t", sie), func(t *testing.T) {
+			clk := newClock()
+			in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, testConfig(t, func(d *policy.CacheRegionDecl, o *policy.CacheOps) {
+				d.StaleIfError = sie
+				o.FlightKeys = 1
+				o.LoadTimeout, o.LeaseTTL = time.Minute, time.Minute // only release ends the held load
+			}), clk, nil)
+			r := in.region(t, "items")
+			ctx, stale := ctxT(t), Parts(fmt.Sprint("stale-", sie))
+			_, err := r.Record(ctx, stale, []byte("old"), RecordMeta{})
+			require.NoError(t, err)
+			release, done, _ := startHeldRefresh(t, ctx, r, Parts(fmt.Sprint("held-", sie)))
+			t.Cleanup(release)
 
-	_, err := r.GetOrLoad(ctx, Parts("other"), mustNotLoad(t, "a refused key must not load"))
-	var oe *OverloadError
-	require.ErrorAs(t, err, &oe)
-	assert.Equal(t, "flight-keys", oe.Reason)
-	assert.ErrorIs(t, err, ErrOverloaded)
-	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_get_or_load_total", map[string]string{"region": "items", "result": "overloaded"}))
-	assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_single_flight_events_total", map[string]string{"region": "items", "event": "refused_keys"}))
-	release()
-	assert.Equal(t, LoadedFromSource, (<-done).Kind)
+			_, err = r.GetOrLoad(ctx, Parts("other"), mustNotLoad(t, "a refused key must not load"))
+			var oe *OverloadError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, "flight-keys", oe.Reason)
+			assert.ErrorIs(t, err, ErrOverloaded)
+			clk.Advance(11 * time.Second) // past the soft TTL, before the hard one
+			res, err := r.GetOrLoad(ctx, stale, mustNotLoad(t, "a refused refresh must not load"))
+			overloaded := 1.0
+			if sie {
+				require.NoError(t, err)
+				assert.Equal(t, StaleFallback, res.Kind, "a full single-flight serves stale where it can")
+				assert.Equal(t, []byte("old"), res.Value)
+				assert.Equal(t, 1.0, metric(t, in.reg, "caphost_cache_stale_served_total", map[string]string{"region": "items", "reason": "overload"}))
+			} else {
+				require.ErrorAs(t, err, &oe, "no stale-if-error: a full single-flight is an overload")
+				assert.Equal(t, "flight-keys", oe.Reason)
+				overloaded++
+			}
+			assert.Equal(t, overloaded, metric(t, in.reg, "caphost_cache_get_or_load_total", map[string]string{"region": "items", "result": "overloaded"}))
+			assert.Equal(t, 2.0, metric(t, in.reg, "caphost_cache_single_flight_events_total", map[string]string{"region": "items", "event": "refused_keys"}))
+			clk.Advance(-11 * time.Second)
+			release()
+			assert.Equal(t, LoadedFromSource, (<-done).Kind)
+		})
+	}
 }
 
 // TestStaleWhileRevalidateWithinInstance: on the host that refreshes a
