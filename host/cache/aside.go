@@ -146,10 +146,11 @@ func (e *SourceError) Unwrap() error { return e.Cause }
 var ErrOverloaded = errors.New("cache: overloaded")
 
 // OverloadError: a bound refused the load (single-flight keys or waiters,
-// the source bulkhead) and no stale value could stand in.
+// the source bulkhead) and no stale value could stand in. A load that
+// waits in the bulkhead's queue until its load timeout is not one: it
+// ends as that timeout, like a load that ran too long.
 type OverloadError struct {
-	// Reason is "flight-keys", "flight-waiters", "source-full" or
-	// "source-timeout".
+	// Reason is "flight-keys", "flight-waiters" or "source-full".
 	Reason string
 }
 
@@ -494,7 +495,9 @@ func overloadOf(err error) error {
 		return &OverloadError{Reason: "source-full"}
 	}
 	if errors.Is(err, flight.ErrBulkheadTimeout) {
-		return &OverloadError{Reason: "source-timeout"}
+		// The queue's deadline is the load's: the same answer as a load
+		// that ran too long, whichever of the two notices first.
+		return &SourceError{Kind: "transient", Code: "load-timeout", Cause: err}
 	}
 	return err
 }
