@@ -3,19 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -23,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/caphost/caphost/bench/internal/sidecar"
 )
 
 // The sidecar rows compare two daemons making the same fixed-window
@@ -39,71 +36,12 @@ import (
 
 const sidecarValues = 64
 
+// sidecarDaemon is a launched daemon and the commands it sends per
+// decision: their commandstats time is its Redis time (commands a script
+// runs are inside the script's time and are listed, not added).
 type sidecarDaemon struct {
-	name string
-	// topLevel are the commands the daemon sends per decision: their
-	// commandstats time is its Redis time (commands a script runs are
-	// inside the script's time and are listed, not added).
+	*sidecar.Daemon
 	topLevel []string
-	cmd      *exec.Cmd
-	httpAddr string
-	grpcAddr string
-}
-
-func (d *sidecarDaemon) stop() {
-	if d == nil || d.cmd == nil || d.cmd.Process == nil {
-		return
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
-}
-
-// cpu is the daemon's user+system CPU so far (/proc/<pid>/stat).
-func (d *sidecarDaemon) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 (1-based), in clock ticks (100 Hz on Linux).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
-}
-
-func waitTCP(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not listen within %s", addr, limit)
-}
-
-func freeAddr() (string, error) {
-	p, err := freePort()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
 }
 
 const sidecarRules = `domain: bench
@@ -112,35 +50,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1000000000}
 `
 
-// startCaphostServe runs `caphost serve` with the rate-limit capability
-// (HTTP) and the Envoy service (gRPC) on redisAddr.
-func startCaphostServe(bin, dir, redisAddr string) (*sidecarDaemon, error) {
-	httpAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	grpcAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	cfg := fmt.Sprintf(`redis:
-  deployments:
-    main:
-      standalone: {endpoint: %q}
-      auth: {admin-shared: true}
-      client-name: caphost-sidecar-bench
-      timeouts: {connect: 1s, command: 1s, acquire: 500ms, shutdown: 2s}
-  roles:
-    coordination: {deployment: main, required: true, expected-eviction: noeviction}
-  programs: {mode: evalsha-managed}
-  keys:
-    app: bench
-    env: bench
-    hmac:
-      write-version: 1
-      versions: {1: "secret://env/BENCH_HMAC"}
-capabilities:
-  rate-limit:
+// sidecarPolicy is the rate-limit capability's policy of the HTTP rows.
+const sidecarPolicy = `  rate-limit:
     provider: redis
     redis-role: coordination
     policies:
@@ -151,81 +62,23 @@ capabilities:
         window: 1m
         failure-mode: fail-closed
         subject: [api-key]
-server:
-  listen: %q
-  envoy-rate-limit:
-    listen: %q
-    config-files: [rules.yaml]
-`, redisAddr, httpAddr, grpcAddr)
-	if err := os.WriteFile(filepath.Join(dir, "caphost.yaml"), []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(sidecarRules), 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "serve", "--config", filepath.Join(dir, "caphost.yaml"))
-	cmd.Env = append(os.Environ(), "BENCH_HMAC=bench-only-hmac-material-0123456789")
-	cmd.Stderr = newCapped(filepath.Join(dir, "caphost.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &sidecarDaemon{name: "caphost serve", topLevel: []string{"evalsha", "evalsha_ro", "fcall", "fcall_ro"}, cmd: cmd, httpAddr: httpAddr, grpcAddr: grpcAddr}
-	if err := errors.Join(waitTCP(httpAddr, 20*time.Second), waitTCP(grpcAddr, 20*time.Second)); err != nil {
-		d.stop()
-		return nil, fmt.Errorf("caphost serve: %w (see %s/caphost.log)", err, dir)
-	}
-	return d, nil
-}
+`
 
-// startEnvoyRatelimit runs envoyproxy/ratelimit (built from the bench
-// module: see the Makefile's bench-sidecar) on redisAddr with the same rule.
-func startEnvoyRatelimit(bin, dir, redisAddr string) (*sidecarDaemon, error) {
-	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(sidecarRules), 0o600); err != nil {
-		return nil, err
-	}
-	var addrs [3]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
-	}
-	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"PORT="+port(addrs[0]), "GRPC_PORT="+port(addrs[1]), "DEBUG_PORT="+port(addrs[2]),
-		"USE_STATSD=false", "LOG_LEVEL=warn", "BACKEND_TYPE=redis",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
-		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-	)
-	cmd.Stderr = newCapped(filepath.Join(dir, "envoy.log"))
-	cmd.Stdout = cmd.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &sidecarDaemon{name: "envoy ratelimit", topLevel: []string{"incrby", "expire"}, cmd: cmd, httpAddr: addrs[0], grpcAddr: addrs[1]}
-	if err := errors.Join(waitTCP(addrs[0], 20*time.Second), waitTCP(addrs[1], 20*time.Second)); err != nil {
-		d.stop()
-		return nil, fmt.Errorf("envoy ratelimit: %w (see %s/envoy.log)", err, dir)
-	}
-	return d, nil
-}
-
-// newCapped is a log file for a daemon's output.
-func newCapped(path string) io.Writer {
-	f, err := os.Create(path)
+// startDaemons runs `caphost serve` (HTTP and Envoy gRPC) and
+// envoyproxy/ratelimit on redisAddr with the same rule.
+func startDaemons(caphostBin, envoyBin, dir, redisAddr string) (ch, ev *sidecarDaemon, err error) {
+	rules := []sidecar.File{{Name: "bench.yaml", Body: sidecarRules}}
+	c, err := sidecar.Caphost{Bin: caphostBin, Dir: dir, RedisAddr: redisAddr, Rules: rules, Capabilities: sidecarPolicy}.Start()
 	if err != nil {
-		return io.Discard
+		return nil, nil, err
 	}
-	return f
+	e, err := sidecar.Envoy{Bin: envoyBin, Dir: dir, RedisAddr: redisAddr, Rules: rules}.Start()
+	if err != nil {
+		c.Stop()
+		return nil, nil, err
+	}
+	return &sidecarDaemon{c, []string{"evalsha", "evalsha_ro", "fcall", "fcall_ro"}},
+		&sidecarDaemon{e, []string{"incrby", "expire"}}, nil
 }
 
 // sidecarOps returns the HTTP and gRPC ops of one daemon, each a counted
@@ -233,15 +86,15 @@ func newCapped(path string) io.Writer {
 // closer.
 func sidecarOps(d *sidecarDaemon, caphost bool) (httpOp, grpcOp func(context.Context) error, closeFn func(), err error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
-	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	var n atomic.Int64
-	url := "http://" + d.httpAddr + "/json"
+	url := "http://" + d.HTTPAddr + "/json"
 	if caphost {
-		url = "http://" + d.httpAddr + "/v1/ratelimit/evaluate"
+		url = "http://" + d.HTTPAddr + "/v1/ratelimit/evaluate"
 	}
 	httpOp = func(ctx context.Context) error {
 		v := strconv.FormatInt(n.Add(1)%sidecarValues, 10)
@@ -272,7 +125,7 @@ func sidecarOps(d *sidecarDaemon, caphost bool) (httpOp, grpcOp func(context.Con
 			ok = ok && bytes.Contains(b, []byte(`"overallCode":"OK"`))
 		}
 		if !ok {
-			return fmt.Errorf("%s: HTTP %d %.200s", d.name, resp.StatusCode, b)
+			return fmt.Errorf("%s: HTTP %d %.200s", d.Name, resp.StatusCode, b)
 		}
 		return nil
 	}
@@ -284,7 +137,7 @@ func sidecarOps(d *sidecarDaemon, caphost bool) (httpOp, grpcOp func(context.Con
 			return err
 		}
 		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
-			return fmt.Errorf("%s: %v", d.name, resp.OverallCode)
+			return fmt.Errorf("%s: %v", d.Name, resp.OverallCode)
 		}
 		return nil
 	}
@@ -299,7 +152,7 @@ type sidecarRun struct {
 
 // runSidecar measures one daemon's op alone for dur after a warm-up.
 func runSidecar(ctx context.Context, plain *redis.Client, d *sidecarDaemon, op func(context.Context) error, clients int, dur time.Duration) (sidecarRun, error) {
-	c := contender{name: d.name, op: op}
+	c := contender{name: d.Name, op: op}
 	measure(ctx, c, clients, dur/4)
 	if err := plain.ConfigResetStat(ctx).Err(); err != nil {
 		return sidecarRun{}, err
@@ -308,12 +161,12 @@ func runSidecar(ctx context.Context, plain *redis.Client, d *sidecarDaemon, op f
 	if err != nil {
 		return sidecarRun{}, err
 	}
-	dcpu0, err := d.cpu()
+	dcpu0, err := d.CPU()
 	if err != nil {
 		return sidecarRun{}, err
 	}
 	s := measure(ctx, c, clients, dur)
-	dcpu1, err := d.cpu()
+	dcpu1, err := d.CPU()
 	if err != nil {
 		return sidecarRun{}, err
 	}
@@ -367,16 +220,12 @@ func sidecarRows(ctx context.Context, caphostBin, envoyBin string, clientsList [
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ch, err := startCaphostServe(caphostBin, dir, rd.addr)
+	ch, ev, err := startDaemons(caphostBin, envoyBin, dir, rd.addr)
 	if err != nil {
 		return err
 	}
-	defer ch.stop()
-	ev, err := startEnvoyRatelimit(envoyBin, dir, rd.addr)
-	if err != nil {
-		return err
-	}
-	defer ev.stop()
+	defer ch.Stop()
+	defer ev.Stop()
 	cHTTP, cGRPC, cClose, err := sidecarOps(ch, true)
 	if err != nil {
 		return err
