@@ -8,7 +8,10 @@
 //
 // Each descriptor of a request is matched to at most one rule (most
 // specific match, see rlsconfig) and answered on its own; the overall code
-// is OVER_LIMIT when any descriptor is, as upstream.
+// is OVER_LIMIT when any descriptor is, as upstream. A request's
+// descriptors are decided concurrently, except that identical descriptors
+// (one counter) are charged in request order, as upstream's pipeline
+// applies them: the earlier one sees the earlier count.
 //
 //   - No rule: OK, no current_limit, nothing counted.
 //   - unlimited: OK, limit_remaining 4294967295, nothing counted.

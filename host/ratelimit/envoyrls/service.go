@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -375,10 +376,23 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		} else {
 			// Descriptors are independent decisions (upstream pipelines
 			// them too, never atomically): deciding them at once lets the
-			// limiter share one pipeline among them.
+			// limiter share one pipeline among them. Identical
+			// descriptors share a counter, so each group of them is
+			// decided in request order, as upstream's pipeline applies
+			// its INCRBYs: the earlier descriptor is charged first.
+			first := sameAs(req.Descriptors)
 			var wg sync.WaitGroup
 			for i := range n {
-				wg.Go(func() { resp.Statuses[i] = one(i) })
+				if first[i] != i {
+					continue
+				}
+				wg.Go(func() {
+					for j := i; j < n; j++ {
+						if first[j] == i {
+							resp.Statuses[j] = one(j)
+						}
+					}
+				})
 			}
 			wg.Wait()
 		}
@@ -410,6 +424,29 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	s.m.requests.WithLabelValues(codeLabel(resp.OverallCode)).Inc()
 	return resp, nil
+}
+
+// sameAs maps each descriptor's index to the index of the first
+// descriptor with the same entries (the same keys and values in the same
+// order): its own when none comes before it. There are at most
+// MaxDescriptors, so comparing pairs costs less than keying a map by the
+// entries.
+func sameAs(ds []*commonv3.RateLimitDescriptor) []int {
+	first := make([]int, len(ds))
+	for i, d := range ds {
+		first[i] = i
+		for j := range i {
+			if first[j] == j && slices.EqualFunc(ds[j].GetEntries(), d.GetEntries(), sameEntry) {
+				first[i] = j
+				break
+			}
+		}
+	}
+	return first
+}
+
+func sameEntry(a, b *ratelimitEntry) bool {
+	return a.GetKey() == b.GetKey() && a.GetValue() == b.GetValue()
 }
 
 // refuse answers n descriptors refused for r: OVER_LIMIT, nothing counted

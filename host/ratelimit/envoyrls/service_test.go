@@ -420,23 +420,36 @@ func TestFailureModes(t *testing.T) {
 }
 
 // TestDescriptorsDecidedTogether: the descriptors of one request are
-// decided concurrently, each its own atomic evaluation: eight hits on one
-// counter in one request leave exactly the remainders 99..92, in some
-// order.
+// decided concurrently, each its own atomic evaluation, but identical
+// descriptors (one counter) are charged in request order, as
+// envoyproxy/ratelimit's pipeline applies its INCRBYs: eight hits on one
+// number, interleaved with one hit on each of eight others, leave exactly
+// the remainders 99..92 in request order, in each of ten requests.
 func TestDescriptorsDecidedTogether(t *testing.T) {
 	f := start(t, envoyrls.Options{})
 	rs := inOneWindow(t, func(a int) []*rlsv3.RateLimitResponse {
-		n := fmt.Sprintf("555%d", a)
-		ds := make([]*commonv3.RateLimitDescriptor, 8)
-		for i := range ds {
-			ds[i] = desc("to_number", n)
+		var out []*rlsv3.RateLimitResponse
+		for k := range 10 {
+			n := fmt.Sprintf("555%d%d", a, k)
+			var ds []*commonv3.RateLimitDescriptor
+			for i := range 8 {
+				ds = append(ds, desc("to_number", n), desc("to_number", fmt.Sprintf("%s%d", n, i)))
+			}
+			out = append(out, f.call(t, "messaging", 0, ds...))
 		}
-		return []*rlsv3.RateLimitResponse{f.call(t, "messaging", 0, ds...)}
+		return out
 	})
-	var got []uint32
-	for _, st := range rs[0].Statuses {
-		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.Code)
-		got = append(got, st.LimitRemaining)
+	for _, r := range rs {
+		var same, others []uint32
+		for i, st := range r.Statuses {
+			assert.Equal(t, rlsv3.RateLimitResponse_OK, st.Code)
+			if i%2 == 0 {
+				same = append(same, st.LimitRemaining)
+			} else {
+				others = append(others, st.LimitRemaining)
+			}
+		}
+		assert.Equal(t, []uint32{99, 98, 97, 96, 95, 94, 93, 92}, same)
+		assert.Equal(t, []uint32{99, 99, 99, 99, 99, 99, 99, 99}, others)
 	}
-	assert.ElementsMatch(t, []uint32{99, 98, 97, 96, 95, 94, 93, 92}, got)
 }
