@@ -82,8 +82,9 @@ demo-env:
 VET = out=$$($(GO) vet ./... 2>&1); bad=$$(printf '%s\n' "$$out" | grep -vE '^(\.\./)?third_party/|^\#|^$$'); \
 	if [ -n "$$bad" ]; then printf '%s\n' "$$bad"; exit 1; fi
 
-## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector;
-## the reference guests are built first (tests that load them as shipped need build/guests)
+## test: every test — unit, fuzz seeds, real-Redis (standalone, Cluster, Sentinel), race detector,
+## the bench module's comparison with envoyproxy/ratelimit; the reference guests are built first
+## (tests that load them as shipped need build/guests)
 test: ensure-redis guests transports
 	@# Every module of the graph, not only those a build loads: the embedder test lists the
 	@# graph offline (GOPROXY=off), which a lazily filled module cache cannot answer. The
@@ -101,6 +102,10 @@ test: ensure-redis guests transports
 	# The codec twins' differential corpus runs whole only without it (a tenth under -race,
 	# where it would take minutes and no goroutines race).
 	$(GO) test -count=1 -run '^TestTwinDifferential$$' ./guests/codec/
+	# The bench module's tests: envoycompat compares caphost serve's Envoy decisions with
+	# envoyproxy/ratelimit's (both daemons built from source by the test, each on a private
+	# redis-server), cmd/failover's timeline unit test. Its benchmarks are make bench.
+	cd bench && GO=$(GO) $(GO) test $(TESTFLAGS) ./...
 
 ## test-short: the quick loop while editing, never a substitute for `make test`: the tests of
 ## every package whose test binary links neither the Redis harness (internal/redistest, which
