@@ -35,13 +35,23 @@
 //     without consuming from it, so on a counted rule the check fails
 //     closed: OVER_LIMIT with the rule's current_limit, nothing counted,
 //     caphost_envoy_rls_invalid_descriptors_total{reason="check_only"}
-//     (OK on a shadow rule, which never limits). Without a rule, on an
-//     unlimited rule or a limit of 0 the answer needs no state and is
-//     exact.
+//     (OK on a shadow rule, which never limits). Without a rule or on an
+//     unlimited rule the answer needs no state and is upstream's. On a
+//     limit of 0 it is OVER_LIMIT, as every call with hits there is;
+//     upstream answers such a check OK while its counter for the window
+//     is still 0 (no hit counted yet), OVER_LIMIT after.
 //
 // One difference in counting: caphost's denial consumes nothing, where
 // upstream's INCRBY counts denied hits too; limit_remaining is 0 in both
-// once the limit is reached.
+// once the limit is reached. So a descriptor denied for a hits_addend
+// above what is left reports what is left (upstream 0: its counter has
+// passed the limit), and a later call that fits is admitted (upstream:
+// OVER_LIMIT until the window ends).
+//
+// The bench module's envoycompat test runs `caphost serve` and
+// envoyproxy/ratelimit on the same descriptor files and compares their
+// answers call by call; it allows only the differences documented here
+// and in rlsconfig, and checks each against its documentation.
 //
 // Failure modes follow caphost's per-policy failure mode: when Redis cannot
 // decide, a fail-closed rule answers OVER_LIMIT, a fail-open rule OK, and a
