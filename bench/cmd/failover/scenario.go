@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/caphost/caphost/bench/internal/sidecar"
 	"github.com/caphost/caphost/host/httpjson"
 	"github.com/caphost/caphost/host/ratelimit"
 	"github.com/caphost/caphost/internal/redistest"
@@ -56,7 +56,7 @@ func run(ctx context.Context, s settings, start func(h *harness) topology) (time
 	var tl timeline
 	err := h.guard(func() error {
 		topo := start(h)
-		listen, err := freeListen()
+		listen, err := sidecar.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -103,15 +103,6 @@ func run(ctx context.Context, s settings, start func(h *harness) topology) (time
 		return nil
 	})
 	return tl, err
-}
-
-func freeListen() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // serve is a running `caphost serve`.
