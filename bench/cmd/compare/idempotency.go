@@ -25,7 +25,8 @@ import (
 // that floor, not a peer library: no Go library implements the protocol.
 func idempotencyRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o runOpts,
 	want func(string) bool, row func(string, []result), stats func([]contender, int)) error {
-	labels := []string{"idempotent request, 1 gor.", "idempotent request, 32 gor."}
+	labels := []string{"idempotent request, 1 gor.", "idempotent request, 32 gor.",
+		"  idempotency A/A control, 1", "  idempotency A/A control, 32"}
 	wanted := false
 	for _, l := range labels {
 		wanted = wanted || want(l)
@@ -53,22 +54,30 @@ func idempotencyRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Clie
 		}
 		return err
 	}}
-	floor := contender{"SET NX PX + SET XX PX (floor)", func(ctx context.Context) error {
-		k := "bench:idem:" + strconv.FormatUint(seq.Add(1), 36)
-		ok, err := plain.SetNX(ctx, k, "claimed", 30*time.Second).Result()
-		if err != nil || !ok {
-			return fmt.Errorf("floor claim: %v %v", ok, err)
-		}
-		return plain.SetXX(ctx, k, response, 24*time.Hour).Err()
-	}}
+	floorOn := func(name string, c *redis.Client) contender {
+		return contender{name, func(ctx context.Context) error {
+			k := "bench:idem:" + strconv.FormatUint(seq.Add(1), 36)
+			ok, err := c.SetNX(ctx, k, "claimed", 30*time.Second).Result()
+			if err != nil || !ok {
+				return fmt.Errorf("floor claim: %v %v", ok, err)
+			}
+			return c.SetXX(ctx, k, response, 24*time.Hour).Err()
+		}}
+	}
+	floor := floorOn("SET NX PX + SET XX PX (floor)", plain)
+	twin := redis.NewClient(plain.Options())
+	defer twin.Close()
+	floorTwin := floorOn("SET NX PX + SET XX PX (floor, twin)", twin)
 	for _, g := range []int{1, 32} {
 		label := fmt.Sprintf("idempotent request, %d gor.", g)
-		if !want(label) {
-			continue
+		if want(label) {
+			cs := []contender{floor, ours}
+			row(label, compare(ctx, cs, g, o.dur, o.slice, o.rounds))
+			stats(cs, g)
 		}
-		cs := []contender{floor, ours}
-		row(label, compare(ctx, cs, g, o.dur, o.slice, o.rounds))
-		stats(cs, g)
+		if label := fmt.Sprintf("  idempotency A/A control, %d", g); o.control && want(label) {
+			row(label, compare(ctx, []contender{floor, floorTwin}, g, o.dur, o.slice, o.rounds))
+		}
 	}
 	fmt.Println(`idempotency rows: left = a hand-rolled floor (SET NX PX to claim, SET XX PX to store; two round trips,
   no owner, attempt, fingerprint, lease or lost-reply handling), right = caphost host/idempotency Execute: claim,
