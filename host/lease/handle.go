@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/caphost/caphost/host/lease/internal/hold"
+	"github.com/caphost/caphost/host/internal/hold"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/keys"
 	"github.com/caphost/caphost/runtime/programs"
@@ -14,7 +14,7 @@ import (
 
 // Handle is a held lease. Its state is ACTIVE until Redis says otherwise,
 // its validity runs out, a reply is lost, or it is released; then it never
-// becomes ACTIVE again (the state machine is host/lease/internal/hold,
+// becomes ACTIVE again (the state machine is host/internal/hold,
 // shared with fenced leases). It is safe for concurrent use.
 type Handle struct {
 	c          *Client

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/caphost/caphost/host/lease/internal/hold"
+	"github.com/caphost/caphost/host/internal/hold"
 )
 
 // ReleaseTimeout bounds the release Hold makes after its function returns
@@ -52,7 +52,7 @@ func (c *Client) Hold(ctx context.Context, r Request, fn func(ctx context.Contex
 	return a, ferr
 }
 
-// watch is Hold's watchdog (host/lease/internal/hold.Watch).
+// watch is Hold's watchdog (host/internal/hold.Watch).
 func (c *Client) watch(ctx context.Context, h *Handle, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	hold.Watch(ctx, h.st, h.ttl/3, func(rctx context.Context) bool {
 		kind, _ := h.Renew(rctx)

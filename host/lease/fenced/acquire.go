@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/internal/hold"
 	"github.com/caphost/caphost/host/lease"
-	"github.com/caphost/caphost/host/lease/internal/hold"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/programs"
 )

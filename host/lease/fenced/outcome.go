@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/caphost/caphost/host/fence"
-	"github.com/caphost/caphost/host/lease/internal/hold"
+	"github.com/caphost/caphost/host/internal/hold"
 	"github.com/caphost/caphost/runtime/certainty"
 )
 

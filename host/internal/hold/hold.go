@@ -1,13 +1,19 @@
-// Package hold is the state of one held lease, shared by the efficiency
-// and the fenced lease: its state machine (ACTIVE, then LOST, RELEASED or
-// UNKNOWN for good) and its local validity, counted on the monotonic clock
-// from just before the send that granted or renewed it, minus a drift
-// budget. It knows nothing of Redis: the callers decide the transitions
-// from the programs' answers.
+// Package hold owns the local state of one held lease, for every host
+// package that keeps work running under a lease on Redis (host/lease and
+// host/lease/fenced): the state machine (ACTIVE, then LOST, RELEASED or
+// UNKNOWN for good), the local validity (counted on the monotonic clock
+// from just before the send that granted or renewed the lease, minus a
+// drift budget), and Watch, the watchdog that renews a hold and ends the
+// protected work's context when the hold ends or its validity runs out. It
+// knows nothing of Redis: the callers send the programs and decide the
+// transitions from their answers.
 //
-// What may change here: nothing observable — a terminal state is never
-// left, and a validity never grows from a send that started earlier than
-// the one that set it.
+// What may change here: how the watchdog schedules within its contract
+// (renew at the cadence, sooner after a renew that did not renew, never
+// after the caller's deadline). What may not: a terminal state is never
+// left, a validity never grows from a send that started earlier than the
+// one that set it, and losing a hold is decided by its validity, never by
+// counting failed renews — every user relies on these.
 package hold
 
 import (
