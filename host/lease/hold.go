@@ -60,5 +60,5 @@ func (c *Client) watch(ctx context.Context, h *Handle, cancel context.CancelCaus
 			c.afterRenew(kind)
 		}
 		return kind != RenewUnavailable
-	}, cancel, stop, c.closing, ErrClosed)
+	}, cancel, stop, hold.Options{Closing: c.closing, Closed: ErrClosed})
 }

@@ -304,7 +304,7 @@ func (c *Client) Hold(ctx context.Context, r Request, fn func(ctx context.Contex
 				c.afterRenew(kind)
 			}
 			return kind != lease.RenewUnavailable
-		}, cancel, stop, nil, nil)
+		}, cancel, stop, hold.Options{})
 	}()
 	ferr := fn(fctx, h)
 	close(stop)
