@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/caphost/caphost/host/internal/hold"
 	"github.com/caphost/caphost/host/owner"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
@@ -597,18 +598,35 @@ func (e *Executor) giveBack(c call, own programs.IdemOwner) {
 	}
 }
 
-// run runs the action under a watchdog (watch) that renews the lease
-// and ends the action's context when the record is no longer this
-// owner's or its local validity runs out; sent is the local time just
-// before the confirmed start was sent. lost is the watchdog's cause when
-// it ended the context. A panic is an unknown effect.
+// run runs the action under the processing lease's watchdog (hold.Watch),
+// which renews the lease every third of it and ends the action's context
+// when the record is no longer this owner's (ErrLeaseLost) or the lease's
+// local validity runs out with no renew confirmed
+// (ErrLeaseExpiredLocally); sent is the local time just before the
+// confirmed start was sent. lost is the watchdog's cause when it ended the
+// context. A panic is an unknown effect.
+//
+// The validity is the hold's: validity(lease) — the lease minus its drift
+// budget, a tenth — from just before the send of the last confirmed start
+// or renew, on the monotonic clock (the lease on Redis runs from when it
+// applied, which is later). Only a confirmed renew extends it; losing the
+// lease is decided by it, never by counting failed renews.
 func (e *Executor) run(ctx context.Context, c call, own programs.IdemOwner, sent time.Time, action Action) (res Result, lost error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	h := hold.New(e.now, driftBudget(e.cfg.Lease), ErrLeaseExpiredLocally, sent, e.cfg.Lease, nil)
 	stop, stopped := make(chan struct{}), make(chan struct{})
+	end := func(cause error) {
+		if errors.Is(cause, ErrLeaseExpiredLocally) {
+			e.log.Warn("idempotency: the processing lease ran out with no confirmed renew; the action's context is cancelled",
+				"route", c.req.Scope.Route)
+		}
+		cancel(cause)
+	}
 	go func() {
 		defer close(stopped)
-		e.watch(actx, c, own, sent, cancel, stop)
+		hold.Watch(actx, h, e.cfg.Lease/3, func(rctx context.Context) bool { return e.renew(rctx, c, own, h, cancel) },
+			end, stop, hold.Options{After: e.after, From: sent})
 	}()
 	defer func() {
 		close(stop)
@@ -623,83 +641,43 @@ func (e *Executor) run(ctx context.Context, c call, own programs.IdemOwner, sent
 	return action(actx), nil
 }
 
-// validity is how long a confirmed start or renew keeps the lease valid
-// locally: the lease minus a tenth, which covers the clock-rate
-// difference between this process and Redis and the time the action
-// takes to stop once its context ends.
-func validity(lease time.Duration) time.Duration { return lease - lease/10 }
+// driftBudget is the part of the lease that a confirmed start or renew
+// does not count as valid locally: a tenth, which covers the clock-rate
+// difference between this process and Redis and the time the action takes
+// to stop once its context ends.
+func driftBudget(lease time.Duration) time.Duration { return lease / 10 }
 
-// watch is the action's watchdog. It renews the lease every third of it
-// (sooner, well inside the validity left, after a renew that was not
-// confirmed) and keeps a local validity deadline on the monotonic clock:
-// validity(lease) from just before the send of the last confirmed start or
-// renew (the lease on Redis runs from when it applied, which is later).
-// It ends the action's context with ErrLeaseLost when Redis answers that
-// the record is no longer this owner's, and with ErrLeaseExpiredLocally
-// when the deadline passes with no renew confirmed — losing the lease is
-// decided by the deadline, never by counting failed renews, as the lease
-// watchdog (host/lease) does. Timers are absolute, so the outcome does not
-// depend on when this goroutine gets to run.
-func (e *Executor) watch(ctx context.Context, c call, own programs.IdemOwner, sent time.Time, cancel context.CancelCauseFunc,
-	stop <-chan struct{}) {
-	every, valid := e.cfg.Lease/3, validity(e.cfg.Lease)
-	validUntil, nextRenew := sent.Add(valid), sent.Add(every)
-	for {
-		now := e.now()
-		tick, expiry := e.after(nextRenew.Sub(now)), e.after(validUntil.Sub(now))
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-expiry:
-		case <-tick:
-		}
-		now = e.now()
-		if !now.Before(validUntil) {
-			select {
-			case <-stop:
-				return // the action returned first
-			default:
-			}
-			cancel(ErrLeaseExpiredLocally)
-			e.log.Warn("idempotency: the processing lease ran out with no confirmed renew; the action's context is cancelled",
-				"route", c.req.Scope.Route)
-			return
-		}
-		if now.Before(nextRenew) {
-			continue
-		}
-		// The renew gives up when the validity runs out: its reply would
-		// come too late to keep the action running.
-		rctx, rcancel := context.WithTimeout(ctx, validUntil.Sub(now))
-		res, err := e.exec.IdempotencyRenew(rctx, c.key, own, newOpID("renew"), e.cfg.Lease)
-		rcancel()
-		if e.afterRenew != nil {
-			e.afterRenew(res.Status, err)
-		}
-		e.m.renewed(c.req.Scope.Route, renewLabel(res.Status, err))
-		nextRenew = now.Add(every)
-		switch {
-		case err == nil && (res.Status == programs.IdemRenewed || res.Status == programs.IdemAlreadyRenewedSameOperation):
-			// Two renews never race here; a later send start only extends.
-			if v := now.Add(valid); v.After(validUntil) {
-				validUntil = v
-			}
-		case err == nil:
-			cancel(ErrLeaseLost)
-			return
-		default:
-			// Not confirmed (Redis unreachable, or the reply lost: it may
-			// have applied, but only a confirmed renew extends the
-			// validity). Try again well inside what is left.
-			if certainty.Classify(err, true) == certainty.Indeterminate {
-				e.m.lost(c.req.Scope.Route, "renew")
-			}
-			after := e.now()
-			nextRenew = after.Add(max(min(every, validUntil.Sub(after)/4), time.Millisecond))
-		}
+// validity is how long a confirmed start or renew keeps the lease valid
+// locally: the lease minus its drift budget (nine tenths).
+func validity(lease time.Duration) time.Duration { return lease - driftBudget(lease) }
+
+// renew is the watchdog's renew of the processing lease. It reports false
+// when the renew was not confirmed (Redis unreachable, or the reply lost:
+// it may have applied, but only a confirmed renew extends the validity),
+// so that the next comes sooner, well inside what is left. When Redis
+// answers that the record is no longer this owner's, the action's context
+// ends with ErrLeaseLost at once, even if the action has just returned:
+// what it reports is then not stored as a completion.
+func (e *Executor) renew(ctx context.Context, c call, own programs.IdemOwner, h *hold.Hold, cancel context.CancelCauseFunc) bool {
+	sent := e.now()
+	res, err := e.exec.IdempotencyRenew(ctx, c.key, own, newOpID("renew"), e.cfg.Lease)
+	if e.afterRenew != nil {
+		e.afterRenew(res.Status, err)
 	}
+	e.m.renewed(c.req.Scope.Route, renewLabel(res.Status, err))
+	switch {
+	case err == nil && (res.Status == programs.IdemRenewed || res.Status == programs.IdemAlreadyRenewedSameOperation):
+		h.Extend(sent, e.cfg.Lease)
+		return true
+	case err == nil:
+		cancel(ErrLeaseLost)
+		h.End(hold.Lost, ErrLeaseLost)
+		return true
+	}
+	if certainty.Classify(err, true) == certainty.Indeterminate {
+		e.m.lost(c.req.Scope.Route, "renew")
+	}
+	return false
 }
 
 // finish records the action's result: complete, mark retryable or

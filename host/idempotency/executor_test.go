@@ -369,6 +369,16 @@ func TestUnreachableRedisEndsTheActionInsideItsLease(t *testing.T) {
 	assert.Equal(t, int32(1), runs.Load())
 }
 
+// TestValidityIsNineTenthsOfTheLease: a confirmed start or renew keeps
+// the lease valid locally for nine tenths of it; the tenth is the hold's
+// drift budget. The tests above move the fake clock by validity(lease), so
+// this pins the tenth itself.
+func TestValidityIsNineTenthsOfTheLease(t *testing.T) {
+	assert.Equal(t, 27*time.Second, validity(DefaultLease))
+	assert.Equal(t, 13500*time.Millisecond, validity(15*time.Second), "the failover tests' lease")
+	assert.Equal(t, 3*time.Second, driftBudget(DefaultLease))
+}
+
 // recv receives from ch; the bound only keeps a broken test from hanging.
 func recv[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()

@@ -1,12 +1,12 @@
 // Package hold owns the local state of one held lease, for every host
-// package that keeps work running under a lease on Redis (host/lease and
-// host/lease/fenced): the state machine (ACTIVE, then LOST, RELEASED or
-// UNKNOWN for good), the local validity (counted on the monotonic clock
-// from just before the send that granted or renewed the lease, minus a
-// drift budget), and Watch, the watchdog that renews a hold and ends the
-// protected work's context when the hold ends or its validity runs out. It
-// knows nothing of Redis: the callers send the programs and decide the
-// transitions from their answers.
+// package that keeps work running under a lease on Redis (host/lease,
+// host/lease/fenced, and host/idempotency's processing lease): the state
+// machine (ACTIVE, then LOST, RELEASED or UNKNOWN for good), the local
+// validity (counted on the monotonic clock from just before the send that
+// granted or renewed the lease, minus a drift budget), and Watch, the
+// watchdog that renews a hold and ends the protected work's context when
+// the hold ends or its validity runs out. It knows nothing of Redis: the
+// callers send the programs and decide the transitions from their answers.
 //
 // What may change here: how the watchdog schedules within its contract
 // (renew at the cadence, sooner after a renew that did not renew, never
