@@ -353,7 +353,7 @@ func (e *Executor) Start(ctx context.Context, s Scope, a owner.Attempt, attempt 
 // than the true end, and a tenth of the configured lease is kept for
 // clock drift, as Execute's watchdog does.
 func (e *Executor) validUntil(sent time.Time, lease time.Duration) time.Time {
-	return sent.Add(min(lease, e.cfg.Lease) - e.cfg.Lease/10)
+	return sent.Add(min(lease, e.cfg.Lease) - driftBudget(e.cfg.Lease))
 }
 
 // Renew sets the remaining processing lease of the attempt's claimed or
