@@ -3,7 +3,9 @@ package transport
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,23 +29,30 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // Serve runs a transport plugin: the whole main of a transport binary. It
 // returns only when the host ends the plugin process; run by hand (without
 // the host's handshake) it prints a notice and exits with status 1.
+//
+// The process confines itself once the host has configured it: see
+// Sandbox. Name resolution uses Go's own resolver, never the C library's,
+// whose modules the sandbox would not let it load.
 func Serve(f Factory) {
 	go exitWithParent(os.Getppid(), time.Second)
+	net.DefaultResolver.PreferGo = true
+	// JSON lines on stderr: the host parses them, bounds them and logs
+	// them through its own slog.Logger.
+	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, log: log}}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestBytes+1<<10))...)
 		},
-		// JSON lines on stderr: the host parses them, bounds them and logs
-		// them through its own slog.Logger.
-		Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info}),
+		Logger: log,
 	})
 }
 
 // server is the plugin side of the wire.
 type server struct {
 	factory Factory
+	log     hclog.Logger
 	mu      sync.Mutex
 	impl    Transport
 }
@@ -73,6 +82,24 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 			return reply(wireConfigured{Key: se.Key, Code: se.Code})
 		}
 		return reply(wireConfigured{Key: "settings", Code: "refused"})
+	}
+	// Confined before the first Deliver can run and before the host
+	// hears OK: from here on the transport reaches only what it declared.
+	var sb Sandbox
+	if d, ok := impl.(Sandboxed); ok {
+		sb = d.Sandbox()
+	}
+	level, err := confine(sb)
+	if err != nil {
+		s.log.Error("transport sandbox not applied", "error", err.Error())
+		_ = impl.Close()
+		return reply(wireConfigured{Key: "sandbox", Code: "not-applied"})
+	}
+	if level.LandlockABI == 0 {
+		s.log.Warn("transport sandbox unavailable: the kernel has no Landlock, the plugin runs unconfined")
+	} else {
+		s.log.Info("transport sandbox applied", "landlock_abi", level.LandlockABI,
+			"restricted", strings.Join(level.restricted(), ","), "tcp_connect", sb.ports())
 	}
 	s.impl = impl
 	return reply(wireConfigured{OK: true})

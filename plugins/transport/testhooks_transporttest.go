@@ -4,6 +4,7 @@ package transport
 
 import (
 	"context"
+	"net"
 	"os"
 	"sync"
 
@@ -11,38 +12,53 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 )
 
-// ServeTestPlugin serves a plugin whose Deliver reply bytes are whatever
-// reply returns, unvalidated: the tests' misbehaving plugin. Only builds
-// with the transporttest tag contain it.
-func ServeTestPlugin(reply func(ctx context.Context, settings map[string]string, req []byte) []byte) {
+// ServeTestPlugin serves the tests' plugin. For settings that build
+// returns a Transport (or an error) for, it is served exactly as Serve
+// serves a real transport: configured, confined to its Sandbox, its
+// receipts validated. For any other settings (build returns nil, nil) its
+// Deliver reply bytes are whatever reply returns, unvalidated: the
+// misbehaving plugin. Only builds with the transporttest tag contain it.
+func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map[string]string, req []byte) []byte) {
+	net.DefaultResolver.PreferGo = true
+	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{reply: reply}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, reply: reply, log: log}}},
 		GRPCServer:      plugin.DefaultGRPCServer,
-		Logger:          hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info}),
+		Logger:          log,
 	})
 }
 
 type rawServer struct {
+	build    Factory
 	reply    func(ctx context.Context, settings map[string]string, req []byte) []byte
+	log      hclog.Logger
 	mu       sync.Mutex
 	settings map[string]string
+	real     *server // set when build made a transport
 }
 
-func (s *rawServer) configure(_ context.Context, req []byte) ([]byte, error) {
+func (s *rawServer) configure(ctx context.Context, req []byte) ([]byte, error) {
 	settings, err := decodeConfigure(req)
 	if err != nil {
 		return jsonMarshal(wireConfigured{Key: "settings", Code: "invalid"})
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if impl, err := s.build(settings); impl != nil || err != nil {
+		s.real = &server{factory: func(map[string]string) (Transport, error) { return impl, err }, log: s.log}
+		return s.real.configure(ctx, req)
+	}
 	s.settings = settings
-	s.mu.Unlock()
 	return jsonMarshal(wireConfigured{OK: true})
 }
 
 func (s *rawServer) deliver(ctx context.Context, req []byte) ([]byte, error) {
 	s.mu.Lock()
-	settings := s.settings
+	settings, real := s.settings, s.real
 	s.mu.Unlock()
+	if real != nil {
+		return real.deliver(ctx, req)
+	}
 	return s.reply(ctx, settings, req), nil
 }

@@ -17,7 +17,10 @@ import (
 // Sink writes each intent to <dir>/<IntentID>.json.
 type Sink struct{ dir string }
 
-var _ transport.Transport = (*Sink)(nil)
+var (
+	_ transport.Transport = (*Sink)(nil)
+	_ transport.Sandboxed = (*Sink)(nil)
+)
 
 // New builds a sink from its settings: "dir", an absolute path to an
 // existing directory. Any other key is refused.
@@ -45,6 +48,16 @@ func (s *Sink) Name() string { return "file" }
 
 // Close does nothing: a sink holds no resources between calls.
 func (s *Sink) Close() error { return nil }
+
+// Sandbox is what the file sink's plugin process may do: read and write
+// in its directory (temp file, link within the directory, remove, the
+// directory's own fsync) and nothing else: no other file, no network.
+// The grant follows the directory itself, not its path: a directory
+// moved away and replaced by a link elsewhere after launch is not
+// followed.
+func (s *Sink) Sandbox() transport.Sandbox {
+	return transport.Sandbox{WriteDirs: []string{s.dir}}
+}
 
 // Deliver writes m's document to a temporary file in the directory, syncs
 // it and links it to its final name. The link refuses to replace an

@@ -79,3 +79,12 @@ func TestRefusals(t *testing.T) {
 		assert.Equal(t, key, se.Key)
 	}
 }
+
+// TestSandboxIsTheDirectory: the plugin may read and write its directory
+// and nothing else, no network.
+func TestSandboxIsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(map[string]string{"dir": dir + "/"})
+	require.NoError(t, err)
+	assert.Equal(t, transport.Sandbox{WriteDirs: []string{dir}}, s.(transport.Sandboxed).Sandbox())
+}

@@ -29,6 +29,7 @@ import (
 // Sender submits messages to one SMTP server.
 type Sender struct {
 	addr, host  string
+	port        uint16
 	from        string
 	helo        string
 	starttls    bool
@@ -37,7 +38,10 @@ type Sender struct {
 	now         func() time.Time
 }
 
-var _ transport.Transport = (*Sender)(nil)
+var (
+	_ transport.Transport = (*Sender)(nil)
+	_ transport.Sandboxed = (*Sender)(nil)
+)
 
 func knownSetting(k string) bool {
 	switch k {
@@ -66,7 +70,7 @@ func New(settings map[string]string) (transport.Transport, error) {
 	if err != nil || port == 0 {
 		return nil, &transport.SettingError{Key: "port", Code: "invalid"}
 	}
-	s.addr = net.JoinHostPort(s.host, strconv.FormatUint(port, 10))
+	s.addr, s.port = net.JoinHostPort(s.host, strconv.FormatUint(port, 10)), uint16(port)
 	from, err := mail.ParseAddress(settings["from"])
 	if err != nil {
 		return nil, &transport.SettingError{Key: "from", Code: "invalid"}
@@ -99,6 +103,14 @@ func (s *Sender) Name() string { return "smtp" }
 
 // Close does nothing: each attempt has its own connection.
 func (s *Sender) Close() error { return nil }
+
+// Sandbox is what the SMTP plugin process may do: connect to the
+// configured port (on any address: Landlock restricts ports, not hosts)
+// and resolve names and verify the STARTTLS certificate
+// (transport.Sandbox.Network). No other file, no other port.
+func (s *Sender) Sandbox() transport.Sandbox {
+	return transport.Sandbox{ConnectTCP: []uint16{s.port}, Network: true}
+}
 
 // MessageID is the Message-ID of every attempt of intentID: the same for
 // each attempt, so a receiver that sees it twice knows it is a resend. The

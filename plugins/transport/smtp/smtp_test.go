@@ -209,3 +209,11 @@ func TestStartTLSRequiredByDefault(t *testing.T) {
 	assert.Empty(t, s.rcpts)
 	s.mu.Unlock()
 }
+
+// TestSandboxIsTheServerPort: the plugin may connect to the configured
+// port only, plus the network base.
+func TestSandboxIsTheServerPort(t *testing.T) {
+	tr, err := New(map[string]string{"host": "mail.example", "port": "587", "from": "a@example.com"})
+	require.NoError(t, err)
+	assert.Equal(t, transport.Sandbox{ConnectTCP: []uint16{587}, Network: true}, tr.(transport.Sandboxed).Sandbox())
+}

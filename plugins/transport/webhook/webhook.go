@@ -48,12 +48,16 @@ const (
 // Webhook posts each message to one URL.
 type Webhook struct {
 	url    string
+	port   uint16 // the URL's, or its scheme's default
 	secret []byte
 	client *http.Client
 	now    func() time.Time
 }
 
-var _ transport.Transport = (*Webhook)(nil)
+var (
+	_ transport.Transport = (*Webhook)(nil)
+	_ transport.Sandboxed = (*Webhook)(nil)
+)
 
 // New builds a webhook from its settings: "url" (http or https, absolute,
 // no user info) and "secret" (at least MinSecretBytes bytes). Any other key
@@ -75,12 +79,17 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Fragment != "":
 		return nil, &transport.SettingError{Key: "url", Code: "invalid"}
 	}
+	port, err := urlPort(u)
+	if err != nil {
+		return nil, &transport.SettingError{Key: "url", Code: "invalid"}
+	}
 	secret := settings["secret"]
 	if len(secret) < MinSecretBytes {
 		return nil, &transport.SettingError{Key: "secret", Code: "too-short"}
 	}
 	return &Webhook{
 		url:    u.String(),
+		port:   port,
 		secret: []byte(secret),
 		now:    now,
 		client: &http.Client{
@@ -101,8 +110,34 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 	}, nil
 }
 
+// urlPort is the TCP port u's requests go to: its explicit port, or 80
+// for http and 443 for https.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, errors.New("webhook: url port out of range")
+	}
+	return uint16(n), nil
+}
+
 // Name returns "webhook".
 func (w *Webhook) Name() string { return "webhook" }
+
+// Sandbox is what the webhook's plugin process may do: connect to the
+// URL's port (on any address: Landlock restricts ports, not hosts) and
+// resolve names and verify TLS (transport.Sandbox.Network). No other
+// file, no other port: redirects are never followed and there is no
+// proxy.
+func (w *Webhook) Sandbox() transport.Sandbox {
+	return transport.Sandbox{ConnectTCP: []uint16{w.port}, Network: true}
+}
 
 // Close releases idle connections (there are none: keep-alive is off).
 func (w *Webhook) Close() error {

@@ -161,3 +161,18 @@ func TestSettingsRefused(t *testing.T) {
 		assert.Equal(t, tc.key, se.Key)
 	}
 }
+
+// TestSandboxIsTheURLPort: the plugin may connect to its URL's port
+// only, plus the network base.
+func TestSandboxIsTheURLPort(t *testing.T) {
+	for url, port := range map[string]uint16{"http://hooks.example/x": 80, "https://hooks.example/x": 443,
+		"http://127.0.0.1:8080/x": 8080, "https://[::1]:8443": 8443} {
+		assert.Equal(t, transport.Sandbox{ConnectTCP: []uint16{port}, Network: true}, newT(t, url).Sandbox(), url)
+	}
+	for _, url := range []string{"http://hooks.example:0/x", "http://hooks.example:65536/x"} {
+		_, err := New(map[string]string{"url": url, "secret": secret})
+		var se *transport.SettingError
+		require.ErrorAs(t, err, &se, url)
+		assert.Equal(t, transport.SettingError{Key: "url", Code: "invalid"}, *se, url)
+	}
+}

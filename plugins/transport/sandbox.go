@@ -1,0 +1,216 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// Sandbox is what a transport's plugin process may still do once it is
+// configured. The plugin confines itself with Linux Landlock (see
+// docs/transports.md) right after its Factory built the transport and
+// before it answers the host: from then on it can open no file and make
+// no TCP connection outside what its Sandbox names, and bind no TCP port
+// at all. Descriptors already open (go-plugin's socket and stdio) keep
+// working. Paths must be absolute and exist when the sandbox is applied.
+type Sandbox struct {
+	// ReadDirs are file hierarchies whose files the plugin may read and
+	// whose directories it may list.
+	ReadDirs []string
+	// ReadFiles are single files the plugin may read.
+	ReadFiles []string
+	// WriteDirs are file hierarchies the plugin may read and change:
+	// create, write, truncate and remove files (a link within one
+	// directory included), create and remove directories. Never granted:
+	// executing, symlinks and special files, and linking or renaming a
+	// file from one directory to another.
+	WriteDirs []string
+	// ConnectTCP are the TCP ports the plugin may connect to, on any
+	// address: Landlock restricts ports, not hosts.
+	ConnectTCP []uint16
+	// Network adds what name resolution and TLS verification need, each
+	// path ignored when missing: reading /etc/resolv.conf, /etc/hosts,
+	// /etc/nsswitch.conf, /etc/gai.conf, the CA bundles and directories
+	// crypto/x509 reads on Linux and the trust stores they link into
+	// (not /etc/ssl/private or /etc/pki/tls/private); connecting to TCP
+	// port 53; and, on kernels that restrict UDP (Landlock ABI 10 and
+	// later), sending to UDP port 53 from an ephemeral port.
+	Network bool
+}
+
+// Sandboxed is implemented by a Transport that declares its Sandbox. The
+// plugin of a transport that does not is confined to nothing at all: no
+// file, no TCP connection.
+type Sandboxed interface {
+	Sandbox() Sandbox
+}
+
+// networkReadFiles are the files a network transport's sandbox may read
+// (Sandbox.Network), each ignored when missing: Go's resolver
+// configuration (its pure-Go resolver reads resolv.conf, hosts and
+// nsswitch.conf; gai.conf is glibc's) and the CA bundles crypto/x509
+// looks for on Linux. A bundle that is a symlink is granted at its
+// target.
+var networkReadFiles = []string{
+	"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf",
+	"/etc/ssl/certs/ca-certificates.crt",                // Debian, Ubuntu, Gentoo, Arch (a link into /etc/ca-certificates)
+	"/etc/pki/tls/certs/ca-bundle.crt",                  // Fedora, RHEL 6
+	"/etc/ssl/ca-bundle.pem",                            // openSUSE
+	"/etc/pki/tls/cacert.pem",                           // OpenELEC
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // CentOS, RHEL 7
+	"/etc/ssl/cert.pem",                                 // Alpine
+}
+
+// networkReadDirs are the directories a network transport's sandbox may
+// read, each ignored when missing: the CA directories crypto/x509 reads
+// on Linux and the distributions' trust stores their entries link to,
+// and systemd-resolved's directory (a resolv.conf linked there is
+// replaced in it). /etc/ssl and /etc/pki as a whole are not granted:
+// their private/ directories hold TLS keys.
+var networkReadDirs = []string{
+	"/etc/ssl/certs", "/etc/pki/tls/certs", "/etc/pki/ca-trust",
+	"/etc/ca-certificates", "/usr/share/ca-certificates", "/usr/local/share/ca-certificates",
+	"/usr/local/share/certs", "/run/systemd/resolve",
+}
+
+// dnsPort is the one port every network sandbox may connect to.
+const dnsPort = 53
+
+// Access rights of Sandbox's read and write entries; see Sandbox.
+const (
+	accessRead  = landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSReadDir)
+	accessWrite = accessRead | landlock.AccessFSSet(ll.AccessFSWriteFile|ll.AccessFSTruncate|
+		ll.AccessFSMakeReg|ll.AccessFSRemoveFile|ll.AccessFSMakeDir|ll.AccessFSRemoveDir)
+)
+
+// maxLandlockABI is the newest Landlock ABI this build applies
+// (go-landlock's V11); a newer kernel is used at that level.
+const maxLandlockABI = 11
+
+// SandboxLevel is what a plugin process reported of its own confinement
+// when it was configured. The zero value is an unconfined plugin: a
+// kernel without Landlock, or a plugin that predates sandboxes.
+type SandboxLevel struct {
+	// LandlockABI is the Landlock ABI version the plugin confined itself
+	// with: the kernel's, at most the newest this build knows; 0 none.
+	LandlockABI int
+	// FS: opening files is limited to the Sandbox's paths (ABI 1+).
+	FS bool
+	// TCP: connect and bind are limited to the Sandbox's ports (ABI 4+).
+	TCP bool
+	// UDP: connect and send are limited to DNS, bind to an ephemeral
+	// port (ABI 10+; earlier kernels leave UDP open).
+	UDP bool
+}
+
+// String is "none", or "landlock-v<abi>" and what is restricted, for
+// example "landlock-v7:fs,tcp".
+func (l SandboxLevel) String() string {
+	if l.LandlockABI == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("landlock-v%d:%s", l.LandlockABI, strings.Join(l.restricted(), ","))
+}
+
+func (l SandboxLevel) restricted() []string {
+	var r []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}} {
+		if x.on {
+			r = append(r, x.name)
+		}
+	}
+	return r
+}
+
+// levelFor is what Landlock ABI abi restricts.
+func levelFor(abi int) SandboxLevel {
+	abi = min(abi, maxLandlockABI)
+	if abi <= 0 {
+		return SandboxLevel{}
+	}
+	return SandboxLevel{LandlockABI: abi, FS: true, TCP: abi >= 4, UDP: abi >= 10}
+}
+
+// errSandbox wraps a sandbox that could not be applied.
+var errSandbox = errors.New("transport: sandbox")
+
+// rules turns sb into Landlock rules; a relative path is an error.
+func (sb Sandbox) rules() ([]landlock.Rule, error) {
+	for _, p := range [][]string{sb.ReadDirs, sb.ReadFiles, sb.WriteDirs} {
+		for _, path := range p {
+			if !filepath.IsAbs(path) {
+				return nil, fmt.Errorf("%w: path not absolute", errSandbox)
+			}
+		}
+	}
+	var rules []landlock.Rule
+	if len(sb.ReadDirs) > 0 {
+		rules = append(rules, landlock.PathAccess(accessRead, sb.ReadDirs...))
+	}
+	if len(sb.ReadFiles) > 0 {
+		rules = append(rules, landlock.PathAccess(ll.AccessFSReadFile, sb.ReadFiles...))
+	}
+	if len(sb.WriteDirs) > 0 {
+		rules = append(rules, landlock.PathAccess(accessWrite, sb.WriteDirs...))
+	}
+	for _, port := range sb.ConnectTCP {
+		rules = append(rules, landlock.ConnectTCP(port))
+	}
+	if sb.Network {
+		rules = append(rules,
+			landlock.PathAccess(ll.AccessFSReadFile, networkReadFiles...).IgnoreIfMissing(),
+			landlock.PathAccess(accessRead, networkReadDirs...).IgnoreIfMissing(),
+			landlock.ConnectTCP(dnsPort),
+			// Honoured from ABI 10 on: a UDP socket is bound to an
+			// ephemeral port when it first sends (bind port 0 covers
+			// that), and sends only to DNS.
+			landlock.BindUDP(0), landlock.ConnectSendUDP(dnsPort))
+	}
+	return rules, nil
+}
+
+// ports is the TCP ports sb may connect to, for a log line: "443,53",
+// or "none".
+func (sb Sandbox) ports() string {
+	var ps []string
+	for _, p := range sb.ConnectTCP {
+		ps = append(ps, strconv.Itoa(int(p)))
+	}
+	if sb.Network {
+		ps = append(ps, strconv.Itoa(dnsPort))
+	}
+	if len(ps) == 0 {
+		return "none"
+	}
+	return strings.Join(ps, ",")
+}
+
+// confine applies sb to the whole calling process with the strongest
+// Landlock ABI the kernel has (up to maxLandlockABI) and reports the
+// level reached; a kernel without Landlock leaves the process unconfined
+// and reports the zero level. What is handled and not granted is denied:
+// every file, TCP connect and bind, UDP where the ABI restricts it, and
+// (ABI 6+) signals and abstract unix sockets reaching outside the
+// plugin's own Landlock domain.
+func confine(sb Sandbox) (SandboxLevel, error) {
+	rules, err := sb.rules()
+	if err != nil {
+		return SandboxLevel{}, err
+	}
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil || abi <= 0 {
+		return SandboxLevel{}, nil
+	}
+	if err := landlock.V11.BestEffort().Restrict(rules...); err != nil {
+		return SandboxLevel{}, fmt.Errorf("%w: %w", errSandbox, err)
+	}
+	return levelFor(abi), nil
+}

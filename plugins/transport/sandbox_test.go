@@ -1,0 +1,153 @@
+package transport_test
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/logtest"
+	"github.com/caphost/caphost/plugins/transport"
+)
+
+// requireLandlock fails the test, never skips it, on a kernel whose
+// Landlock cannot restrict TCP: these tests prove the sandbox, and a
+// kernel without it would prove nothing.
+func requireLandlock(t *testing.T) int {
+	t.Helper()
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil || abi < 4 {
+		t.Fatalf("the transport sandbox tests need Linux Landlock ABI 4 or later (Linux 6.7+, landlock in the lsm= boot list); this kernel reports ABI %d (%v)", abi, err)
+	}
+	return abi
+}
+
+// listen returns a loopback TCP listener that accepts and closes
+// connections until the test ends, and its port.
+func listen(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	require.NoError(t, err)
+	return l, port
+}
+
+// launchProbe launches the test plugin's probe mode with settings.
+func launchProbe(t *testing.T, settings map[string]string, log *slog.Logger) *transport.Plugin {
+	t.Helper()
+	settings["mode"] = "probe"
+	p, _ := launchPlugin(t, "misbehaving", "probe", settings, func(c *transport.Config) { c.Logger = log })
+	return p
+}
+
+// probe runs the probes (name, argument) in one Deliver and returns the
+// receipt's code.
+func probe(t *testing.T, p *transport.Plugin, probes ...[2]string) string {
+	t.Helper()
+	m := message(t, "probe")
+	m.Parts = nil
+	for _, pr := range probes {
+		m.Parts = append(m.Parts, transport.Part{Name: pr[0], ContentType: "text/plain", Body: []byte(pr[1])})
+	}
+	r := p.Deliver(context.Background(), m)
+	require.Equal(t, transport.Accepted, r.Outcome, r.Code)
+	return r.Code
+}
+
+// TestSandboxConfinesFilesAndTCP: a plugin reaches the one directory and
+// the one TCP port its Sandbox declares, and nothing else: not a file
+// beside it (a stand-in for a secret://file/… file), not its host's
+// /proc entry, not another local port (a stand-in for Redis); it can
+// neither write where it may only read nor listen.
+func TestSandboxConfinesFilesAndTCP(t *testing.T) {
+	abi := requireLandlock(t)
+	secret := filepath.Join(t.TempDir(), "redis-password")
+	require.NoError(t, os.WriteFile(secret, []byte("hunter2"), 0o600))
+	allowed := t.TempDir()
+	readable := filepath.Join(allowed, "allowed.txt")
+	require.NoError(t, os.WriteFile(readable, []byte("ok"), 0o600))
+	_, allowedPort := listen(t)
+	_, redisPort := listen(t)
+
+	var buf logtest.Buffer
+	p := launchProbe(t, map[string]string{"allow-dir": allowed, "allow-port": allowedPort},
+		slog.New(slog.NewJSONHandler(&buf, nil)))
+
+	assert.Equal(t, "read-denied.connect-denied", probe(t, p,
+		[2]string{"read", secret}, [2]string{"connect", "127.0.0.1:" + redisPort}))
+	assert.Equal(t, "read-ok.connect-ok", probe(t, p,
+		[2]string{"read", readable}, [2]string{"connect", "127.0.0.1:" + allowedPort}))
+	// This test process is dumpable, unlike caphost serve: only the
+	// sandbox keeps the plugin out of its host's environment here.
+	assert.Equal(t, "read-denied.write-denied.bind-denied", probe(t, p,
+		[2]string{"read", "/proc/" + strconv.Itoa(os.Getpid()) + "/environ"},
+		[2]string{"write", filepath.Join(allowed, "new.txt")},
+		[2]string{"bind", "127.0.0.1:0"}))
+	assert.NoFileExists(t, filepath.Join(allowed, "new.txt"))
+
+	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
+	assert.Contains(t, buf.String(), `"plugin_landlock_abi":"`+strconv.Itoa(min(abi, 11))+`"`)
+	assert.Contains(t, buf.String(), `"plugin_tcp_connect":"`+allowedPort+`"`)
+}
+
+// TestSandboxNetworkBase: a network transport's sandbox lets it read the
+// resolver configuration and the system CA pool, which a sandbox
+// without the network base does not.
+func TestSandboxNetworkBase(t *testing.T) {
+	requireLandlock(t)
+	// What the host sees unconfined is what the plugin must see.
+	_, err := os.ReadFile("/etc/resolv.conf")
+	require.NoError(t, err, "this test needs /etc/resolv.conf")
+	roots := "roots-ok"
+	if pool, err := x509.SystemCertPool(); err != nil || pool.Equal(x509.NewCertPool()) {
+		roots = "roots-empty"
+	}
+
+	net := launchProbe(t, map[string]string{"network": "true"}, nil)
+	assert.Equal(t, "read-ok."+roots, probe(t, net, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
+	bare := launchProbe(t, map[string]string{}, nil)
+	assert.Equal(t, "read-denied.roots-denied", probe(t, bare, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
+}
+
+// TestFileSinkPluginStaysInItsDirectory: the real file sink plugin's
+// grant is its directory itself. Moved away and replaced by a link to
+// another directory after launch, the path leads the plugin somewhere
+// it may not write: the delivery is refused and nothing lands there.
+// Unconfined, the sink would follow the link and write the document.
+func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
+	requireLandlock(t)
+	root := t.TempDir()
+	dir, elsewhere := filepath.Join(root, "sink"), filepath.Join(root, "elsewhere")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, os.Mkdir(elsewhere, 0o700))
+	p, _ := launchFile(t, dir, nil)
+	require.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+
+	require.NoError(t, os.Rename(dir, dir+".moved"))
+	require.NoError(t, os.Symlink(elsewhere, dir))
+	r := p.Deliver(context.Background(), message(t, "intent-2"))
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "file-create-failed"}, r)
+	entries, err := os.ReadDir(elsewhere)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+	assert.FileExists(t, filepath.Join(dir+".moved", "intent-1.json"))
+}
