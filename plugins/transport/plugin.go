@@ -166,9 +166,11 @@ type Plugin struct {
 	// failures counts restarts since the plugin last answered a call; it
 	// sets the next backoff. Deliver resets it, the supervisor raises it.
 	failures atomic.Int32
-	kick     chan struct{}
-	done     chan struct{}
-	wg       sync.WaitGroup
+	// sandbox is what the latest configured process reported.
+	sandbox atomic.Pointer[SandboxLevel]
+	kick    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 var _ Transport = (*Plugin)(nil)
@@ -229,36 +231,48 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
-	if err := p.configure(ctx, inst); err != nil {
+	level, err := p.configure(ctx, inst)
+	if err != nil {
 		client.Kill()
 		return nil, err
 	}
+	p.sandbox.Store(&level)
 	return inst, nil
 }
 
-func (p *Plugin) configure(ctx context.Context, inst *instance) error {
+func (p *Plugin) configure(ctx context.Context, inst *instance) (SandboxLevel, error) {
 	req, err := encodeConfigure(p.cfg.Settings)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	out := new(wrapperspb.BytesValue)
 	if err := inst.conn.Invoke(ctx, methodConfigure, wrapperspb.Bytes(req), out); err != nil {
-		return fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	w, err := decodeConfigured(out.GetValue())
 	if err != nil {
-		return fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	if !w.OK {
-		return fmt.Errorf("%w: %s: setting %s: %s", ErrSettingsRefused, p.cfg.Name, w.Key, w.Code)
+		return SandboxLevel{}, fmt.Errorf("%w: %s: setting %s: %s", ErrSettingsRefused, p.cfg.Name, w.Key, w.Code)
 	}
-	return nil
+	return w.level(), nil
 }
 
 // Name returns the configured transport name.
 func (p *Plugin) Name() string { return p.cfg.Name }
+
+// Sandboxed returns the sandbox the plugin's process reported when it
+// was last configured (at launch or at its latest restart): the zero
+// SandboxLevel when it runs unconfined.
+func (p *Plugin) Sandboxed() SandboxLevel {
+	if l := p.sandbox.Load(); l != nil {
+		return *l
+	}
+	return SandboxLevel{}
+}
 
 // Deliver hands m to the plugin process. Classification:
 //   - not handed over (closed, restarting, connection not usable, m

@@ -130,6 +130,17 @@ func (l SandboxLevel) restricted() []string {
 	return r
 }
 
+// valid: a level only claims what its ABI can restrict.
+func (l SandboxLevel) valid() bool {
+	switch {
+	case l.LandlockABI < 0 || l.LandlockABI > 255:
+		return false
+	case l.LandlockABI == 0:
+		return !l.FS && !l.TCP && !l.UDP
+	}
+	return (!l.TCP || l.LandlockABI >= 4) && (!l.UDP || l.LandlockABI >= 10)
+}
+
 // levelFor is what Landlock ABI abi restricts.
 func levelFor(abi int) SandboxLevel {
 	abi = min(abi, maxLandlockABI)

@@ -104,8 +104,10 @@ func TestSandboxConfinesFilesAndTCP(t *testing.T) {
 		[2]string{"bind", "127.0.0.1:0"}))
 	assert.NoFileExists(t, filepath.Join(allowed, "new.txt"))
 
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10}
+	assert.Equal(t, want, p.Sandboxed(), "the level the plugin reported over Configure")
 	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
-	assert.Contains(t, buf.String(), `"plugin_landlock_abi":"`+strconv.Itoa(min(abi, 11))+`"`)
+	assert.Contains(t, buf.String(), `"plugin_landlock_abi":"`+strconv.Itoa(want.LandlockABI)+`"`)
 	assert.Contains(t, buf.String(), `"plugin_tcp_connect":"`+allowedPort+`"`)
 }
 

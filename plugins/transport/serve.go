@@ -102,7 +102,7 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 			"restricted", strings.Join(level.restricted(), ","), "tcp_connect", sb.ports())
 	}
 	s.impl = impl
-	return reply(wireConfigured{OK: true})
+	return reply(configuredOK(level))
 }
 
 func (s *server) deliver(ctx context.Context, req []byte) ([]byte, error) {

@@ -79,11 +79,27 @@ type wireConfigure struct {
 }
 
 // wireConfigured is the Configure reply document: OK, or the key of the
-// setting the plugin refused and a bounded code saying why.
+// setting the plugin refused and a bounded code saying why. With OK, the
+// plugin also reports its sandbox (SandboxLevel); the members are
+// omitted when it runs unconfined, which is also how a plugin built
+// before sandboxes answers.
 type wireConfigured struct {
-	OK   bool   `json:"ok,omitzero"`
-	Key  string `json:"key,omitzero"`
-	Code string `json:"code,omitzero"`
+	OK          bool   `json:"ok,omitzero"`
+	Key         string `json:"key,omitzero"`
+	Code        string `json:"code,omitzero"`
+	LandlockABI uint8  `json:"landlock_abi,omitzero"`
+	SandboxFS   bool   `json:"sandbox_fs,omitzero"`
+	SandboxTCP  bool   `json:"sandbox_tcp,omitzero"`
+	SandboxUDP  bool   `json:"sandbox_udp,omitzero"`
+}
+
+func configuredOK(l SandboxLevel) wireConfigured {
+	return wireConfigured{OK: true, LandlockABI: uint8(l.LandlockABI), SandboxFS: l.FS, SandboxTCP: l.TCP, SandboxUDP: l.UDP}
+}
+
+// level is the sandbox the reply reports.
+func (w wireConfigured) level() SandboxLevel {
+	return SandboxLevel{LandlockABI: int(w.LandlockABI), FS: w.SandboxFS, TCP: w.SandboxTCP, UDP: w.SandboxUDP}
 }
 
 // ValidateMessage checks m against the wire bounds; the error names the
@@ -352,9 +368,12 @@ func decodeConfigured(b []byte) (wireConfigured, error) {
 	}
 	switch {
 	case w.OK && w.Key == "" && w.Code == "":
-	case !w.OK && validToken(w.Key, MaxSettingKeyBytes, true) && ValidCode(w.Code):
+		if !w.level().valid() {
+			return wireConfigured{}, fmt.Errorf("%w: configure reply: sandbox claims more than its landlock_abi restricts", ErrInvalidReply)
+		}
+	case !w.OK && validToken(w.Key, MaxSettingKeyBytes, true) && ValidCode(w.Code) && w.level() == (SandboxLevel{}):
 	default:
-		return wireConfigured{}, fmt.Errorf("%w: configure reply: ok, or a key and a code", ErrInvalidReply)
+		return wireConfigured{}, fmt.Errorf("%w: configure reply: ok (and its sandbox), or a key and a code", ErrInvalidReply)
 	}
 	return w, nil
 }

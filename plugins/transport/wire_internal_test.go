@@ -12,10 +12,12 @@ import (
 
 // FuzzDecodeConfigured: the plugin's Configure reply is untrusted like any
 // other reply: never a panic, every refusal ErrInvalidReply, and what is
-// accepted is ok, or a bounded key and code.
+// accepted is ok with a sandbox level its ABI can have, or a bounded key
+// and code without one.
 func FuzzDecodeConfigured(f *testing.F) {
 	for _, s := range []string{`{"ok":true}`, `{"key":"dir","code":"not-a-directory"}`, `{"ok":true,"key":"x"}`,
-		`{"ok":false}`, `{"key":"Dir","code":"x"}`} {
+		`{"ok":false}`, `{"key":"Dir","code":"x"}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`, `{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -26,11 +28,46 @@ func FuzzDecodeConfigured(f *testing.F) {
 		}
 		if w.OK {
 			require.Empty(t, w.Key+w.Code)
+			require.True(t, w.level().valid())
 			return
 		}
 		require.True(t, validToken(w.Key, MaxSettingKeyBytes, true))
 		require.True(t, ValidCode(w.Code))
+		require.Zero(t, w.level())
 	})
+}
+
+// TestDecodeConfiguredSandbox: the reply's sandbox members are optional
+// (an unconfined plugin, or one built before them, omits them), and a
+// level claiming more than its ABI restricts is refused.
+func TestDecodeConfiguredSandbox(t *testing.T) {
+	for doc, want := range map[string]SandboxLevel{
+		`{"ok":true}`: {},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                     {LandlockABI: 7, FS: true, TCP: true},
+		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                        {LandlockABI: 3, FS: true},
+		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`: {LandlockABI: 10, FS: true, TCP: true, UDP: true},
+	} {
+		w, err := decodeConfigured([]byte(doc))
+		require.NoError(t, err, doc)
+		require.Equal(t, want, w.level(), doc)
+		b, err := jsonMarshal(configuredOK(want))
+		require.NoError(t, err)
+		require.JSONEq(t, doc, string(b), "what the plugin side writes")
+	}
+	for _, doc := range []string{
+		`{"ok":true,"sandbox_fs":true}`,
+		`{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_udp":true}`,
+		`{"ok":true,"landlock_abi":256}`,
+		`{"ok":true,"landlock_abi":-1}`,
+		`{"ok":true,"landlock_abi":7.5}`,
+		`{"ok":true,"landlock_abi":"7"}`,
+		`{"key":"dir","code":"x","landlock_abi":7}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_fs":true}`,
+	} {
+		_, err := decodeConfigured([]byte(doc))
+		require.ErrorIs(t, err, ErrInvalidReply, doc)
+	}
 }
 
 // FuzzLogBridge: whatever a plugin writes to stderr, the host logs at
