@@ -106,29 +106,44 @@ type SandboxLevel struct {
 	// UDP: connect and send are limited to DNS, bind to an ephemeral
 	// port (ABI 10+; earlier kernels leave UDP open).
 	UDP bool
+	// Sockets: new sockets are limited to TCP and UDP over IP (and
+	// netlink) by a seccomp filter: no Multipath TCP, which Landlock's
+	// TCP rules do not cover, no unix, SCTP or other socket, no io_uring
+	// (Linux on amd64 and arm64). Without it, TCP is not a boundary.
+	Sockets bool
 }
 
-// String is "none", or "landlock-v<abi>" and what is restricted, for
-// example "landlock-v7:fs,tcp".
+// String is the Landlock ABI and what is restricted, for example
+// "landlock-v7:fs,tcp,sockets"; "none" for an unconfined plugin.
 func (l SandboxLevel) String() string {
+	r := l.Restricted()
 	if l.LandlockABI == 0 {
-		return "none"
+		return r
 	}
-	return fmt.Sprintf("landlock-v%d:%s", l.LandlockABI, strings.Join(l.restricted(), ","))
+	return fmt.Sprintf("landlock-v%d:%s", l.LandlockABI, r)
 }
 
-func (l SandboxLevel) restricted() []string {
+// Restricted lists what is restricted, a bounded label value: "fs",
+// "tcp", "udp" and "sockets" in that order, joined by commas, or
+// "none".
+func (l SandboxLevel) Restricted() string {
 	var r []string
 	for _, x := range []struct {
 		on   bool
 		name string
-	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}} {
+	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}, {l.Sockets, "sockets"}} {
 		if x.on {
 			r = append(r, x.name)
 		}
 	}
-	return r
+	if len(r) == 0 {
+		return "none"
+	}
+	return strings.Join(r, ",")
 }
+
+// complete: files, TCP ports and the socket kinds are all restricted.
+func (l SandboxLevel) complete() bool { return l.FS && l.TCP && l.Sockets }
 
 // valid: a level only claims what its ABI can restrict.
 func (l SandboxLevel) valid() bool {
@@ -205,9 +220,10 @@ func (sb Sandbox) ports() string {
 }
 
 // confine applies sb to the whole calling process with the strongest
-// Landlock ABI the kernel has (up to maxLandlockABI) and reports the
-// level reached; a kernel without Landlock leaves the process unconfined
-// and reports the zero level. What is handled and not granted is denied:
+// Landlock ABI the kernel has (up to maxLandlockABI), then restricts the
+// kinds of socket it may open (restrictSockets), and reports the level
+// reached; a kernel without Landlock or seccomp leaves that part
+// unrestricted. What Landlock handles and sb does not grant is denied:
 // every file, TCP connect and bind, UDP where the ABI restricts it, and
 // (ABI 6+) signals and abstract unix sockets reaching outside the
 // plugin's own Landlock domain.
@@ -216,12 +232,15 @@ func confine(sb Sandbox) (SandboxLevel, error) {
 	if err != nil {
 		return SandboxLevel{}, err
 	}
-	abi, err := ll.LandlockGetABIVersion()
-	if err != nil || abi <= 0 {
-		return SandboxLevel{}, nil
+	var level SandboxLevel
+	if abi, err := ll.LandlockGetABIVersion(); err == nil && abi > 0 {
+		if err := landlock.V11.BestEffort().Restrict(rules...); err != nil {
+			return SandboxLevel{}, fmt.Errorf("%w: %w", errSandbox, err)
+		}
+		level = levelFor(abi)
 	}
-	if err := landlock.V11.BestEffort().Restrict(rules...); err != nil {
-		return SandboxLevel{}, fmt.Errorf("%w: %w", errSandbox, err)
+	if level.Sockets, err = restrictSockets(); err != nil {
+		return SandboxLevel{}, err
 	}
-	return levelFor(abi), nil
+	return level, nil
 }

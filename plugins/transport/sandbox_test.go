@@ -65,8 +65,8 @@ func probe(t *testing.T, p *transport.Plugin, probes ...[2]string) string {
 	t.Helper()
 	m := message(t, "probe")
 	m.Parts = nil
-	for _, pr := range probes {
-		m.Parts = append(m.Parts, transport.Part{Name: pr[0], ContentType: "text/plain", Body: []byte(pr[1])})
+	for i, pr := range probes {
+		m.Parts = append(m.Parts, transport.Part{Name: pr[0] + "." + strconv.Itoa(i), ContentType: "text/plain", Body: []byte(pr[1])})
 	}
 	r := p.Deliver(context.Background(), m)
 	require.Equal(t, transport.Accepted, r.Outcome, r.Code)
@@ -104,11 +104,42 @@ func TestSandboxConfinesFilesAndTCP(t *testing.T) {
 		[2]string{"bind", "127.0.0.1:0"}))
 	assert.NoFileExists(t, filepath.Join(allowed, "new.txt"))
 
-	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10}
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true}
 	assert.Equal(t, want, p.Sandboxed(), "the level the plugin reported over Configure")
 	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
 	assert.Contains(t, buf.String(), `"plugin_landlock_abi":"`+strconv.Itoa(want.LandlockABI)+`"`)
 	assert.Contains(t, buf.String(), `"plugin_tcp_connect":"`+allowedPort+`"`)
+}
+
+// TestSandboxClosesSocketGaps: what Landlock's TCP rules do not see is
+// refused too: a raw Multipath TCP socket (which falls back to plain TCP
+// against any server) to a port not declared, a unix socket (a stand-in
+// for Redis's), and io_uring, which makes sockets without socket(2).
+// Classic TCP to the declared port and UDP still work.
+func TestSandboxClosesSocketGaps(t *testing.T) {
+	abi := requireLandlock(t)
+	_, allowedPort := listen(t)
+	_, redisPort := listen(t)
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	ul, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ul.Close() })
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = udp.Close() })
+
+	p := launchProbe(t, map[string]string{"allow-port": allowedPort}, nil)
+	assert.Equal(t, "mptcp-denied.mptcp-denied.unix-denied.uring-nosys", probe(t, p,
+		[2]string{"mptcp", "127.0.0.1:" + redisPort}, [2]string{"mptcp", "127.0.0.1:" + allowedPort},
+		[2]string{"unix", sock}, [2]string{"uring", ""}))
+	// UDP is Landlock's from ABI 10 on, and this sandbox declares no DNS.
+	wantUDP := "udp-ok"
+	if abi >= 10 {
+		wantUDP = "udp-denied"
+	}
+	assert.Equal(t, "connect-ok."+wantUDP, probe(t, p,
+		[2]string{"connect", "127.0.0.1:" + allowedPort}, [2]string{"udp", udp.LocalAddr().String()}))
+	assert.True(t, p.Sandboxed().Sockets)
 }
 
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -95,11 +94,12 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 		_ = impl.Close()
 		return reply(wireConfigured{Key: "sandbox", Code: "not-applied"})
 	}
-	if level.LandlockABI == 0 {
-		s.log.Warn("transport sandbox unavailable: the kernel has no Landlock, the plugin runs unconfined")
-	} else {
+	if level.complete() {
 		s.log.Info("transport sandbox applied", "landlock_abi", level.LandlockABI,
-			"restricted", strings.Join(level.restricted(), ","), "tcp_connect", sb.ports())
+			"restricted", level.Restricted(), "tcp_connect", sb.ports())
+	} else {
+		s.log.Warn("transport sandbox incomplete: this kernel cannot restrict all of files, TCP ports and sockets",
+			"landlock_abi", level.LandlockABI, "restricted", level.Restricted(), "tcp_connect", sb.ports())
 	}
 	s.impl = impl
 	return reply(configuredOK(level))

@@ -91,15 +91,18 @@ type wireConfigured struct {
 	SandboxFS   bool   `json:"sandbox_fs,omitzero"`
 	SandboxTCP  bool   `json:"sandbox_tcp,omitzero"`
 	SandboxUDP  bool   `json:"sandbox_udp,omitzero"`
+	SandboxSock bool   `json:"sandbox_sockets,omitzero"`
 }
 
 func configuredOK(l SandboxLevel) wireConfigured {
-	return wireConfigured{OK: true, LandlockABI: uint8(l.LandlockABI), SandboxFS: l.FS, SandboxTCP: l.TCP, SandboxUDP: l.UDP}
+	return wireConfigured{OK: true, LandlockABI: uint8(l.LandlockABI), SandboxFS: l.FS, SandboxTCP: l.TCP,
+		SandboxUDP: l.UDP, SandboxSock: l.Sockets}
 }
 
 // level is the sandbox the reply reports.
 func (w wireConfigured) level() SandboxLevel {
-	return SandboxLevel{LandlockABI: int(w.LandlockABI), FS: w.SandboxFS, TCP: w.SandboxTCP, UDP: w.SandboxUDP}
+	return SandboxLevel{LandlockABI: int(w.LandlockABI), FS: w.SandboxFS, TCP: w.SandboxTCP, UDP: w.SandboxUDP,
+		Sockets: w.SandboxSock}
 }
 
 // ValidateMessage checks m against the wire bounds; the error names the

@@ -17,7 +17,8 @@ import (
 func FuzzDecodeConfigured(f *testing.F) {
 	for _, s := range []string{`{"ok":true}`, `{"key":"dir","code":"not-a-directory"}`, `{"ok":true,"key":"x"}`,
 		`{"ok":false}`, `{"key":"Dir","code":"x"}`,
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`, `{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`} {
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`, `{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -43,9 +44,11 @@ func FuzzDecodeConfigured(f *testing.F) {
 func TestDecodeConfiguredSandbox(t *testing.T) {
 	for doc, want := range map[string]SandboxLevel{
 		`{"ok":true}`: {},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                     {LandlockABI: 7, FS: true, TCP: true},
-		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                        {LandlockABI: 3, FS: true},
-		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`: {LandlockABI: 10, FS: true, TCP: true, UDP: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                        {LandlockABI: 7, FS: true, TCP: true},
+		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                           {LandlockABI: 3, FS: true},
+		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`:    {LandlockABI: 10, FS: true, TCP: true, UDP: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`: {LandlockABI: 7, FS: true, TCP: true, Sockets: true},
+		`{"ok":true,"sandbox_sockets":true}`:                                                       {Sockets: true},
 	} {
 		w, err := decodeConfigured([]byte(doc))
 		require.NoError(t, err, doc)
@@ -63,6 +66,7 @@ func TestDecodeConfiguredSandbox(t *testing.T) {
 		`{"ok":true,"landlock_abi":7.5}`,
 		`{"ok":true,"landlock_abi":"7"}`,
 		`{"key":"dir","code":"x","landlock_abi":7}`,
+		`{"key":"dir","code":"x","sandbox_sockets":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_fs":true}`,
 	} {
 		_, err := decodeConfigured([]byte(doc))

@@ -18,11 +18,13 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/caphost/caphost/plugins/transport"
 )
@@ -64,15 +66,22 @@ func build(settings map[string]string) (transport.Transport, error) {
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
 // TCP port ("allow-port") and, with "network" = "true", the network base
-// set. Each Deliver runs one probe per message part, in order, with the
-// part's body as its argument, and answers ACCEPTED with the results
-// joined by "." as its code, for example "read-denied.connect-ok":
+// set. Each Deliver runs one probe per message part, in order, named by
+// the part's name up to a "." (parts are named "read.1", "connect.2"…:
+// names are unique) with the part's body as its argument, and answers
+// ACCEPTED with the results joined by "." as its code, for example
+// "read-denied.connect-ok":
 //
 //   - read <path>: read the file: read-ok, read-denied (EACCES, EPERM) or
 //     read-failed;
 //   - write <path>: create the file: write-ok, write-denied, write-failed;
 //   - connect <host:port>: a TCP connection: connect-ok, connect-denied,
 //     connect-refused, connect-failed;
+//   - mptcp <ipv4:port>: the same with a raw Multipath TCP socket, as
+//     code getting around the sandbox would: mptcp-…;
+//   - unix <path>: connect to a unix socket: unix-…;
+//   - udp <host:port>: send a datagram: udp-…;
+//   - uring: set up an io_uring: uring-ok, uring-nosys, …;
 //   - bind <host:port>: listen on a classic TCP socket: bind-ok, …;
 //   - roots: load the system CA pool: roots-ok, roots-empty,
 //     roots-denied, roots-failed.
@@ -85,13 +94,29 @@ func (p *probe) Sandbox() transport.Sandbox { return p.sb }
 func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Receipt {
 	var codes []string
 	for _, part := range m.Parts {
+		kind, _, _ := strings.Cut(part.Name, ".")
 		arg := string(part.Body)
 		var err error
-		switch part.Name {
+		switch kind {
 		case "read":
 			_, err = os.ReadFile(arg)
 		case "write":
 			err = os.WriteFile(arg, []byte("x"), 0o600)
+		case "unix":
+			var c net.Conn
+			if c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "unix", arg); err == nil {
+				_ = c.Close()
+			}
+		case "mptcp":
+			err = mptcpConnect(arg)
+		case "udp":
+			var c net.Conn
+			if c, err = net.Dial("udp", arg); err == nil {
+				_, err = c.Write([]byte("probe"))
+				_ = c.Close()
+			}
+		case "uring":
+			err = uringSetup()
 		case "connect":
 			d := &net.Dialer{Timeout: 5 * time.Second}
 			var c net.Conn
@@ -114,7 +139,7 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 		default:
 			return transport.Receipt{Outcome: transport.RejectedDefinite, Code: "unknown-probe"}
 		}
-		codes = append(codes, part.Name+"-"+result(err))
+		codes = append(codes, kind+"-"+result(err))
 	}
 	return transport.Receipt{Outcome: transport.Accepted, Code: strings.Join(codes, ".")}
 }
@@ -127,6 +152,34 @@ func result(err error) string {
 		return "denied"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
+	case errors.Is(err, syscall.ENOSYS):
+		return "nosys"
 	}
 	return "failed"
+}
+
+// mptcpConnect connects a Multipath TCP socket to the IPv4 address addr
+// with raw system calls, without Go's fallback to classic TCP.
+func mptcpConnect(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 262) // IPPROTO_MPTCP
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Connect(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()})
+}
+
+// uringSetup sets up (and closes) a one-entry io_uring: io_uring_setup
+// (425 on amd64 and arm64) with a zeroed struct io_uring_params.
+func uringSetup() error {
+	var params [120]byte
+	fd, _, errno := syscall.Syscall(425, 1, uintptr(unsafe.Pointer(&params)), 0)
+	if errno != 0 {
+		return errno
+	}
+	return syscall.Close(int(fd))
 }
