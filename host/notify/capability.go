@@ -161,6 +161,7 @@ func (m *capabilityModule) Provision(ctx context.Context, env module.Env) error 
 		if err != nil {
 			return err
 		}
+		met.sandboxes.add(name, p)
 		m.transports[name] = p
 	}
 	m.n = &Notifier{cfg: m.cfg, renderer: r, store: store, transports: m.transports, metrics: met, log: m.log, now: time.Now}

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,7 @@ type metrics struct {
 	restarts    *prometheus.CounterVec   // transport, cause
 	launches    *prometheus.CounterVec   // transport, result
 	callSeconds *prometheus.HistogramVec // transport, outcome
+	sandboxes   *sandboxCollector        // transport, restricted
 }
 
 func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*metrics, error) {
@@ -64,6 +66,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "notify",
 			Name: "transport_call_seconds", Help: "Transport plugin call latency by transport and submission certainty.",
 			Buckets: prometheus.ExponentialBuckets(250e-6, 4, 10)}, []string{"transport", "outcome"}),
+		sandboxes: newSandboxCollector(),
 	}
 	// Pre-create the closed label sets so dashboards and alerts see zeros.
 	for _, o := range submitOutcomes() {
@@ -91,7 +94,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.intents, m.bestEffort, m.dispatched, m.retries, m.quarantined,
-			m.final, m.backlog, m.restarts, m.launches, m.callSeconds} {
+			m.final, m.backlog, m.restarts, m.launches, m.callSeconds, m.sandboxes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -132,4 +135,41 @@ func (o transportObserver) Launched(name string, err error) {
 
 func (o transportObserver) Delivered(name string, out transport.Outcome, took time.Duration) {
 	o.m.callSeconds.WithLabelValues(name, out.String()).Observe(took.Seconds())
+}
+
+// sandboxCollector reports, at each scrape, the sandbox every launched
+// transport plugin's current process reported (transport.Plugin.
+// Sandboxed): caphost_notify_transport_sandbox{transport,restricted},
+// the Landlock ABI it confined itself with, 0 when none; restricted is
+// transport.SandboxLevel.Restricted, a closed set ("fs,tcp,sockets",
+// "none"…). It is read live, so a restarted plugin's report shows.
+type sandboxCollector struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	plugins map[string]*transport.Plugin
+}
+
+func newSandboxCollector() *sandboxCollector {
+	return &sandboxCollector{plugins: map[string]*transport.Plugin{}, desc: prometheus.NewDesc(
+		"caphost_notify_transport_sandbox",
+		"Landlock ABI each transport plugin confined itself with (0: none), and what it restricts (fs, tcp, udp, sockets).",
+		[]string{"transport", "restricted"}, nil)}
+}
+
+// add reports p under its transport name from now on.
+func (c *sandboxCollector) add(name string, p *transport.Plugin) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.plugins[name] = p
+}
+
+func (c *sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, p := range c.plugins {
+		l := p.Sandboxed()
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.LandlockABI), name, l.Restricted())
+	}
 }
