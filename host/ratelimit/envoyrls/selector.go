@@ -146,19 +146,15 @@ func (s *Service) decideSelected(ctx context.Context, q ratelimit.Query, rid str
 	return st
 }
 
-// windowUnit is the Envoy unit of a policy window that is exactly one:
-// 1s, 1m, 1h or 24h. Any other window (90s, 30 days) has none, and says
-// UNKNOWN rather than a unit that would misstate the limit's rate.
+// windowUnit is the Envoy unit of a policy window that is exactly one
+// unit as the descriptor files count them (rlsconfig.Unit.Duration: a
+// week 7 days, a month 30). Any other window (15 s, 90 s) has none and
+// says UNKNOWN rather than a unit that would misstate the limit's rate.
 func windowUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch w {
-	case time.Second:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case time.Minute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
+	for u, unit := range units {
+		if u.Duration() == w {
+			return unit
+		}
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 }

@@ -55,7 +55,7 @@ func TestSelectorMapping(t *testing.T) {
 		require.NotNil(t, r.Statuses[0].CurrentLimit)
 		assert.Equal(t, "per-key", r.Statuses[0].CurrentLimit.Name)
 		assert.Equal(t, uint32(2), r.Statuses[0].CurrentLimit.RequestsPerUnit)
-		assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, r.Statuses[0].CurrentLimit.Unit, "30 days is no Envoy unit")
+		assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_MONTH, r.Statuses[0].CurrentLimit.Unit, "30 days: a month, as the descriptor files count it")
 	}
 	r, err := call(desc("route", "/api", "api-key", "k2"))
 	require.NoError(t, err)
@@ -133,14 +133,16 @@ func TestSelectorMapping(t *testing.T) {
 	assert.ErrorIs(t, f.svc.Reload(clash), ratelimit.ErrConfig, "a reload cannot take a selector's domain")
 }
 
-// TestWindowUnit: a policy window that is exactly an Envoy unit is shown
-// as that unit; any other, UNKNOWN rather than a misstated rate.
+// TestWindowUnit: a policy window that is exactly an Envoy unit (a month
+// being 30 days, as envoyproxy/ratelimit counts it) is shown as that
+// unit; any other, UNKNOWN rather than a misstated rate.
 func TestWindowUnit(t *testing.T) {
 	for w, want := range map[time.Duration]rlsv3.RateLimitResponse_RateLimit_Unit{
 		time.Second: rlsv3.RateLimitResponse_RateLimit_SECOND, time.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
 		time.Hour: rlsv3.RateLimitResponse_RateLimit_HOUR, 24 * time.Hour: rlsv3.RateLimitResponse_RateLimit_DAY,
 		0: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 15 * time.Second: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
-		90 * time.Second: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 720 * time.Hour: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
+		90 * time.Second: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 48 * time.Hour: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
+		7 * 24 * time.Hour: rlsv3.RateLimitResponse_RateLimit_WEEK, 720 * time.Hour: rlsv3.RateLimitResponse_RateLimit_MONTH,
 	} {
 		assert.Equal(t, want, envoyrls.WindowUnit(w), "%v", w)
 	}
