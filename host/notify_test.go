@@ -125,6 +125,13 @@ func buildTransport(t *testing.T, dir, name string) string {
 // them) to rcv.
 func notifyHost(t *testing.T, addr string, rcv *receiver) (*host.Host, http.Handler, string) {
 	t.Helper()
+	return notifyHostIntents(t, addr, rcv, "{shards: 2}", nil)
+}
+
+// notifyHostIntents is notifyHost with its intents block and more
+// environment variables (for secret references).
+func notifyHostIntents(t *testing.T, addr string, rcv *receiver, intents string, vars map[string]string) (*host.Host, http.Handler, string) {
+	t.Helper()
 	dir := t.TempDir()
 	sum := buildTransport(t, dir, "webhook")
 	wasm := th.wasm["renderer"]
@@ -150,7 +157,7 @@ capabilities:
     provider: redis
     redis-role: coordination
     default-locale: en
-    intents: {shards: 2}
+    intents: %s
     dispatch: {concurrency: 4, min-idle: 8s, reclaim-every: 1s, max-deliveries: 3, attempts-per-transport: 2,
       backoff: {base: 20ms, cap: 100ms}, call-timeout: 5s}
     transports:
@@ -169,7 +176,7 @@ guests:
     renderer: {path: renderer.wasm, sha256: %q, limits: {call-timeout: 2s}}
 security:
   allow-unsigned-swaps: true
-`, addr, sum, rcv.srv.URL+"/hook", th.cacheDir, hex.EncodeToString(ws[:]))
+`, addr, intents, sum, rcv.srv.URL+"/hook", th.cacheDir, hex.EncodeToString(ws[:]))
 	path := filepath.Join(dir, "caphost.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
 	env := func(k string) (string, bool) {
@@ -179,7 +186,8 @@ security:
 		case "HOST_TEST_WEBHOOK_SECRET":
 			return string(rcv.secret), true
 		}
-		return "", false
+		v, ok := vars[k]
+		return v, ok
 	}
 	cfg, err := config.Load(context.Background(), path, config.WithEnv(env))
 	require.NoError(t, err)
@@ -311,6 +319,50 @@ func TestNotifyCapability(t *testing.T) {
 	require.NotNil(t, st.Descriptor)
 	assert.Contains(t, st.Descriptor.Guarantees, capability.GuaranteeAtLeastOnceDelivery)
 	assert.LessOrEqual(t, st.Readiness, st.Claimed)
+}
+
+// TestNotifyPlansSealedAtRest: with intents.encryption configured (key
+// material from secret references, a rotation in progress), an intent is
+// delivered as usual while nothing Redis holds names its recipient or
+// content; a repeat is still recognised.
+func TestNotifyPlansSealedAtRest(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rcv := newReceiver(t)
+	_, api, _ := notifyHostIntents(t, srv.Addr(), rcv,
+		`{shards: 2, encryption: {write-version: 2, versions: {1: "secret://env/SEAL_V1", 2: "secret://env/SEAL_V2"}}}`,
+		map[string]string{"SEAL_V1": strings.Repeat("1", 32), "SEAL_V2": strings.Repeat("2", 48)})
+
+	body := welcomeBody("sealed-zora", "zora-7f3q@example.com", "en", "Zorabelle")
+	code, first := postJSON(t, api, "/v1/notify", body)
+	require.Equal(t, http.StatusAccepted, code, first)
+	id := first["id"].(string)
+	awaitState(t, api, id, "DELIVERED")
+	docs := rcv.deliveries(id)
+	require.Len(t, docs, 1)
+	assert.Contains(t, docs[0].Parts[0].Body, "Hello Zorabelle")
+	code, again := postJSON(t, api, "/v1/notify", body)
+	assert.Equal(t, http.StatusOK, code, again)
+	assert.Equal(t, true, again["duplicate"])
+
+	ctx := context.Background()
+	c := srv.Admin()
+	var held strings.Builder
+	for _, k := range c.Keys(ctx, "*").Val() {
+		switch c.Type(ctx, k).Val() {
+		case "stream":
+			for _, e := range c.XRange(ctx, k, "-", "+").Val() {
+				fmt.Fprint(&held, e.Values)
+			}
+		case "hash":
+			fmt.Fprint(&held, c.HGetAll(ctx, k).Val())
+		case "string":
+			held.WriteString(c.Get(ctx, k).Val())
+		}
+	}
+	require.Contains(t, held.String(), id, "the scan reads the intent's entry and record")
+	for _, leak := range []string{"zora-7f3q", "Zorabelle", "CNIP"} {
+		assert.NotContains(t, held.String(), leak, "Redis holds %q in plain text", leak)
+	}
 }
 
 // TestRepeatAfterRendererSwapReturnsTheFirstIntent: a repeated submit is

@@ -9,6 +9,7 @@ import (
 	"github.com/caphost/caphost/host/notify/dispatch"
 	"github.com/caphost/caphost/host/notify/intent"
 	"github.com/caphost/caphost/host/notify/render"
+	"github.com/caphost/caphost/host/notify/seal"
 	"github.com/caphost/caphost/plugins/transport"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/policy/strict"
@@ -42,10 +43,14 @@ const (
 	RuleRoute policy.Rule = "notify.route"
 	// RuleRenderer: renderers or default-locale.
 	RuleRenderer policy.Rule = "notify.renderer"
+	// RuleEncryption: intents.encryption (key versions, write version).
+	RuleEncryption policy.Rule = "notify.encryption"
 )
 
 // Rules lists the notify block's own rules.
-func Rules() []policy.Rule { return []policy.Rule{RuleBounds, RuleTransport, RuleRoute, RuleRenderer} }
+func Rules() []policy.Rule {
+	return []policy.Rule{RuleBounds, RuleTransport, RuleRoute, RuleRenderer, RuleEncryption}
+}
 
 // Config is the decoded capabilities.notify block.
 type Config struct {
@@ -111,7 +116,9 @@ func (c *Config) route(ch render.Channel, name string) (Route, bool) {
 //   - renderers: renderer modules in search order (default: all loaded);
 //   - default-locale: the last locale fallback (a language tag);
 //   - intents: shards (1..256, default 4), retention (1ms..720h, default
-//     168h), max-len (default 100000), quarantine-max-len (default 10000);
+//     168h), max-len (default 100000), quarantine-max-len (default 10000),
+//     encryption {write-version, versions: {N: secret reference of 32..1024
+//     bytes}, accept-plaintext} (plans sealed at rest, see package seal);
 //   - dispatch: enabled (default true), consumer, concurrency (1..1024),
 //     min-idle, reclaim-every, max-deliveries, attempts-per-transport,
 //     backoff {base, cap}, call-timeout — the dispatch package's bounds;
@@ -168,7 +175,7 @@ func decodeIntents(d *strict.Reader, v any, out *intent.Config) {
 	if !ok {
 		return
 	}
-	d.Known(p, m, "shards", "retention", "max-len", "quarantine-max-len")
+	d.Known(p, m, "shards", "retention", "max-len", "quarantine-max-len", "encryption")
 	if n, ok := d.Int64In(p+".shards", m["shards"], 1, 256); ok {
 		out.Shards = int(n)
 	}
@@ -184,6 +191,70 @@ func decodeIntents(d *strict.Reader, v any, out *intent.Config) {
 	if n, ok := d.Int64In(p+".quarantine-max-len", m["quarantine-max-len"], 1, 1<<40); ok {
 		out.QuarantineMaxLen = n
 	}
+	decodeEncryption(d, m["encryption"], out)
+}
+
+// decodeEncryption reads intents.encryption: {write-version, versions:
+// {N: secret reference}, accept-plaintext} and builds the seal ring.
+func decodeEncryption(d *strict.Reader, v any, out *intent.Config) {
+	p := capPath + ".intents.encryption"
+	m, ok := d.Object(p, v)
+	if !ok {
+		return
+	}
+	d.Known(p, m, "write-version", "versions", "accept-plaintext")
+	cfg := seal.Config{Versions: map[int]policy.Secret{}}
+	write, hasWrite := d.Int64In(p+".write-version", m["write-version"], 1, seal.MaxVersion)
+	if !hasWrite && m["write-version"] == nil {
+		d.Add(p+".write-version", RuleEncryption, "required: the key version new plans are sealed with")
+	}
+	cfg.WriteVersion = int(write)
+	vs, ok := d.Object(p+".versions", m["versions"])
+	switch {
+	case !ok && m["versions"] == nil:
+		d.Add(p+".versions", RuleEncryption, "required: key version → secret reference")
+	case ok && (len(vs) == 0 || len(vs) > seal.MaxVersions):
+		d.Add(p+".versions", RuleEncryption, "must hold 1..%d key versions", seal.MaxVersions)
+	}
+	names := make([]string, 0, len(vs))
+	for k := range vs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		vp := strict.Join(p+".versions", k)
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 1 || n > seal.MaxVersion || strconv.Itoa(n) != k {
+			d.Add(vp, RuleEncryption, "a key version is a decimal number within 1..%d", seal.MaxVersion)
+			continue
+		}
+		s, ok := d.Secret(vp, vs[k])
+		if !ok {
+			continue
+		}
+		if s.Len() < seal.MinMaterialBytes || s.Len() > seal.MaxMaterialBytes {
+			d.Add(vp, RuleEncryption, "key material must be %d..%d bytes", seal.MinMaterialBytes, seal.MaxMaterialBytes)
+			continue
+		}
+		cfg.Versions[n] = s
+	}
+	if hasWrite && ok && len(vs) > 0 {
+		if _, listed := vs[strconv.Itoa(int(write))]; !listed {
+			d.Add(p+".write-version", RuleEncryption, "version %d is not among versions", write)
+		}
+	}
+	if b, ok := d.Bool(p+".accept-plaintext", m["accept-plaintext"]); ok {
+		out.AcceptPlaintext = b
+	}
+	if d.Problems.Err() != nil {
+		return
+	}
+	ring, err := seal.New(cfg)
+	if err != nil {
+		d.Add(p, RuleEncryption, "%v", err)
+		return
+	}
+	out.Seal = ring
 }
 
 // decodeDispatch reads the dispatch block and reports whether dispatch is

@@ -168,6 +168,59 @@ func TestDecodeResolvesBinariesAndSecrets(t *testing.T) {
 	assert.Equal(t, RuleTransport, got["capabilities.notify.transports.webhook.settings"])
 }
 
+// TestDecodeEncryption: intents.encryption builds the seal ring from
+// secret references; every bad value is reported at its path without
+// echoing material.
+func TestDecodeEncryption(t *testing.T) {
+	base := func(enc any) map[string]any {
+		return map[string]any{
+			"intents":    map[string]any{"encryption": enc},
+			"transports": map[string]any{"webhook": map[string]any{"binary": "/bin/webhook", "sha256": strings.Repeat("a", 64)}},
+			"routes":     map[string]any{"slack": map[string]any{"default": map[string]any{"transports": []any{"webhook"}}}},
+		}
+	}
+	key := func(b byte, n int) policy.Secret { return policy.NewSecret([]byte(strings.Repeat(string(b), n))) }
+
+	cfg, err := Decode(ProviderRedis, "", base(map[string]any{"write-version": 2, "accept-plaintext": true,
+		"versions": map[string]any{"1": key('a', 32), "2": key('b', 64)}}), "")
+	require.NoError(t, err)
+	require.NotNil(t, cfg.Intents.Seal)
+	assert.Equal(t, 2, cfg.Intents.Seal.WriteVersion())
+	assert.True(t, cfg.Intents.AcceptPlaintext)
+	assert.Equal(t, "seal.Ring(aes-256-gcm write v2 versions [1 2])", cfg.Intents.Seal.String())
+
+	cfg, err = Decode(ProviderRedis, "", base(nil), "")
+	require.NoError(t, err)
+	assert.Nil(t, cfg.Intents.Seal, "no block, no encryption")
+
+	const enc = "capabilities.notify.intents.encryption"
+	for name, c := range map[string]struct {
+		block any
+		path  string
+		rule  policy.Rule
+	}{
+		"write version missing":   {map[string]any{"versions": map[string]any{"1": key('a', 32)}}, enc + ".write-version", RuleEncryption},
+		"write version unlisted":  {map[string]any{"write-version": 3, "versions": map[string]any{"1": key('a', 32)}}, enc + ".write-version", RuleEncryption},
+		"write version range":     {map[string]any{"write-version": 0, "versions": map[string]any{"1": key('a', 32)}}, enc + ".write-version", policy.RuleType},
+		"versions missing":        {map[string]any{"write-version": 1}, enc + ".versions", RuleEncryption},
+		"versions empty":          {map[string]any{"write-version": 1, "versions": map[string]any{}}, enc + ".versions", RuleEncryption},
+		"too many versions":       {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 32), "2": key('b', 32), "3": key('c', 32), "4": key('d', 32), "5": key('e', 32)}}, enc + ".versions", RuleEncryption},
+		"version not a number":    {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 32), "v2": key('b', 32)}}, enc + ".versions.v2", RuleEncryption},
+		"version not canonical":   {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 32), "02": key('b', 32)}}, enc + ".versions.02", RuleEncryption},
+		"material too short":      {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 31)}}, enc + ".versions.1", RuleEncryption},
+		"material too long":       {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 1025)}}, enc + ".versions.1", RuleEncryption},
+		"literal material":        {map[string]any{"write-version": 1, "versions": map[string]any{"1": strings.Repeat("x", 32)}}, enc + ".versions.1", policy.RuleSecretLiteral},
+		"unknown key":             {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 32)}, "cipher": "aes"}, enc + ".cipher", policy.RuleUnknownKey},
+		"case variant":            {map[string]any{"Write-Version": 1, "write-version": 1, "versions": map[string]any{"1": key('a', 32)}}, enc + ".Write-Version", policy.RuleUnknownKey},
+		"accept-plaintext string": {map[string]any{"write-version": 1, "versions": map[string]any{"1": key('a', 32)}, "accept-plaintext": "yes"}, enc + ".accept-plaintext", policy.RuleType},
+		"not an object":           {"on", enc, policy.RuleType},
+	} {
+		_, err := Decode(ProviderRedis, "", base(c.block), "")
+		got := problems(t, err, "aaaaaaaa", "xxxxxxxx")
+		assert.Equal(t, c.rule, got[c.path], "%s: %v", name, got)
+	}
+}
+
 // TestDescriptorAndCard: the descriptor validates and matches the
 // registration; the card parses with the same readiness.
 func TestDescriptorAndCard(t *testing.T) {

@@ -34,11 +34,12 @@ func submitOutcomes() []string {
 // configuration, shard indexes, quarantine reasons. A recipient, a
 // parameter or rendered content is never a label.
 type metrics struct {
-	intents     *prometheus.CounterVec   // outcome
-	bestEffort  *prometheus.CounterVec   // outcome
-	dispatched  *prometheus.CounterVec   // transport, outcome
-	retries     *prometheus.CounterVec   // transport
-	quarantined *prometheus.CounterVec   // reason
+	intents     *prometheus.CounterVec // outcome
+	bestEffort  *prometheus.CounterVec // outcome
+	dispatched  *prometheus.CounterVec // transport, outcome
+	retries     *prometheus.CounterVec // transport
+	quarantined *prometheus.CounterVec // reason
+	unopened    prometheus.Counter
 	final       *prometheus.CounterVec   // state
 	backlog     *prometheus.GaugeVec     // shard, kind
 	restarts    *prometheus.CounterVec   // transport, cause
@@ -57,7 +58,9 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 		dispatched:  prometheus.NewCounterVec(opts("dispatch_total", "Dispatcher transport calls by transport and submission certainty."), []string{"transport", "outcome"}),
 		retries:     prometheus.NewCounterVec(opts("retries_total", "Further attempts after a definite rejection (retry or fallback), by the transport of the next attempt."), []string{"transport"}),
 		quarantined: prometheus.NewCounterVec(opts("quarantined_total", "Stream entries moved to quarantine, by reason."), []string{"reason"}),
-		final:       prometheus.NewCounterVec(opts("final_total", "Intents this process brought to a final state, by state."), []string{"state"}),
+		unopened: prometheus.NewCounter(opts("unopened_total",
+			"Stream entries left pending because their plan is sealed with a key version this process does not hold (a key roll-out that has not reached it).")),
+		final: prometheus.NewCounterVec(opts("final_total", "Intents this process brought to a final state, by state."), []string{"state"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "caphost", Subsystem: "notify", Name: "backlog",
 			Help: "Per shard: entries delivered to the group and not acknowledged (pending), and entries not yet delivered (lag; -1 unknown)."},
 			[]string{"shard", "kind"}),
@@ -94,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.intents, m.bestEffort, m.dispatched, m.retries, m.quarantined,
-			m.final, m.backlog, m.restarts, m.launches, m.callSeconds, m.sandboxes} {
+			m.unopened, m.final, m.backlog, m.restarts, m.launches, m.callSeconds, m.sandboxes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -112,6 +115,7 @@ func (o dispatchObserver) Dispatched(t string, out transport.Outcome) {
 }
 func (o dispatchObserver) Retried(t string)          { o.m.retries.WithLabelValues(t).Inc() }
 func (o dispatchObserver) Quarantined(reason string) { o.m.quarantined.WithLabelValues(reason).Inc() }
+func (o dispatchObserver) Unopened()                 { o.m.unopened.Inc() }
 func (o dispatchObserver) Backlog(shard int, pending, lag int64) {
 	s := strconv.Itoa(shard)
 	o.m.backlog.WithLabelValues(s, "pending").Set(float64(pending))

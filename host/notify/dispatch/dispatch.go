@@ -68,6 +68,9 @@ type Observer interface {
 	Retried(transportName string)
 	// Quarantined: an entry was moved to quarantine (intent.Reason*).
 	Quarantined(reason string)
+	// Unopened: an entry was left pending because its plan is sealed
+	// with a key version this process does not hold.
+	Unopened()
 	// Backlog: a shard's pending count and lag (-1: unknown).
 	Backlog(shard int, pending, lag int64)
 }
@@ -79,6 +82,7 @@ func (NopObserver) Final(intent.State)                   {}
 func (NopObserver) Dispatched(string, transport.Outcome) {}
 func (NopObserver) Retried(string)                       {}
 func (NopObserver) Quarantined(string)                   {}
+func (NopObserver) Unopened()                            {}
 func (NopObserver) Backlog(int, int64, int64)            {}
 
 // Random is the jitter source (math/rand/v2's *rand.Rand satisfies it).
@@ -519,6 +523,19 @@ func (d *Dispatcher) Poll(ctx context.Context, shard int) (n int, err error) {
 // reclaim to decide again.
 func (d *Dispatcher) Handle(ctx context.Context, del *intent.Delivery) {
 	log := d.log.With("shard", del.Shard, "entry", del.EntryID)
+	if errors.Is(del.Err, intent.ErrPlanKeyUnavailable) && del.Deliveries < d.cfg.MaxDeliveries {
+		// A key roll-out that has not reached this process: the entry is
+		// not corrupt, so it waits (pending, idle) for a reclaim by a
+		// consumer that holds the key; MaxDeliveries still bounds it.
+		d.cfg.Observer.Unopened()
+		log.Warn("notify dispatch: plan sealed with a key version this process does not hold; left pending",
+			"deliveries", del.Deliveries, "err", del.Err)
+		return
+	}
+	if errors.Is(del.Err, intent.ErrPlanKeyUnavailable) {
+		d.quarantine(ctx, del, intent.ReasonDeliveries, log)
+		return
+	}
 	if del.Err != nil {
 		d.quarantine(ctx, del, intent.ReasonUndecodable, log)
 		return

@@ -174,6 +174,7 @@ func (c *counting) Dispatched(n string, o transport.Outcome) {
 }
 func (c *counting) Retried(n string)     { c.add("retried:" + n) }
 func (c *counting) Quarantined(r string) { c.add("quarantined:" + r) }
+func (c *counting) Unopened()            { c.add("unopened") }
 func (c *counting) Backlog(shard int, pending, lag int64) {
 	c.add("backlog")
 	c.mu.Lock()

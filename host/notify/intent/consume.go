@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/caphost/caphost/host/notify/seal"
 	"github.com/caphost/caphost/plugins/transport"
 	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/keys"
@@ -15,6 +16,12 @@ import (
 // ErrCorruptEntry is matched by a stream entry that is not exactly
 // {i: <id of this shard>, p: <plan>}: it is quarantined, never sent.
 var ErrCorruptEntry = errors.New("intent: corrupt stream entry")
+
+// ErrPlanKeyUnavailable is matched by an entry whose plan is sealed with
+// a key version this store does not hold (or sealed while this store has
+// no ring): a roll-out that has not reached this process. The consumer
+// leaves it pending for one that holds the key; it is not corrupt.
+var ErrPlanKeyUnavailable = errors.New("intent: plan sealed with a key this store does not hold")
 
 // Delivery is one stream entry handed to a consumer of the group.
 type Delivery struct {
@@ -28,7 +35,8 @@ type Delivery struct {
 	// delivery included (1 for a new entry).
 	Deliveries int64
 	// Err is non-nil (ErrCorruptEntry, ErrCorruptPlan) when the entry does
-	// not decode: the consumer quarantines it.
+	// not decode: the consumer quarantines it; ErrPlanKeyUnavailable when
+	// this store cannot open it: the consumer leaves it pending.
 	Err error
 }
 
@@ -129,11 +137,39 @@ func (s *Store) decodeFields(shard int, fields []runtime.StreamField) (ID, Plan,
 	if err != nil || loc.Shard() != shard {
 		return "", Plan{}, fmt.Errorf("%w: id of another shard", ErrCorruptEntry)
 	}
+	raw, err := s.open(id, fields[1].Value)
+	if err != nil {
+		return id, Plan{}, err
+	}
 	var p Plan
-	if err := p.UnmarshalBinary(fields[1].Value); err != nil {
+	if err := p.UnmarshalBinary(raw); err != nil {
 		return id, Plan{}, err
 	}
 	return id, p, nil
+}
+
+// open returns the plain plan bytes of a stored plan b of intent id:
+// with a seal ring, b must be sealed for id (or plain text under
+// AcceptPlaintext); without one, b must be plain text.
+func (s *Store) open(id ID, b []byte) ([]byte, error) {
+	ring := s.cfg.Seal
+	if !seal.IsSealed(b) {
+		if ring != nil && !s.cfg.AcceptPlaintext {
+			return nil, fmt.Errorf("%w: stored in plain text, and this store accepts only sealed plans", ErrCorruptPlan)
+		}
+		return b, nil
+	}
+	if ring == nil {
+		return nil, fmt.Errorf("%w: sealed, and this store has no seal key ring", ErrPlanKeyUnavailable)
+	}
+	out, err := ring.Open(make([]byte, 0, len(b)), b, []byte(id))
+	switch {
+	case errors.Is(err, seal.ErrUnknownVersion):
+		return nil, fmt.Errorf("%w: %w", ErrPlanKeyUnavailable, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrCorruptPlan, err)
+	}
+	return out, nil
 }
 
 // ClaimStatus tells a consumer what to do with a delivery.

@@ -40,6 +40,15 @@
 // far above the backlog (pending + lag, reported by Stats) — the
 // dispatcher's observer exports both so an alert fires long before.
 //
+// At rest. With Config.Seal (a seal.Ring) every plan is sealed before it
+// reaches Redis, bound to its intent id, and the record's plan digest is
+// the layout's keyed digest instead of a plain SHA-256: Redis and its
+// copies hold no recipient or content. An entry that does not open is
+// ErrCorruptPlan (quarantined); one sealed with a key version the ring
+// does not hold is ErrPlanKeyUnavailable (left pending for a consumer
+// that holds it); a plain-text plan under a ring is refused unless
+// Config.AcceptPlaintext.
+//
 // Recipients and rendered content are never logged, put in errors,
 // metrics or keys: Plan prints only sizes and names, and the recipient
 // is a transport.Recipient (redacted by type).

@@ -1,8 +1,6 @@
 package intent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,10 +181,4 @@ func (p *Plan) UnmarshalBinary(b []byte) error {
 	}
 	*p = out
 	return nil
-}
-
-// digest is the lower-hex SHA-256 of an encoded plan.
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/caphost/caphost/host/notify/seal"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/certainty"
@@ -70,6 +71,14 @@ type Config struct {
 	QuarantineMaxLen int64
 	// Group is the consumer group (default "caphost-notify").
 	Group string
+	// Seal, when set, encrypts every plan before it reaches Redis and
+	// opens it after the read; the record's plan digest is then keyed
+	// (see the package doc). nil stores plans in plain text.
+	Seal *seal.Ring
+	// AcceptPlaintext lets a store with Seal still deliver plans stored
+	// in plain text before encryption was turned on; without it such an
+	// entry is quarantined. It needs Seal.
+	AcceptPlaintext bool
 }
 
 func (c *Config) fill() error {
@@ -109,6 +118,9 @@ func (c *Config) fill() error {
 	}
 	if !ValidTransportName(c.Group) {
 		bad("group must be [a-z0-9-]{1,64}")
+	}
+	if c.AcceptPlaintext && c.Seal == nil {
+		bad("accept-plaintext needs a seal key ring (without one every plan is plain text)")
 	}
 	return errors.Join(errs...)
 }
@@ -242,9 +254,22 @@ func (s *Store) submit(ctx context.Context, idempotencyKey []byte, plan Plan, fi
 	if err != nil {
 		return Submission{ID: id, Certainty: certainty.Rejected}, err
 	}
-	dig := digest(enc)
+	var dig string
 	if fingerprint != nil {
-		dig = hex.EncodeToString(fingerprint)
+		dig, err = s.planDigest(fingerprint)
+	} else {
+		sum := sha256.Sum256(enc)
+		dig, err = s.planDigest(sum[:])
+	}
+	if err != nil {
+		return Submission{ID: id, Certainty: certainty.Rejected}, err
+	}
+	if s.cfg.Seal != nil {
+		// The binding is the intent id: a sealed plan copied into another
+		// intent's entry does not open there.
+		if enc, err = s.cfg.Seal.Seal(make([]byte, 0, len(enc)+seal.Overhead), enc, []byte(id)); err != nil {
+			return Submission{ID: id, Certainty: certainty.Rejected}, err
+		}
 	}
 	r, err := s.submits.NotifySubmit(ctx, stream, record, programs.NotifySubmitRequest{IntentID: string(id), Plan: enc,
 		PlanDigest: dig, Retention: s.cfg.Retention, MaxLen: s.cfg.MaxLen})
@@ -297,7 +322,11 @@ func (s *Store) Existing(ctx context.Context, idempotencyKey []byte, fingerprint
 		return Submission{ID: id, Certainty: certainty.Rejected}, false, fmt.Errorf("intent: inspect refused by the server: %s", r.Status)
 	}
 	sub = Submission{ID: id, Duplicate: true, State: r.State, Attempts: r.Attempts, Certainty: certainty.Applied}
-	if r.PlanDigest != hex.EncodeToString(fingerprint[:]) {
+	want, err := s.planDigest(fingerprint[:])
+	if err != nil {
+		return Submission{ID: id, Certainty: certainty.Rejected}, false, err
+	}
+	if r.PlanDigest != want {
 		sub.OtherPlan, sub.Certainty = true, certainty.Conflict
 	}
 	return sub, true, nil
@@ -340,6 +369,29 @@ func (s *Store) Get(ctx context.Context, id ID) (Status, error) {
 		return Status{}, err
 	}
 	return Status{ID: id, State: r.State, Attempts: r.Attempts, Receipts: rs, Retention: r.RecordTTL}, nil
+}
+
+// A sealed plan of the largest size still fits the program's bound.
+var _ [programs.MaxNotifyPlanBytes - MaxPlanBytes - seal.Overhead]struct{}
+
+// planDigestDomain separates the keyed plan digest from every other
+// location of the intents layout (those have one part, this two).
+const planDigestDomain = "caphost notify plan digest v1"
+
+// planDigest is what the record keeps to tell a repeat from another
+// plan: the hex of sum (a SHA-256) without a seal ring; with one, the
+// layout's keyed digest of it, so that a record does not let anyone who
+// guesses a recipient and a text confirm the guess.
+func (s *Store) planDigest(sum []byte) (string, error) {
+	if s.cfg.Seal == nil {
+		return hex.EncodeToString(sum), nil
+	}
+	loc, err := s.intents.Locate([][]byte{[]byte(planDigestDomain), sum})
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	d := loc.Digest()
+	return hex.EncodeToString(d[:]), nil
 }
 
 func (s *Store) locationOf(id ID) (keys.Location, error) {
