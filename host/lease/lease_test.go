@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/clocktest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/runtime/certainty"
 )
@@ -21,7 +22,7 @@ import (
 // the first send; the same owner under another operation is a conflict.
 func TestAcquireOutcomes(t *testing.T) {
 	srv := startRedis(t)
-	clk := newFakeClock()
+	clk := clocktest.New()
 	c := newClient(t, srv.Addr(), WithClock(clk.Now))
 	ctx := ctxT(t)
 	a := attempt(t, "op-1")
@@ -68,7 +69,7 @@ func TestAcquireOutcomes(t *testing.T) {
 // LOST for good: no renew is sent.
 func TestValidityIsMonotonicAndLocal(t *testing.T) {
 	srv := startRedis(t)
-	clk := newFakeClock()
+	clk := clocktest.New()
 	c := newClient(t, srv.Addr(), WithClock(clk.Now))
 	ctx := ctxT(t)
 	got, err := c.Acquire(ctx, req(attempt(t, "op"), 10*time.Second))

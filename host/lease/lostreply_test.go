@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/clocktest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/runtime/certainty"
 )
@@ -29,7 +30,7 @@ func newLostReplies(t *testing.T) *lostReplies {
 	t.Helper()
 	srv := startRedis(t)
 	p := redistest.NewProxy(t, srv.Addr())
-	c := newClient(t, p.Addr(), WithClock(newFakeClock().Now))
+	c := newClient(t, p.Addr(), WithClock(clocktest.New().Now))
 	ctx := ctxT(t)
 	a := attempt(t, "warm-up")
 	got, err := c.Acquire(ctx, Request{Purpose: "nightly-cleanup", Resource: warmUp, TTL: 10 * time.Second, Attempt: a})

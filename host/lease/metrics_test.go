@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/internal/clocktest"
 )
 
 // TestMetricsCountOutcomes: every acquire, renew and release outcome is
@@ -17,7 +19,7 @@ import (
 // is counted lost by cause, and the wait histogram observes every acquire.
 func TestMetricsCountOutcomes(t *testing.T) {
 	srv := startRedis(t)
-	clk := newFakeClock()
+	clk := clocktest.New()
 	reg := prometheus.NewRegistry()
 	c, err := New(newRuntime(t, srv.Addr()), Config{Purposes: []string{"nightly-cleanup"}}, WithRegisterer(reg), WithClock(clk.Now))
 	require.NoError(t, err)
