@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/owner"
+	"github.com/caphost/caphost/internal/clocktest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime"
@@ -254,18 +255,18 @@ func TestLongActionIsRenewed(t *testing.T) {
 		assert.NoError(t, err)
 		done <- ex
 	}()
-	recv(t, started)
+	clocktest.Recv(t, started)
 	for round := range rounds {
 		elapse()
 		before := compete()
 		assert.LessOrEqual(t, before.RetryAfter, lease-lease/3, "round %d: a third of the lease has passed", round)
 		clk.Advance(lease / 3) // the watchdog's renew is due
-		require.Equal(t, programs.IdemRenewed, recv(t, renewed), "round %d", round)
+		require.Equal(t, programs.IdemRenewed, clocktest.Recv(t, renewed), "round %d", round)
 		after := compete()
 		assert.Greater(t, after.RetryAfter, lease-lease/3, "round %d: the renew extended the lease on Redis", round)
 	}
 	close(finish)
-	ex := recv(t, done)
+	ex := clocktest.Recv(t, done)
 	assert.Equal(t, Executed, ex.Kind, "renews kept the lease past three lease lengths: %v", ex.ActionErr)
 	assert.True(t, ex.Recorded)
 	replay, err := other.Execute(ctx, request(t, "long", "{}"), never)
@@ -319,14 +320,14 @@ func TestUnreachableRedisEndsTheActionInsideItsLease(t *testing.T) {
 		})
 		done <- outcome{ex, err}
 	}()
-	recv(t, started)
+	clocktest.Recv(t, started)
 	p.Blackhole()
 	up, _ := p.Bytes()
 
 	// A third of the lease: the renew goes into the black hole and is not
 	// confirmed; the validity has not run out, so the action keeps running.
 	clk.Advance(lease / 3)
-	assert.Error(t, recv(t, renews), "no renew is confirmed through a black hole")
+	assert.Error(t, clocktest.Recv(t, renews), "no renew is confirmed through a black hole")
 	select {
 	case c := <-cause:
 		t.Fatalf("the action was cancelled inside its validity: %v", c)
@@ -336,7 +337,7 @@ func TestUnreachableRedisEndsTheActionInsideItsLease(t *testing.T) {
 	// The validity — nine tenths of the lease from the start's send — runs
 	// out with no confirmed renew: the action's context ends.
 	clk.Advance(validity(lease) - lease/3)
-	got := recv(t, cause)
+	got := clocktest.Recv(t, cause)
 	assert.ErrorIs(t, got, ErrLeaseExpiredLocally)
 	assert.ErrorIs(t, got, ErrLeaseLost)
 
@@ -348,7 +349,7 @@ func TestUnreachableRedisEndsTheActionInsideItsLease(t *testing.T) {
 	assert.Equal(t, InProgress, ex.Kind, "the lease is still held on Redis when the action is told to stop")
 	assert.Positive(t, ex.RetryAfter)
 
-	out := recv(t, done)
+	out := clocktest.Recv(t, done)
 	require.NoError(t, out.err)
 	assert.Equal(t, Abandoned, out.ex.Kind, "a commit reported after the lease ran out is not a completion")
 	assert.ErrorIs(t, out.ex.ActionErr, ErrLeaseExpiredLocally)
@@ -377,19 +378,6 @@ func TestValidityIsNineTenthsOfTheLease(t *testing.T) {
 	assert.Equal(t, 27*time.Second, validity(DefaultLease))
 	assert.Equal(t, 13500*time.Millisecond, validity(15*time.Second), "the failover tests' lease")
 	assert.Equal(t, 3*time.Second, driftBudget(DefaultLease))
-}
-
-// recv receives from ch; the bound only keeps a broken test from hanging.
-func recv[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing received in 30 s")
-	}
-	var zero T
-	return zero
 }
 
 // TestLostClaimReplyIsReconciled: the claim reaches Redis and its reply

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/host/owner"
+	"github.com/caphost/caphost/internal/clocktest"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/programs"
@@ -153,7 +154,7 @@ func TestLostRepliesAreCounted(t *testing.T) {
 		ex, err := e.Execute(ctx, request(t, "lost-renew", "{}"), func(context.Context) Result {
 			p.Stall()
 			clk.Advance(DefaultLease / 3) // the watchdog's renew is due
-			assert.Error(t, recv(t, renewed), "the renew's reply is lost")
+			assert.Error(t, clocktest.Recv(t, renewed), "the renew's reply is lost")
 			p.Passthrough()
 			return Committed([]byte("ok"))
 		})

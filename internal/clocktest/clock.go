@@ -2,8 +2,9 @@
 // code that takes its clock and timers injected (a now function and an
 // after function, as time.Now and time.After): time moves only when the
 // test moves it, so what a watchdog decides depends on the test alone, not
-// on the machine's speed. It is for tests only; nothing outside a _test.go
-// file imports it.
+// on the machine's speed. Recv receives what such code sends back, with a
+// bound in real time that only keeps a broken test from hanging. It is for
+// tests only; nothing outside a _test.go file imports it.
 package clocktest
 
 import (
@@ -95,4 +96,21 @@ func (c *Clock) armed(at time.Time) bool {
 		}
 	}
 	return false
+}
+
+// RecvTimeout is how long Recv waits, in real time, before it fails.
+const RecvTimeout = 30 * time.Second
+
+// Recv receives from ch and fails t when nothing comes within RecvTimeout
+// of real time; the bound only keeps a broken test from hanging.
+func Recv[T any](t testing.TB, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(RecvTimeout):
+		t.Fatalf("clocktest: nothing received in %s", RecvTimeout)
+	}
+	var zero T
+	return zero
 }

@@ -34,3 +34,9 @@ func assertPending(t *testing.T, ch <-chan time.Time) {
 	default:
 	}
 }
+
+func TestRecvReturnsWhatWasSent(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	assert.Equal(t, 7, clocktest.Recv(t, ch))
+}

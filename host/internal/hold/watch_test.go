@@ -66,19 +66,6 @@ func watch(t *testing.T, late time.Duration, o Options, renew func(w *watched, r
 	return w
 }
 
-// recv receives from ch; the bound only keeps a broken test from hanging.
-func recv[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatal("nothing received in 10 s")
-	}
-	var zero T
-	return zero
-}
-
 // TestWatchRenewsOnTheCadenceFromEachSend: the first renew is due a
 // cadence after From (the granting send, not when Watch got to run), each
 // next one a cadence after the previous renew's send (not its reply), and
@@ -95,7 +82,7 @@ func TestWatchRenewsOnTheCadenceFromEachSend(t *testing.T) {
 		due := w.t0.Add(time.Duration(i+1) * every)
 		w.clk.Armed(t, due)
 		w.clk.Advance(due.Sub(w.clk.Now()))
-		assert.Equal(t, due, recv(t, w.renews), "renew %d", i+1)
+		assert.Equal(t, due, clocktest.Recv(t, w.renews), "renew %d", i+1)
 		assert.Equal(t, due.Add(ttl-drift), w.h.ValidUntil(), "renew %d extended the validity from its send", i+1)
 	}
 	assert.Equal(t, Active, w.h.State())
@@ -110,7 +97,7 @@ func TestWatchCountsFromItsStartByDefault(t *testing.T) {
 	due := w.t0.Add(late + every)
 	w.clk.Armed(t, due)
 	w.clk.Advance(due.Sub(w.clk.Now()))
-	assert.Equal(t, due, recv(t, w.renews))
+	assert.Equal(t, due, clocktest.Recv(t, w.renews))
 }
 
 // TestWatchRetriesSoonerAndEndsWhenTheValidityRunsOut: renews that do not
@@ -128,7 +115,7 @@ func TestWatchRetriesSoonerAndEndsWhenTheValidityRunsOut(t *testing.T) {
 	for i := range 3 {
 		w.clk.Armed(t, due)
 		w.clk.Advance(due.Sub(w.clk.Now()))
-		assert.Equal(t, due, recv(t, w.renews), "renew %d", i+1)
+		assert.Equal(t, due, clocktest.Recv(t, w.renews), "renew %d", i+1)
 		due = due.Add(min(every, validUntil.Sub(due)/4))
 	}
 	assert.NoError(t, context.Cause(w.work), "failed renews alone never end the work")
@@ -149,7 +136,7 @@ func TestWatchEndsTheWorkWithTheHoldsCause(t *testing.T) {
 	})
 	w.clk.Armed(t, w.t0.Add(every))
 	w.clk.Advance(every)
-	recv(t, w.renews)
+	clocktest.Recv(t, w.renews)
 	<-w.ended
 	assert.ErrorIs(t, context.Cause(w.work), errGone)
 }
