@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/caphost/caphost/host/ratelimit"
@@ -129,8 +128,7 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 		if !e.ResponseHeaders {
 			d.Problems.Add(p, RuleEnvoyRateLimit, "header names without response-headers: true would never be sent")
 		}
-		l, r, x := strings.ToLower(e.HeaderLimit), strings.ToLower(e.HeaderRemaining), strings.ToLower(e.HeaderReset)
-		if (l != "" && (l == r || l == x)) || (r != "" && r == x) {
+		if !rlsconfig.DistinctHeaderNames(e.HeaderLimit, e.HeaderRemaining, e.HeaderReset) {
 			d.Problems.Add(p, RuleEnvoyRateLimit, "the header names must differ")
 		}
 	}

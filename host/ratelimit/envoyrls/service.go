@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +98,7 @@ func (n HeaderNames) resolve(enabled bool) (HeaderNames, error) {
 			return n, fmt.Errorf("%w: a header name is 1..%d bytes of an HTTP token", ratelimit.ErrConfig, rlsconfig.MaxHeaderNameBytes)
 		}
 	}
-	if strings.EqualFold(n.Limit, n.Remaining) || strings.EqualFold(n.Limit, n.Reset) || strings.EqualFold(n.Remaining, n.Reset) {
+	if !rlsconfig.DistinctHeaderNames(n.Limit, n.Remaining, n.Reset) {
 		return n, fmt.Errorf("%w: the three header names must differ", ratelimit.ErrConfig)
 	}
 	return n, nil

@@ -24,3 +24,22 @@ func ValidHeaderName(s string) bool {
 	}
 	return true
 }
+
+// DistinctHeaderNames reports whether the response header names that are
+// set all differ, ignoring case as HTTP header names do. An empty name is
+// not set and clashes with nothing: a caller that knows the defaults fills
+// them in first, one that checks only what was configured passes the
+// names as given.
+func DistinctHeaderNames(names ...string) bool {
+	for i, a := range names {
+		if a == "" {
+			continue
+		}
+		for _, b := range names[i+1:] {
+			if strings.EqualFold(a, b) {
+				return false
+			}
+		}
+	}
+	return true
+}
