@@ -2,17 +2,13 @@ package envoyrls_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/caphost/caphost/host/ratelimit/envoyrls"
 	"github.com/caphost/caphost/internal/redistest"
@@ -28,14 +24,7 @@ func TestHealthService(t *testing.T) {
 	svc, err := envoyrls.New(newRuntime(t, srv.Addr()), loadFiles(t, "example2.yaml"),
 		envoyrls.Options{Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	ln := bufconn.Listen(1 << 20)
-	gs := envoyrls.NewServer(svc)
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
+	gs, conn, served := listen(t, svc)
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()

@@ -101,14 +101,7 @@ func serve(t testing.TB, srv *redistest.Server, o envoyrls.Options, cfg *rlsconf
 	o.Registerer, o.Now = reg, func() time.Time { return frozen }
 	svc, err := envoyrls.New(newRuntime(t, srv.Addr()), cfg, o)
 	require.NoError(t, err)
-	ln := bufconn.Listen(1 << 20)
-	gs := envoyrls.NewServer(svc)
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
+	gs, conn, served := listen(t, svc)
 	t.Cleanup(func() {
 		_ = conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -117,6 +110,22 @@ func serve(t testing.TB, srv *redistest.Server, o envoyrls.Options, cfg *rlsconf
 		assert.NoError(t, <-served)
 	})
 	return &fixture{svc: svc, srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg}
+}
+
+// listen serves svc on an envoyrls.Server over an in-memory listener
+// (bufconn) and dials it: a real gRPC connection without a port. Serve's
+// result arrives on served; the caller closes conn and shuts gs down.
+func listen(t testing.TB, svc *envoyrls.Service) (gs *envoyrls.Server, conn *grpc.ClientConn, served <-chan error) {
+	t.Helper()
+	ln := bufconn.Listen(1 << 20)
+	gs = envoyrls.NewServer(svc)
+	result := make(chan error, 1)
+	go func() { result <- gs.Serve(ln) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	return gs, conn, result
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
