@@ -128,8 +128,10 @@ func (d *decoder) envoyRateLimit(m map[string]any, selected map[policy.Role]stri
 		if !e.ResponseHeaders {
 			d.Problems.Add(p, RuleEnvoyRateLimit, "header names without response-headers: true would never be sent")
 		}
-		if !rlsconfig.DistinctHeaderNames(e.HeaderLimit, e.HeaderRemaining, e.HeaderReset) {
-			d.Problems.Add(p, RuleEnvoyRateLimit, "the header names must differ")
+		// Checked as the service will send them: a name may clash with
+		// another's default.
+		if !rlsconfig.DistinctHeaderNames(rlsconfig.HeaderNamesOrDefaults(e.HeaderLimit, e.HeaderRemaining, e.HeaderReset)) {
+			d.Problems.Add(p, RuleEnvoyRateLimit, "the header names must differ (unset names take their defaults)")
 		}
 	}
 	if v, ok := d.Bool(envoyPath+".shadow-mode", m["shadow-mode"]); ok {

@@ -172,6 +172,12 @@ func TestEnvoyRateLimitHeaderNames(t *testing.T) {
 	} {
 		assert.Contains(t, all, want)
 	}
+
+	// A configured name that is another header's default clashes with it
+	// (envoyrls.New refuses it; the check must not pass it).
+	_, err = loadEnvoy(t, "server:\n  envoy-rate-limit: {listen: 127.0.0.1:8081, config-files: [m.yaml], response-headers: true,\n"+
+		"    response-header-names: {limit: ratelimit-remaining}}\n", files)
+	assert.Contains(t, problemText(t, err), "server.envoy-rate-limit.response-header-names: the header names must differ")
 }
 
 // TestEnvoyRateLimitProblems: everything the host cannot act on is a

@@ -74,9 +74,9 @@ const MetricPrefix = "envoy_rls_"
 
 // Response header names (envoyproxy/ratelimit's defaults).
 const (
-	HeaderLimit     = "RateLimit-Limit"
-	HeaderRemaining = "RateLimit-Remaining"
-	HeaderReset     = "RateLimit-Reset"
+	HeaderLimit     = rlsconfig.DefaultHeaderLimit
+	HeaderRemaining = rlsconfig.DefaultHeaderRemaining
+	HeaderReset     = rlsconfig.DefaultHeaderReset
 )
 
 // HeaderNames are the names of the three response headers.

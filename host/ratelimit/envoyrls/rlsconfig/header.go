@@ -5,6 +5,25 @@ import "strings"
 // MaxHeaderNameBytes bounds a configured response header name.
 const MaxHeaderNameBytes = 64
 
+// Default response header names (envoyproxy/ratelimit's defaults).
+const (
+	DefaultHeaderLimit     = "RateLimit-Limit"
+	DefaultHeaderRemaining = "RateLimit-Remaining"
+	DefaultHeaderReset     = "RateLimit-Reset"
+)
+
+// HeaderNamesOrDefaults returns the three names with the defaults in
+// place of the empty ones: the names the service will send.
+func HeaderNamesOrDefaults(limit, remaining, reset string) (string, string, string) {
+	or := func(s, def string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	}
+	return or(limit, DefaultHeaderLimit), or(remaining, DefaultHeaderRemaining), or(reset, DefaultHeaderReset)
+}
+
 // ValidHeaderName reports whether s can name a rate-limit response header
 // (envoyproxy/ratelimit's LIMIT_*_HEADER settings): 1 to
 // MaxHeaderNameBytes bytes of an HTTP token (RFC 9110 tchar), so Envoy
