@@ -38,6 +38,7 @@
 // notification scene (notify.go): the renderer guest renders in two
 // locales, the webhook transport plugin delivers each intent once to a
 // receiver that checks the signature, a repeat is a duplicate, the
+// streams read raw hold no recipient or text (sealed at rest), the
 // plugins are killed mid-call (that intent ends INDETERMINATE, never
 // resent; the relaunched plugins deliver the next) and a malformed stream
 // entry is quarantined. Finally it
@@ -301,7 +302,7 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("the webhook transport plugin: %w (run `make transports`)", err)
 	}
 	secret := randomHex(32)
-	d.env = append(d.env, envWebhookSecret+"="+secret)
+	d.env = append(d.env, envWebhookSecret+"="+secret, envSealKey+"="+randomHex(32))
 	rcv, err := startReceiver(secret)
 	if err != nil {
 		return err

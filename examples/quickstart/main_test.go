@@ -244,6 +244,7 @@ func TestDemoAgainstYourRedis(t *testing.T) {
 	// The notification scene, through replica A's sidecar API.
 	assert.Regexp(t, `(?m)^\s+locales\s+en-GB -> 202 id \S+, rendered en: DELIVERED, the receiver got "\*Hello Ada,\*"$`, text)
 	assert.Regexp(t, `(?m)^\s+de-AT -> 202 id \S+, rendered de: DELIVERED, the receiver got "\*Hallo Bea,\*"$`, text)
+	assert.Regexp(t, `(?m)^\s*at rest\s+XRANGE of the 4 intent streams: [1-9]\d* entries, recipients and texts found 0 times \(sealed, AES-256-GCM\)$`, text)
 	assert.Regexp(t, `(?m)^\s+-> INDETERMINATE \(plugin-lost-after-send\) after 1 attempt, no fallback$`, text)
 	assert.Regexp(t, `(?m)^\s+quarantine stream \d+ -> \d+ entries; caphost_notify_quarantined_total\{reason="undecodable"\} \+1$`, text)
 	assert.Regexp(t, `(?m)^\s+receiver\s+4 intents, 4 requests: deliveries per id all 1, forged signatures 0 `, text)

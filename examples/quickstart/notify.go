@@ -38,6 +38,9 @@ const (
 	// envWebhookSecret holds the webhook's HMAC secret: caphost.yaml names
 	// it as a secret reference, the receiver checks every signature with it.
 	envWebhookSecret = "CAPHOST_DEMO_WEBHOOK_SECRET"
+	// envSealKey holds the key that seals intents at rest (caphost.yaml's
+	// intents.encryption names it as a secret reference).
+	envSealKey = "CAPHOST_DEMO_SEAL_KEY"
 	// holdPrefix marks the recipient whose POST the receiver holds open, so
 	// the scene can kill the plugins while that call is in flight.
 	holdPrefix = "hold@"
@@ -283,6 +286,9 @@ func (d *demo) notifyScene(ctx context.Context, cfgPath, redisAddr string, rcv *
 	if err := d.notifyLocales(ctx, hc, rcv, run, ids); err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
+	if err := d.notifyAtRest(ctx, cfgPath, redisAddr, "ada@example.com", "Hello Ada", "bea@example.com", "Hallo Bea"); err != nil {
+		return fmt.Errorf("notify, content at rest: %w", err)
+	}
 	if err := d.notifyCrash(ctx, hc, rcv, run, plugin, ids); err != nil {
 		return fmt.Errorf("notify, transport crash: %w", err)
 	}
@@ -351,6 +357,33 @@ func (d *demo) notifyLocales(ctx context.Context, hc *http.Client, rcv *receiver
 		return fmt.Errorf("intent %s: %d requests at the receiver after the repeat, want 1", short(first), n)
 	}
 	d.line("duplicate   the same request again -> 200 duplicate of %s: nothing appended, nothing sent", short(again.ID))
+	return nil
+}
+
+// notifyAtRest reads every intent stream raw, as anything that copies
+// Redis would (a snapshot, a replica), and checks that none of the plain
+// texts appears: the plans are sealed (intents.encryption).
+func (d *demo) notifyAtRest(ctx context.Context, cfgPath, redisAddr string, plain ...string) error {
+	streams, _, err := d.notifyStreams(ctx, cfgPath)
+	if err != nil {
+		return err
+	}
+	entries, found := 0, 0
+	for _, s := range streams {
+		n, raw, err := xrangeRaw(redisAddr, d.target.appPass, s)
+		if err != nil {
+			return err
+		}
+		entries += n
+		for _, p := range plain {
+			found += bytes.Count(raw, []byte(p))
+		}
+	}
+	if entries == 0 || found != 0 {
+		return fmt.Errorf("%d entries in the intent streams, plain text found %d times, want entries and 0", entries, found)
+	}
+	d.line("at rest     XRANGE of the %d intent streams: %d entries, recipients and texts found 0 times (sealed, AES-256-GCM)",
+		len(streams), entries)
 	return nil
 }
 
@@ -431,10 +464,11 @@ func (d *demo) notifyCrash(ctx context.Context, hc *http.Client, rcv *receiver, 
 // app user; a dispatcher moves it to the shard's quarantine stream and
 // counts it, and nothing reaches the receiver.
 func (d *demo) notifyPoison(ctx context.Context, hc *http.Client, cfgPath, redisAddr string, rcv *receiver) error {
-	stream, quarantine, err := d.notifyStreams(ctx, cfgPath)
+	streams, quarantine, err := d.notifyStreams(ctx, cfgPath)
 	if err != nil {
 		return err
 	}
+	stream := streams[0]
 	rs := d.running()
 	metricBefore, err := counters(ctx, hc, rs, "caphost_notify_quarantined_total", `reason="undecodable"`)
 	if err != nil {
@@ -518,32 +552,43 @@ func (d *demo) lookupEnv(k string) (string, bool) {
 	return v, ok
 }
 
-// notifyStreams returns the key names of shard 0's stream and quarantine
-// stream as the replicas lay them out: from the same configuration, the
+// notifyStreams returns the key names of every shard's stream and of
+// shard 0's quarantine stream as the replicas lay them out: from the same configuration, the
 // notify block's intents settings and the key namespace.
-func (d *demo) notifyStreams(ctx context.Context, cfgPath string) (string, string, error) {
+func (d *demo) notifyStreams(ctx context.Context, cfgPath string) ([]string, string, error) {
 	cfg, err := config.Load(ctx, cfgPath, config.WithEnv(d.lookupEnv), config.WithRoles(policy.RoleCoordination))
 	if err != nil {
-		return "", "", fmt.Errorf("loading %s: %w", filepath.Base(cfgPath), err)
+		return nil, "", fmt.Errorf("loading %s: %w", filepath.Base(cfgPath), err)
 	}
 	c, ok := cfg.Capabilities[notify.CapabilityID]
 	if !ok {
-		return "", "", fmt.Errorf("%s has no capabilities.notify", filepath.Base(cfgPath))
+		return nil, "", fmt.Errorf("%s has no capabilities.notify", filepath.Base(cfgPath))
 	}
 	ncfg, err := notify.Decode(c.Provider, c.RedisRole, c.Raw, cfg.Dir)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	rt, err := runtime.New(ctx, cfg.Redis, runtime.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	defer func() { _ = rt.Close(context.WithoutCancel(ctx)) }()
 	st, err := intent.New(rt, ncfg.Intents)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	return st.StreamKeys(0)
+	streams := make([]string, st.Shards())
+	var quarantine string
+	for i := range streams {
+		q := ""
+		if streams[i], q, err = st.StreamKeys(i); err != nil {
+			return nil, "", err
+		}
+		if i == 0 {
+			quarantine = q
+		}
+	}
+	return streams, quarantine, nil
 }
 
 // procParent returns a process's parent pid from /proc/<pid>/stat
@@ -698,6 +743,39 @@ func respCommand(addr, pass string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s: %s", args[0], l)
 	}
 	return l, nil
+}
+
+// xrangeRaw returns a stream's entry count and its whole XRANGE reply as
+// raw RESP bytes (read until the QUIT that follows it closes the
+// connection).
+func xrangeRaw(addr, pass, key string) (int, []byte, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b bytes.Buffer
+	for _, cmd := range [][]string{{"AUTH", appUser, pass}, {"XRANGE", key, "-", "+"}, {"QUIT"}} {
+		fmt.Fprintf(&b, "*%d\r\n", len(cmd))
+		for _, a := range cmd {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	if _, err := c.Write(b.Bytes()); err != nil {
+		return 0, nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(c, 64<<20))
+	if err != nil {
+		return 0, nil, err
+	}
+	auth, rest, _ := bytes.Cut(raw, []byte("\r\n"))
+	head, _, _ := bytes.Cut(rest, []byte("\r\n"))
+	n, err := strconv.Atoi(strings.TrimPrefix(string(head), "*"))
+	if string(auth) != "+OK" || !bytes.HasPrefix(head, []byte("*")) || err != nil {
+		return 0, nil, fmt.Errorf("XRANGE %s answered %q", key, head)
+	}
+	return n, rest, nil
 }
 
 // xrangeCount counts a stream's entries with XRANGE key - + (the app user

@@ -224,6 +224,38 @@ func TestRespCommand(t *testing.T) {
 	assert.ErrorContains(t, err, "XRANGE answered")
 }
 
+// TestXrangeRaw: the whole reply up to the connection's close, after
+// AUTH, XRANGE and QUIT in one write; a refused XRANGE is an error.
+func TestXrangeRaw(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan []string, 2)
+	go func() {
+		for _, reply := range []string{"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\np\r\n$6\r\nsealed\r\n+OK\r\n", "-NOPERM no\r\n+OK\r\n"} {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			var cmds []string
+			for range 3 {
+				cmds = append(cmds, strings.Join(readCommand(r), " "))
+			}
+			got <- cmds
+			_, _ = c.Write([]byte("+OK\r\n" + reply))
+			_ = c.Close()
+		}
+	}()
+	n, raw, err := xrangeRaw(ln.Addr().String(), "pw", "s")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Contains(t, string(raw), "sealed")
+	assert.Equal(t, []string{"AUTH " + appUser + " pw", "XRANGE s - +", "QUIT"}, <-got)
+	_, _, err = xrangeRaw(ln.Addr().String(), "pw", "s")
+	assert.ErrorContains(t, err, "XRANGE s answered")
+}
+
 // readCommand reads one RESP array of bulk strings.
 func readCommand(r *bufio.Reader) []string {
 	l, _ := r.ReadString('\n')
