@@ -20,8 +20,10 @@ import (
 // XADD of the same plan bytes to the same private server (redistest's
 // unguarded admin client: no record, no dedup), on connection pools of the
 // same size (4), at 1 and 32 goroutines, in both program modes
-// (durable-submit: EVALSHA, durable-submit-fcall: FCALL). plain-xadd-aa repeats the
-// control: its ratio to plain-xadd is the run's noise (A/A).
+// (durable-submit: EVALSHA, durable-submit-fcall: FCALL), and sealed at
+// rest (durable-submit-sealed: EVALSHA with Config.Seal, the plan
+// encrypted and the digest keyed). plain-xadd-aa repeats the control: its
+// ratio to plain-xadd is the run's noise (A/A).
 func BenchmarkSubmit(b *testing.B) {
 	srv := redistest.StartStandalone(b)
 	s, err := New(newRuntime(b, runtimeConfig(&policy.Standalone{Endpoint: srv.Addr()})), Config{Shards: 1})
@@ -35,6 +37,9 @@ func BenchmarkSubmit(b *testing.B) {
 	fcfg := runtimeConfig(&policy.Standalone{Endpoint: srv.Addr()})
 	fcfg.Programs.Mode = policy.ProgramsFunctionsProvisioned
 	fs, err := New(newRuntime(b, fcfg), Config{Shards: 1, Region: "fcall"})
+	require.NoError(b, err)
+	ss, err := New(newRuntime(b, runtimeConfig(&policy.Standalone{Endpoint: srv.Addr()})),
+		Config{Shards: 1, Region: "sealed", Seal: sealRing(b, 1, 1)})
 	require.NoError(b, err)
 	p := testPlan(b, "bench")
 	enc, err := p.MarshalBinary()
@@ -50,6 +55,10 @@ func BenchmarkSubmit(b *testing.B) {
 		_, err := fs.Submit(ctx, []byte("k-"+strconv.FormatInt(n.Add(1), 10)), p)
 		return err
 	}
+	submitSealed := func() error {
+		_, err := ss.Submit(ctx, []byte("k-"+strconv.FormatInt(n.Add(1), 10)), p)
+		return err
+	}
 	xadd := func() error {
 		return srv.Admin().Do(ctx, "xadd", control, "maxlen", "~", DefaultMaxLen, "*", "i", id, "p", enc).Err()
 	}
@@ -57,7 +66,8 @@ func BenchmarkSubmit(b *testing.B) {
 		for _, c := range []struct {
 			name string
 			f    func() error
-		}{{"plain-xadd", xadd}, {"durable-submit", submit}, {"durable-submit-fcall", submitFcall}, {"plain-xadd-aa", xadd}} {
+		}{{"plain-xadd", xadd}, {"durable-submit", submit}, {"durable-submit-fcall", submitFcall},
+			{"durable-submit-sealed", submitSealed}, {"plain-xadd-aa", xadd}} {
 			b.Run(c.name+"/g"+strconv.Itoa(g), func(b *testing.B) {
 				require.NoError(b, c.f()) // warm: script loaded, connections open
 				b.SetBytes(int64(len(enc)))

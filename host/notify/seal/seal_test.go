@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -168,4 +169,33 @@ func FuzzOpen(f *testing.F) {
 		require.True(t, IsSealed(in))
 		require.Len(t, in, len(out)+Overhead)
 	})
+}
+
+// BenchmarkSeal measures what sealing adds to a submit and opening to a
+// delivery, for a small plan and for the largest rendering (64 KiB parts
+// are typical of an HTML mail).
+func BenchmarkSeal(b *testing.B) {
+	r := ring(b, 1, map[int]policy.Secret{1: material(1)})
+	for _, size := range []int{256, 64 << 10} {
+		p := bytes.Repeat([]byte{'x'}, size)
+		dst := make([]byte, 0, size+Overhead)
+		b.Run("seal/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if _, err := r.Seal(dst[:0], p, binding); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		sealed, err := r.Seal(nil, p, binding)
+		require.NoError(b, err)
+		b.Run("open/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if _, err := r.Open(dst[:0], sealed, binding); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
