@@ -108,8 +108,10 @@ type SandboxLevel struct {
 	UDP bool
 	// Sockets: new sockets are limited to TCP and UDP over IP (and
 	// netlink) by a seccomp filter: no Multipath TCP, which Landlock's
-	// TCP rules do not cover, no unix, SCTP or other socket, no io_uring
-	// (Linux on amd64 and arm64). Without it, TCP is not a boundary.
+	// TCP rules do not cover, no unix, SCTP or other socket, no io_uring,
+	// and no change of a file's mode, owner, times or extended
+	// attributes, which Landlock does not cover either (Linux on amd64
+	// and arm64). Without it, TCP is not a boundary.
 	Sockets bool
 }
 

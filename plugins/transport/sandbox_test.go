@@ -142,6 +142,32 @@ func TestSandboxClosesSocketGaps(t *testing.T) {
 	assert.True(t, p.Sandboxed().Sockets)
 }
 
+// TestSandboxRefusesMetadataChanges: Landlock does not restrict a file's
+// mode, times or extended attributes, so the socket filter refuses those
+// calls: a plugin cannot change them on a file of its host's (outside
+// every grant) nor in the directory it may read; the file stays as it was.
+func TestSandboxRefusesMetadataChanges(t *testing.T) {
+	requireLandlock(t)
+	allowed := t.TempDir()
+	files := []string{filepath.Join(t.TempDir(), "caphost.yaml"), filepath.Join(allowed, "allowed.txt")}
+	for _, f := range files {
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o600))
+	}
+	before, err := os.Stat(files[0])
+	require.NoError(t, err)
+
+	p := launchProbe(t, map[string]string{"allow-dir": allowed}, nil)
+	for _, f := range files {
+		assert.Equal(t, "chmod-denied.touch-denied.xattr-denied", probe(t, p,
+			[2]string{"chmod", f}, [2]string{"touch", f}, [2]string{"xattr", f}), f)
+	}
+	after, err := os.Stat(files[0])
+	require.NoError(t, err)
+	assert.Equal(t, before.Mode(), after.Mode())
+	assert.Equal(t, before.ModTime(), after.ModTime())
+	assert.True(t, p.Sandboxed().Sockets)
+}
+
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the
 // resolver configuration and the system CA pool, which a sandbox
 // without the network base does not.

@@ -82,6 +82,8 @@ func build(settings map[string]string) (transport.Transport, error) {
 //   - unix <path>: connect to a unix socket: unix-…;
 //   - udp <host:port>: send a datagram: udp-…;
 //   - uring: set up an io_uring: uring-ok, uring-nosys, …;
+//   - chmod, touch, xattr <path>: change the file's mode, its times, or
+//     set an extended attribute (user.probe): chmod-ok, chmod-denied, …;
 //   - bind <host:port>: listen on a classic TCP socket: bind-ok, …;
 //   - roots: load the system CA pool: roots-ok, roots-empty,
 //     roots-denied, roots-failed.
@@ -117,6 +119,12 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 			}
 		case "uring":
 			err = uringSetup()
+		case "chmod":
+			err = os.Chmod(arg, 0o777)
+		case "touch":
+			err = os.Chtimes(arg, time.Unix(0, 0), time.Unix(0, 0))
+		case "xattr":
+			err = syscall.Setxattr(arg, "user.probe", []byte("x"), 0)
 		case "connect":
 			d := &net.Dialer{Timeout: 5 * time.Second}
 			var c net.Conn
