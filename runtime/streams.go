@@ -179,6 +179,17 @@ func (d *Deployment) StreamAutoClaim(ctx context.Context, stream keys.Key, group
 // been idle for at least minIdle, oldest first, with their delivery
 // counts. Regular lane; reads only.
 func (d *Deployment) StreamPendingIdle(ctx context.Context, stream keys.Key, group string, minIdle time.Duration, count int) ([]PendingEntry, error) {
+	return d.StreamPendingRange(ctx, stream, group, minIdle, "-", "+", count)
+}
+
+// StreamPendingRange is StreamPendingIdle over the PEL entries with ids
+// from start to end (both inclusive; an entry id, or "-" and "+" for the
+// ends): a reclaim scan reads the delivery counts from the cursor it
+// passes to StreamAutoClaim. Redis skips entries idle for less than
+// minIdle without counting them against count, so the server walks the
+// PEL from start until count entries qualify or end is passed. Regular
+// lane; reads only.
+func (d *Deployment) StreamPendingRange(ctx context.Context, stream keys.Key, group string, minIdle time.Duration, start, end string, count int) ([]PendingEntry, error) {
 	if err := checkStreamArgs(stream, group, "pending"); err != nil {
 		return nil, err
 	}
@@ -188,7 +199,10 @@ func (d *Deployment) StreamPendingIdle(ctx context.Context, stream keys.Key, gro
 	if minIdle < 0 {
 		return nil, certainty.Wrap("xpending", rejectedError("minIdle must not be negative"), false)
 	}
-	v, err := d.regular.client.Do(ctx, "xpending", stream.Redis(), group, "idle", minIdle.Milliseconds(), "-", "+", count).Result()
+	if (start != "-" && !validStreamID(start)) || (end != "+" && !validStreamID(end)) {
+		return nil, certainty.Wrap("xpending", rejectedError("start and end must be entry ids, \"-\" or \"+\""), false)
+	}
+	v, err := d.regular.client.Do(ctx, "xpending", stream.Redis(), group, "idle", minIdle.Milliseconds(), start, end, count).Result()
 	if err != nil {
 		if isRedisErr(err, "NOGROUP") {
 			return nil, certainty.Wrap("xpending", notAppliedError{ErrNoGroup}, false)

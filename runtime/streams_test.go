@@ -77,6 +77,22 @@ func runStreamFacade(t *testing.T, r *Runtime, admin redis.UniversalClient) {
 	require.Len(t, pend, 2)
 	assert.Equal(t, "c1", pend[0].Consumer)
 	assert.Equal(t, int64(1), pend[0].Deliveries)
+	// A range: from a cursor, up to an id, and idle filtered.
+	pend, err = d.StreamPendingRange(ctx, s, "g", 0, id2, "+", 8)
+	require.NoError(t, err)
+	require.Len(t, pend, 1)
+	assert.Equal(t, id2, pend[0].ID)
+	pend, err = d.StreamPendingRange(ctx, s, "g", 0, "-", id1, 8)
+	require.NoError(t, err)
+	require.Len(t, pend, 1)
+	assert.Equal(t, id1, pend[0].ID)
+	pend, err = d.StreamPendingRange(ctx, s, "g", time.Hour, "0-0", "+", 8)
+	require.NoError(t, err)
+	assert.Empty(t, pend, "nothing idle for an hour")
+	for _, bad := range [][2]string{{"(0-1", "+"}, {"-", "01-1"}, {"", "+"}} {
+		_, err = d.StreamPendingRange(ctx, s, "g", 0, bad[0], bad[1], 8)
+		assert.Equal(t, certainty.Rejected, outcomeOf(t, err), "range %q", bad)
+	}
 
 	// Nothing is idle for an hour: no reclaim. Trim id1 away and reclaim
 	// with a 1ms idle: id1 is reported deleted, id2 moves to c2.
