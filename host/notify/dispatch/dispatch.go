@@ -75,6 +75,16 @@ type Observer interface {
 	Backlog(shard int, pending, lag int64)
 }
 
+// ReclaimObserver is an Observer that also receives the figures of each
+// Store.Reclaim call (optional: the dispatcher looks for it). Labels stay
+// bounded: the shard index only.
+type ReclaimObserver interface {
+	// Reclaimed: one Reclaim of shard took over entries (a dead or
+	// stalled consumer's) in trips XAUTOCLAIM calls; wrapped reports that
+	// its scan reached the end of the shard's PEL (a lap ended).
+	Reclaimed(shard, entries, trips int, wrapped bool)
+}
+
 // NopObserver ignores every event.
 type NopObserver struct{}
 
@@ -471,16 +481,12 @@ func (d *Dispatcher) reclaim(ctx context.Context, shard, held int, async bool) (
 			count = held
 		}
 		count = min(count, d.cfg.ReclaimBatch-handled)
-		ds, trimmed, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
-			}
-			break
+		rc, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
+		if ro, ok := d.cfg.Observer.(ReclaimObserver); ok {
+			ro.Reclaimed(shard, len(rc.Deliveries), rc.Trips, rc.Wrapped)
 		}
-		if trimmed > 0 {
-			d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", trimmed)
-		}
+		// Entries claimed before an error are this consumer's now: run them.
+		ds := rc.Deliveries
 		for i := range ds {
 			if async {
 				d.run(ds[i])
@@ -490,8 +496,17 @@ func (d *Dispatcher) reclaim(ctx context.Context, shard, held int, async bool) (
 			}
 		}
 		handled += len(ds)
-		if len(ds)+trimmed < count {
-			break // a short page: nothing more is idle long enough
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("notify dispatch: reclaim failed", "shard", shard, "err", err)
+			}
+			break
+		}
+		if rc.Trimmed > 0 {
+			d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", rc.Trimmed)
+		}
+		if len(ds)+rc.Trimmed < count {
+			break // a short page: a lap of the PEL found nothing more idle long enough
 		}
 	}
 	return handled, held

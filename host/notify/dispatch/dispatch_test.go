@@ -350,8 +350,8 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 	require.NoError(t, ds[0].Err)
 	require.ErrorIs(t, ds[1].Err, intent.ErrCorruptEntry)
 	require.Eventually(t, func() bool {
-		got, _, err := s.Reclaim(ctx, 0, "dead-2", time.Millisecond, 2)
-		return err == nil && len(got) == 2
+		got, err := s.Reclaim(ctx, 0, "dead-2", time.Millisecond, 2)
+		return err == nil && len(got.Deliveries) == 2
 	}, 20*time.Second, 5*time.Millisecond)
 
 	obs := &counting{}
@@ -869,4 +869,112 @@ func TestRetryPastMinIdleIsHandedToTheReclaim(t *testing.T) {
 	pending, _, _, err := s.Backlog(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), pending, "left pending for the reclaim")
+}
+
+// behindLiveEntries submits 270 intents to shard 0: a live consumer read
+// the first 250 just now, a dead one the last 20, which have been idle
+// for an hour (XCLAIM IDLE: no waiting on the server's clock). It
+// returns the dead consumer's intent ids.
+func behindLiveEntries(ctx context.Context, t *testing.T, srv *redistest.Server, s *intent.Store) map[string]bool {
+	t.Helper()
+	for i := range 270 {
+		_, err := s.Submit(ctx, []byte(fmt.Sprintf("k%d", i)), testPlan(t, "primary"))
+		require.NoError(t, err)
+	}
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	stream := pendingStream(t, srv.Admin())
+	read := func(consumer string, n int) []redis.XMessage {
+		res, err := srv.Admin().XReadGroup(ctx, &redis.XReadGroupArgs{Group: s.Group(), Consumer: consumer,
+			Streams: []string{stream, ">"}, Count: int64(n), Block: -1}).Result()
+		require.NoError(t, err)
+		require.Len(t, res, 1)
+		require.Len(t, res[0].Messages, n)
+		return res[0].Messages
+	}
+	read("live", 250)
+	args := []any{"xclaim", stream, s.Group(), "dead", 0}
+	ids := map[string]bool{}
+	for _, m := range read("dead", 20) {
+		args = append(args, m.ID)
+		ids[m.Values["i"].(string)] = true
+	}
+	require.NoError(t, srv.Admin().Do(ctx, append(args, "idle", time.Hour.Milliseconds(), "justid")...).Err())
+	return ids
+}
+
+// assertLiveUntouched checks the live consumer still holds its 250.
+func assertLiveUntouched(ctx context.Context, t *testing.T, srv *redistest.Server, s *intent.Store) {
+	t.Helper()
+	p, err := srv.Admin().XPending(ctx, pendingStream(t, srv.Admin()), s.Group()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"live": 250}, p.Consumers, "only the live consumer's entries are pending")
+}
+
+// TestReclaimGetsPastALiveConsumersEntries (issue 13): with ReadCount 1 an
+// XAUTOCLAIM looks at 10 PEL entries, and 250 entries of a live consumer
+// head the PEL. Before the reclaim kept its cursor, every scan restarted
+// at "0-0" and the dead consumer's 20 entries behind them were never
+// sent (Poll returned 0). Now one Poll's reclaim scan sends all 20, once
+// each, and leaves the live consumer's entries alone.
+func TestReclaimGetsPastALiveConsumersEntries(t *testing.T) {
+	srv, s := standalone(t, 1)
+	ctx := ctxT(t)
+	ids := behindLiveEntries(ctx, t, srv, s)
+	tr := newScripted("primary", accepted)
+	obs := &counting{}
+	cfg := baseConfig("alive", obs, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, tr)
+	cfg.MinIdle = 10 * time.Minute // the live consumer's entries are never idle that long here
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+
+	n, err := d.Poll(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 20, n)
+	calls := tr.Calls()
+	require.Len(t, calls, 20)
+	for _, c := range calls {
+		assert.True(t, ids[c.IntentID], "a dead consumer's intent")
+		delete(ids, c.IntentID)
+	}
+	assert.Empty(t, ids, "each sent once")
+	assert.Equal(t, 20, obs.Get("final:DELIVERED"))
+	assert.Equal(t, 20, obs.Get("reclaimed"))
+	assert.Equal(t, 20, obs.Get("reclaim-trips"), "one XAUTOCLAIM per entry: each starts at an idle one")
+	assert.Equal(t, 2, obs.Get("reclaim-wraps"), "the 20th page reached the end of the PEL; the 21st, a lap from its start, found nothing")
+	assertLiveUntouched(ctx, t, srv, s)
+
+	n, err = d.Poll(ctx, 0)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Len(t, tr.Calls(), 20)
+}
+
+// TestReclaimScanGetsPastALiveConsumersEntriesOnSlots: the same PEL,
+// taken over by the read loop's first reclaim scan (the clock is frozen,
+// so it is the only scan) on 2 delivery slots.
+func TestReclaimScanGetsPastALiveConsumersEntriesOnSlots(t *testing.T) {
+	srv, s := standalone(t, 1)
+	ctx := ctxT(t)
+	ids := behindLiveEntries(ctx, t, srv, s)
+	tr := newScripted("primary", accepted)
+	obs := &counting{}
+	cfg := baseConfig("alive", obs, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, tr)
+	cfg.MinIdle, cfg.Concurrency, cfg.Sleep, cfg.Block = 10*time.Minute, 2, nil, 20*time.Millisecond
+	cfg.Now = (&fakeClock{now: testNow}).Now
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start())
+	require.Eventually(t, func() bool { return obs.Get("final:DELIVERED") == 20 }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, d.Close(ctx))
+	calls := tr.Calls()
+	require.Len(t, calls, 20)
+	for _, c := range calls {
+		assert.True(t, ids[c.IntentID])
+		delete(ids, c.IntentID)
+	}
+	assert.Empty(t, ids, "each sent once")
+	assert.Equal(t, 20, obs.Get("reclaimed"))
+	assertLiveUntouched(ctx, t, srv, s)
 }

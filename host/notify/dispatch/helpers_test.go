@@ -185,6 +185,22 @@ func (c *counting) Backlog(shard int, pending, lag int64) {
 	c.backlog[shard] = [2]int64{pending, lag}
 }
 
+// Reclaimed counts, over all shards, the entries reclaimed
+// ("reclaimed"), the XAUTOCLAIM calls ("reclaim-trips") and the laps
+// ended ("reclaim-wraps").
+func (c *counting) Reclaimed(_, entries, trips int, wrapped bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.events == nil {
+		c.events = map[string]int{}
+	}
+	c.events["reclaimed"] += entries
+	c.events["reclaim-trips"] += trips
+	if wrapped {
+		c.events["reclaim-wraps"]++
+	}
+}
+
 // lastBacklog is the last pending and lag observed for shard.
 func (c *counting) lastBacklog(shard int) [2]int64 {
 	c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/caphost/caphost/host/notify/seal"
@@ -78,39 +79,163 @@ func (s *Store) Read(ctx context.Context, shard int, consumer string, count int,
 	return out, nil
 }
 
-// Reclaim transfers to consumer at most count entries of shard pending for
-// at least minIdle (a dead or stalled consumer's), with their delivery
-// counts. trimmed counts pending entries that no longer exist in the
-// stream (MAXLEN trimmed them): Redis dropped them from the PEL, their
-// records stay as they were until retention (see the package doc).
-func (s *Store) Reclaim(ctx context.Context, shard int, consumer string, minIdle time.Duration, count int) (ds []Delivery, trimmed int, err error) {
+// reclaimTrips bounds the XAUTOCLAIM calls of one Reclaim. Each is
+// preceded by an XPENDING from the same cursor, and one more XPENDING
+// may follow a wrap, so a Reclaim makes at most 2×reclaimTrips+1 round
+// trips (plus one XPENDING per entry a race took out of the counts it
+// read; see Reclaim).
+const reclaimTrips = 4
+
+// reclaimCursors holds each shard's reclaim cursor between Reclaim
+// calls: the PEL entry id the next scan starts from ("0-0", the start,
+// when absent). The zero value is ready; it is safe for concurrent use.
+// Concurrent Reclaims of one shard each scan from the cursor they read
+// and the last to end stores its own: a cursor only says where to look
+// first, and every scan wraps, so none of them misses an entry for good.
+type reclaimCursors struct {
+	mu sync.Mutex
+	at map[int]string
+	// beforeClaim, when set (tests of this package), runs between a
+	// round trip's XPENDING and its XAUTOCLAIM.
+	beforeClaim func()
+}
+
+func (c *reclaimCursors) load(shard int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.at[shard]; ok {
+		return at
+	}
+	return "0-0"
+}
+
+func (c *reclaimCursors) store(shard int, at string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[int]string{}
+	}
+	c.at[shard] = at
+}
+
+// Reclaimed is the result of Reclaim.
+type Reclaimed struct {
+	// Deliveries are the entries transferred to the consumer, with their
+	// delivery counts (this delivery included).
+	Deliveries []Delivery
+	// Trimmed counts pending entries that no longer exist in the stream
+	// (MAXLEN trimmed them): Redis dropped them from the PEL, their
+	// records stay as they were until retention (see the package doc).
+	Trimmed int
+	// Trips counts the XAUTOCLAIM calls made (at most 4).
+	Trips int
+	// Wrapped reports that the scan reached the end of the shard's PEL:
+	// a lap ended, and the cursor went back to its start.
+	Wrapped bool
+}
+
+// Reclaim transfers to consumer at most count (1..64) entries of shard
+// pending for at least minIdle (a dead or stalled consumer's), with
+// their delivery counts.
+//
+// XAUTOCLAIM looks at no more than 10×count PEL entries per call, so a
+// scan that always began at the start of the PEL would never get past a
+// head of entries that live consumers hold (not idle long enough): a
+// dead consumer's entries behind them would starve. Reclaim therefore
+// keeps a cursor per shard in the Store and goes on from it. Each round
+// trip first reads, with XPENDING IDLE from the cursor, the delivery
+// counts of the first idle entries (XAUTOCLAIM does not report the
+// counts, and it increments them), then runs XAUTOCLAIM from the first
+// of those entries: the live entries before it are skipped by the
+// server in one step, and the entries it claims are those the counts
+// were read for. An entry that a race made idle in between (or another
+// reclaimer claimed first) has its count read after the claim, on its
+// own. Round trips go on from the cursor XAUTOCLAIM returns until count
+// entries were claimed or trimmed, a lap of the PEL ended (the cursor
+// wraps to "0-0" where Redis returns it, or where nothing idle is left
+// after the cursor; a scan that began at the start stops at the end), or
+// 4 XAUTOCLAIM calls were made.
+//
+// On an error, the result still holds the entries handed over before it
+// (they are consumer's now: run them); any other entry the failing round
+// trip claimed stays pending for consumer until a reclaim after minIdle.
+// The cursor then stays where that round trip began.
+func (s *Store) Reclaim(ctx context.Context, shard int, consumer string, minIdle time.Duration, count int) (Reclaimed, error) {
+	var r Reclaimed
 	if err := s.checkShard(shard); err != nil {
-		return nil, 0, err
+		return r, err
+	}
+	if count < 1 || count > runtime.MaxStreamCount {
+		return r, fmt.Errorf("%w: count %d outside 1..%d", ErrInvalidRequest, count, runtime.MaxStreamCount)
 	}
 	stream := s.intents.Anchor(shard)
-	// The delivery counts first: XAUTOCLAIM does not report them, and it
-	// increments them.
-	pend, err := s.dep.StreamPendingIdle(ctx, stream, s.cfg.Group, minIdle, count)
-	if err != nil || len(pend) == 0 {
-		return nil, 0, err
+	cursor := s.reclaim.load(shard)
+	defer func() { s.reclaim.store(shard, cursor) }()
+	// whole: the scan went through the start of the PEL, so reaching its
+	// end completes a lap.
+	whole := cursor == "0-0"
+	atEnd := func() (stop bool) {
+		r.Wrapped, cursor = true, "0-0"
+		if whole {
+			return true
+		}
+		whole = true
+		return false
 	}
-	counts := make(map[string]int64, len(pend))
-	for _, p := range pend {
-		counts[p.ID] = p.Deliveries
-	}
-	es, _, deleted, err := s.dep.StreamAutoClaim(ctx, stream, s.cfg.Group, consumer, minIdle, "0-0", count)
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]Delivery, 0, len(es))
-	for _, e := range es {
-		if e.Fields == nil {
-			trimmed++
+	for r.Trips < reclaimTrips && len(r.Deliveries)+r.Trimmed < count {
+		want := count - len(r.Deliveries) - r.Trimmed
+		pend, err := s.dep.StreamPendingRange(ctx, stream, s.cfg.Group, minIdle, cursor, "+", want)
+		if err != nil {
+			return r, err
+		}
+		if len(pend) == 0 {
+			if atEnd() {
+				break
+			}
 			continue
 		}
-		out = append(out, s.decodeEntry(shard, e, counts[e.ID]+1))
+		counts := make(map[string]int64, len(pend))
+		for _, p := range pend {
+			counts[p.ID] = p.Deliveries + 1 // the claim delivers it once more
+		}
+		if s.reclaim.beforeClaim != nil {
+			s.reclaim.beforeClaim()
+		}
+		es, next, deleted, err := s.dep.StreamAutoClaim(ctx, stream, s.cfg.Group, consumer, minIdle, pend[0].ID, want)
+		r.Trips++
+		if err != nil {
+			return r, err
+		}
+		r.Trimmed += len(deleted)
+		for _, e := range es {
+			if e.Fields == nil {
+				r.Trimmed++
+				continue
+			}
+			n, ok := counts[e.ID]
+			if !ok {
+				if n, err = s.deliveriesOf(ctx, stream, e.ID); err != nil {
+					return r, err
+				}
+			}
+			r.Deliveries = append(r.Deliveries, s.decodeEntry(shard, e, n))
+		}
+		cursor = next
+		if next == "0-0" && atEnd() {
+			break
+		}
 	}
-	return out, trimmed + len(deleted), nil
+	return r, nil
+}
+
+// deliveriesOf reads the delivery count of one pending entry after it
+// was claimed (1 if it is no longer pending: acknowledged meanwhile).
+func (s *Store) deliveriesOf(ctx context.Context, stream keys.Key, entryID string) (int64, error) {
+	p, err := s.dep.StreamPendingRange(ctx, stream, s.cfg.Group, 0, entryID, entryID, 1)
+	if err != nil || len(p) == 0 {
+		return 1, err
+	}
+	return p[0].Deliveries, nil
 }
 
 // decodeEntry strictly decodes {i, p}.

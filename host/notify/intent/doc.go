@@ -30,6 +30,14 @@
 // lookup. Rotating the HMAC write version or changing Shards moves the
 // records: drain the streams first.
 //
+// Reclaim. XAUTOCLAIM looks at no more than 10×COUNT PEL entries per
+// call, so Reclaim keeps a cursor per shard in the Store and goes on from
+// it: each round trip reads the delivery counts with XPENDING IDLE from
+// the cursor and claims from the first idle entry it found, the cursor
+// wraps to "0-0" at the end of the PEL, and one Reclaim makes at most 4
+// XAUTOCLAIM calls. Live consumers' entries at the head of the PEL so no
+// longer starve a dead consumer's entries behind them (see Reclaim).
+//
 // Trim and PEL. Each stream is bounded by XADD MAXLEN ~ Config.MaxLen,
 // which trims the oldest entries whether or not a consumer group still
 // has them pending: MAXLEN never consults the PEL (Redis 7.0). A trimmed

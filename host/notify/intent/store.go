@@ -156,7 +156,8 @@ const (
 )
 
 // Store is the durable intent store of one deployment. It is safe for
-// concurrent use; its only mutable state is the submit batcher's queue.
+// concurrent use; its only mutable state is the submit batcher's queue
+// and the reclaim cursors.
 type Store struct {
 	dep  *runtime.Deployment
 	exec *programs.Executor
@@ -168,6 +169,8 @@ type Store struct {
 	intents    *keys.Sharded
 	quarantine *keys.Sharded
 	cfg        Config
+	// reclaim holds each shard's reclaim cursor (consume.go).
+	reclaim reclaimCursors
 }
 
 // New binds a Store to rt's role (coordination by default).
