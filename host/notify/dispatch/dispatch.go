@@ -149,8 +149,9 @@ type Config struct {
 	ReclaimEvery time.Duration
 	// ReclaimBatch bounds the entries one reclaim scan of a shard takes
 	// over (default 256, at most 65536). A scan goes on page after page
-	// (ReadCount entries, or the free slots) while its pages come back
-	// full, so a backlog of entries pending for MinIdle drains in one scan,
+	// (ReadCount entries, or the free slots) until a page ends a lap of
+	// the shard's PEL short (see intent.Store.Reclaim), so a backlog of
+	// entries pending for MinIdle drains in one scan,
 	// not one page per ReclaimEvery; the bound keeps new entries of the
 	// shard from waiting behind a long backlog.
 	ReclaimBatch int
@@ -456,7 +457,8 @@ func (d *Dispatcher) run(del intent.Delivery) {
 }
 
 // reclaim runs one reclaim scan of shard: it takes over entries pending
-// for MinIdle a page at a time, while pages come back full, up to
+// for MinIdle a page at a time (one Store.Reclaim each), until a page
+// comes back short having ended a lap of the PEL, or empty, up to
 // ReclaimBatch entries (and as many pages). With async each entry runs at
 // once on a slot of the caller's: held slots on entry, and between pages
 // the scan waits for more; it returns the slots still held. Otherwise
@@ -505,15 +507,18 @@ func (d *Dispatcher) reclaim(ctx context.Context, shard, held int, async bool) (
 		if rc.Trimmed > 0 {
 			d.log.Warn("notify dispatch: pending entries were trimmed from the stream", "shard", shard, "count", rc.Trimmed)
 		}
-		if len(ds)+rc.Trimmed < count {
-			break // a short page: a lap of the PEL found nothing more idle long enough
+		if n := len(ds) + rc.Trimmed; n < count && (rc.Wrapped || n == 0) {
+			// A short page that ended a lap: nothing more is idle long
+			// enough. A short page that did not (its round trips found
+			// idle entries far apart) goes on from the cursor.
+			break
 		}
 	}
 	return handled, held
 }
 
-// Poll runs one reclaim scan (page after page while they are full, up to
-// ReclaimBatch) and one non-blocking read of shard and handles what they
+// Poll runs one reclaim scan (page after page until one ends a lap of the
+// PEL short, up to ReclaimBatch) and one non-blocking read of shard and handles what they
 // return before it returns: the synchronous form of
 // the loop, for tests and batch drains. n counts the deliveries handled.
 func (d *Dispatcher) Poll(ctx context.Context, shard int) (n int, err error) {

@@ -978,3 +978,64 @@ func TestReclaimScanGetsPastALiveConsumersEntriesOnSlots(t *testing.T) {
 	assert.Equal(t, 20, obs.Get("reclaimed"))
 	assertLiveUntouched(ctx, t, srv, s)
 }
+
+// TestReclaimScanGoesOnAfterAShortPageMidLap: 8 dead entries 101 PEL
+// entries apart, live ones between, ReadCount 8. A Reclaim of 8 looks at
+// 80 entries per XAUTOCLAIM, so its 4 round trips hand over 4 — a short
+// page that did not end a lap. The scan goes on from the cursor: one
+// Poll sends all 8 (it stopped at 4 while any short page ended a scan).
+func TestReclaimScanGoesOnAfterAShortPageMidLap(t *testing.T) {
+	srv, s := standalone(t, 1)
+	ctx := ctxT(t)
+	const gap = 100
+	for i := range 8 + 7*gap {
+		_, err := s.Submit(ctx, []byte(fmt.Sprintf("k%d", i)), testPlan(t, "primary"))
+		require.NoError(t, err)
+	}
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	stream := pendingStream(t, srv.Admin())
+	ids := map[string]bool{}
+	for i := range 8 {
+		consumers := []string{"dead"}
+		if i > 0 {
+			consumers = []string{"live", "dead"}
+		}
+		for _, c := range consumers {
+			n := int64(1)
+			if c == "live" {
+				n = gap
+			}
+			res, err := srv.Admin().XReadGroup(ctx, &redis.XReadGroupArgs{Group: s.Group(), Consumer: c,
+				Streams: []string{stream, ">"}, Count: n, Block: -1}).Result()
+			require.NoError(t, err)
+			require.Len(t, res[0].Messages, int(n))
+			if c == "dead" {
+				m := res[0].Messages[0]
+				ids[m.Values["i"].(string)] = true
+				require.NoError(t, srv.Admin().Do(ctx, "xclaim", stream, s.Group(), "dead", 0, m.ID,
+					"idle", time.Hour.Milliseconds(), "justid").Err())
+			}
+		}
+	}
+	tr := newScripted("primary", accepted)
+	obs := &counting{}
+	cfg := baseConfig("alive", obs, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, tr)
+	cfg.MinIdle, cfg.ReadCount = 10*time.Minute, 8
+	d, err := New(s, cfg)
+	require.NoError(t, err)
+	n, err := d.Poll(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 8, n)
+	for _, c := range tr.Calls() {
+		assert.True(t, ids[c.IntentID])
+		delete(ids, c.IntentID)
+	}
+	assert.Empty(t, ids, "each sent once")
+	assert.Equal(t, 8, obs.Get("reclaimed"))
+	assert.Equal(t, 8, obs.Get("reclaim-trips"), "two pages of 4 round trips")
+	p, err := srv.Admin().XPending(ctx, stream, s.Group()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"live": 7 * gap}, p.Consumers)
+}
