@@ -42,6 +42,9 @@ type metrics struct {
 	unopened    prometheus.Counter
 	final       *prometheus.CounterVec   // state
 	backlog     *prometheus.GaugeVec     // shard, kind
+	reclaimed   *prometheus.CounterVec   // shard
+	reclaimRTT  *prometheus.CounterVec   // shard
+	reclaimLaps *prometheus.CounterVec   // shard
 	restarts    *prometheus.CounterVec   // transport, cause
 	launches    *prometheus.CounterVec   // transport, result
 	callSeconds *prometheus.HistogramVec // transport, outcome
@@ -64,8 +67,11 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "caphost", Subsystem: "notify", Name: "backlog",
 			Help: "Per shard: entries delivered to the group and not acknowledged (pending), and entries not yet delivered (lag; -1 unknown)."},
 			[]string{"shard", "kind"}),
-		restarts: prometheus.NewCounterVec(opts("transport_restarts_total", "Transport plugin restarts by cause."), []string{"transport", "cause"}),
-		launches: prometheus.NewCounterVec(opts("transport_launches_total", "Transport plugin launches (first and restarts) by result."), []string{"transport", "result"}),
+		reclaimed:   prometheus.NewCounterVec(opts("reclaimed_total", "Per shard: pending entries taken over from another consumer (a dead or stalled one) after min-idle."), []string{"shard"}),
+		reclaimRTT:  prometheus.NewCounterVec(opts("reclaim_round_trips_total", "Per shard: XAUTOCLAIM calls of the reclaim scans (at most 4 per reclaim page)."), []string{"shard"}),
+		reclaimLaps: prometheus.NewCounterVec(opts("reclaim_laps_total", "Per shard: reclaim scans that reached the end of the pending entries list (a lap of the PEL ended; the cursor went back to its start)."), []string{"shard"}),
+		restarts:    prometheus.NewCounterVec(opts("transport_restarts_total", "Transport plugin restarts by cause."), []string{"transport", "cause"}),
+		launches:    prometheus.NewCounterVec(opts("transport_launches_total", "Transport plugin launches (first and restarts) by result."), []string{"transport", "result"}),
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "notify",
 			Name: "transport_call_seconds", Help: "Transport plugin call latency by transport and submission certainty.",
 			Buckets: prometheus.ExponentialBuckets(250e-6, 4, 10)}, []string{"transport", "outcome"}),
@@ -94,10 +100,14 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 	for i := range shards {
 		m.backlog.WithLabelValues(strconv.Itoa(i), "pending")
 		m.backlog.WithLabelValues(strconv.Itoa(i), "lag")
+		m.reclaimed.WithLabelValues(strconv.Itoa(i))
+		m.reclaimRTT.WithLabelValues(strconv.Itoa(i))
+		m.reclaimLaps.WithLabelValues(strconv.Itoa(i))
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.intents, m.bestEffort, m.dispatched, m.retries, m.quarantined,
-			m.unopened, m.final, m.backlog, m.restarts, m.launches, m.callSeconds, m.sandboxes} {
+			m.unopened, m.final, m.backlog, m.reclaimed, m.reclaimRTT, m.reclaimLaps, m.restarts, m.launches,
+			m.callSeconds, m.sandboxes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -120,6 +130,16 @@ func (o dispatchObserver) Backlog(shard int, pending, lag int64) {
 	s := strconv.Itoa(shard)
 	o.m.backlog.WithLabelValues(s, "pending").Set(float64(pending))
 	o.m.backlog.WithLabelValues(s, "lag").Set(float64(lag))
+}
+
+// Reclaimed implements dispatch.ReclaimObserver.
+func (o dispatchObserver) Reclaimed(shard, entries, trips int, wrapped bool) {
+	s := strconv.Itoa(shard)
+	o.m.reclaimed.WithLabelValues(s).Add(float64(entries))
+	o.m.reclaimRTT.WithLabelValues(s).Add(float64(trips))
+	if wrapped {
+		o.m.reclaimLaps.WithLabelValues(s).Inc()
+	}
 }
 
 // transportObserver turns a plugin's lifecycle and calls into metrics.

@@ -1,0 +1,45 @@
+package notify
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/caphost/caphost/host/notify/dispatch"
+)
+
+// TestReclaimMetrics: the dispatcher's reclaim figures reach the
+// per-shard counters, which exist at zero for every shard from the start.
+func TestReclaimMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, []string{"webhook"}, 2)
+	require.NoError(t, err)
+	var o dispatch.ReclaimObserver = dispatchObserver{m}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	series := map[string]int{}
+	for _, mf := range mfs {
+		series[mf.GetName()] = len(mf.GetMetric())
+	}
+	for _, n := range []string{"caphost_notify_reclaimed_total", "caphost_notify_reclaim_round_trips_total", "caphost_notify_reclaim_laps_total"} {
+		assert.Equal(t, 2, series[n], "%s: pre-created for each shard", n)
+	}
+	o.Reclaimed(1, 3, 2, false)
+	o.Reclaimed(1, 0, 0, true)
+	o.Reclaimed(0, 1, 1, true)
+	for _, c := range []struct {
+		v     *prometheus.CounterVec
+		shard string
+		want  float64
+	}{
+		{m.reclaimed, "1", 3}, {m.reclaimRTT, "1", 2}, {m.reclaimLaps, "1", 1},
+		{m.reclaimed, "0", 1}, {m.reclaimRTT, "0", 1}, {m.reclaimLaps, "0", 1},
+	} {
+		var got dto.Metric
+		require.NoError(t, c.v.WithLabelValues(c.shard).Write(&got))
+		assert.Equal(t, c.want, got.GetCounter().GetValue())
+	}
+}
