@@ -15,7 +15,8 @@
 // dispatcher and serves POST /v1/notify and GET /v1/notify/{id}.
 //
 // Recipients, parameters and rendered content never reach a log line, a
-// metric label, an error or a key.
+// metric label, an error or a key; with intents.encryption configured
+// they do not reach Redis either (plans sealed by host/notify/seal).
 //
 // What may change here: new request fields (as optional members), new
 // routes options, new metrics. What must not: the HTTP answers' codes and
