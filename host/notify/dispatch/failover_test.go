@@ -34,6 +34,36 @@ import (
 func TestSentinelFailoverDuringDispatch(t *testing.T) {
 	sen := redistest.StartSentinel(t)
 	s := newStore(t, &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs()}, 1)
+	old := sen.Primary()
+	runFailoverDuringDispatch(t, s, old, sen.Replicas(), func() {
+		require.NotEqual(t, old.Addr(), sen.AwaitFailover(t, old).Addr())
+	})
+}
+
+// TestClusterFailoverDuringDispatch is the Cluster counterpart: the
+// primary owning the shard's slot (its stream, quarantine stream and
+// records) is killed and the cluster promotes its replica.
+func TestClusterFailoverDuringDispatch(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.WithConfig("cluster-node-timeout", "1000"))
+	s := newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 1)
+	stream, _, err := s.StreamKeys(0)
+	require.NoError(t, err)
+	owner, err := cl.Admin().MasterForKey(ctxT(t), stream)
+	require.NoError(t, err)
+	for i, p := range cl.Primaries() {
+		if p.Addr() == owner.Options().Addr {
+			replica := cl.Replicas()[i]
+			runFailoverDuringDispatch(t, s, p, []*redistest.Server{replica}, func() { redistest.AwaitPromoted(t, replica) })
+			return
+		}
+	}
+	t.Fatalf("no primary of the cluster owns %s", stream)
+}
+
+// runFailoverDuringDispatch plays the scenario of
+// TestSentinelFailoverDuringDispatch on s, whose one shard lives on old
+// with replicas; promote waits until a replica took over.
+func runFailoverDuringDispatch(t *testing.T, s *intent.Store, old *redistest.Server, replicas []*redistest.Server, promote func()) {
 	ctx := ctxT(t)
 	tr, obs := newScripted("primary", accepted), &counting{}
 	d, err := New(s, crashConfig(obs, 1, tr))
@@ -58,10 +88,9 @@ func TestSentinelFailoverDuringDispatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	resent, queued := submit("resent"), submit("queued")
-	old := sen.Primary()
-	redistest.AwaitReplicated(t, old, 2)
+	redistest.AwaitReplicated(t, old, len(replicas))
 
-	reattach := redistest.DetachReplicas(t, old, sen.Replicas()...)
+	reattach := redistest.DetachReplicas(t, old, replicas...)
 	n, err = d.Poll(ctx, 0) // ReadCount 1: resent only
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -71,8 +100,7 @@ func TestSentinelFailoverDuringDispatch(t *testing.T) {
 	lost := submit("lost")
 	old.Kill()
 	reattach()
-	next := sen.AwaitFailover(t, old)
-	require.NotEqual(t, old.Addr(), next.Addr())
+	promote()
 
 	// The promoted replica answers once the client follows it.
 	require.Eventually(t, func() bool {
