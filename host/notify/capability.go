@@ -29,16 +29,17 @@ import (
 // (capabilities.notify).
 const CapabilityID = "notify"
 
-// Readiness is the level this implementation claims: R1. Every part is
-// proven against real processes on one machine — renders by the reference
-// renderer guest with hostile parameters per channel, intents on a real
-// standalone redis-server and Cluster, dispatch with a killed plugin, a
-// transport that accepts and then times out, a consumer that dies before
-// XACK, the webhook, SMTP and file transports as go-plugin processes
-// against a real HTTP server, SMTP server and directory. R2 needs a
-// failover test of the dispatcher on Sentinel and Cluster and a rehearsed
-// runbook for the quarantine (card.md, item 2).
-const Readiness = capability.R1
+// Readiness is the level this implementation claims: R2. Every part is
+// proven against real processes — renders by the reference renderer
+// guest with hostile parameters per channel, intents on standalone,
+// Sentinel and Cluster redis-servers, dispatch across a killed primary on
+// Sentinel and Cluster, with a killed plugin, a transport that accepts
+// and then times out, a consumer that dies before XACK, the webhook, SMTP
+// and file transports as sandboxed go-plugin processes against a real
+// HTTP server, SMTP server and directory, plans sealed at rest, and the
+// quarantine runbook rehearsed. R3 needs rehearsed rolling-upgrade and
+// capacity runbooks (card.md, item 2).
+const Readiness = capability.R2
 
 // Implementation names the implementation in the descriptor.
 const Implementation = "redis-streams-notify-v1"
