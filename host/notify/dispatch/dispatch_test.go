@@ -335,24 +335,7 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 	srv, s := standalone(t, 1)
 	ctx := ctxT(t)
 	tr := newScripted("primary", accepted)
-	sub, err := s.Submit(ctx, []byte("k"), testPlan(t, "primary"))
-	require.NoError(t, err)
-	stream := pendingStream(t, srv.Admin())
-	require.NoError(t, srv.Admin().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"i", "garbage", "p", "x"}}).Err())
-
-	// Two consumers died with the entries (deliveries 1, then 2 by a reclaim).
-	ready, err := s.EnsureGroup(ctx, 0)
-	require.NoError(t, err)
-	require.True(t, ready)
-	ds, err := s.Read(ctx, 0, "dead-1", 2, 0)
-	require.NoError(t, err)
-	require.Len(t, ds, 2)
-	require.NoError(t, ds[0].Err)
-	require.ErrorIs(t, ds[1].Err, intent.ErrCorruptEntry)
-	require.Eventually(t, func() bool {
-		got, err := s.Reclaim(ctx, 0, "dead-2", time.Millisecond, 2)
-		return err == nil && len(got.Deliveries) == 2
-	}, 20*time.Second, 5*time.Millisecond)
+	sub, stream, _ := twoPoisonEntries(ctx, t, srv, s, "k")
 
 	obs := &counting{}
 	cfg := crashConfig(obs, 1, tr)
@@ -373,6 +356,32 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 	q := srv.Admin().Keys(ctx, "*:notify:*:quarantine").Val()
 	require.Len(t, q, 1)
 	assert.Equal(t, int64(2), srv.Admin().XLen(ctx, q[0]).Val())
+}
+
+// twoPoisonEntries submits an intent under key and appends an entry
+// that does not decode to shard 0's stream; two consumers then die with
+// both (delivered once, then again by a reclaim). It returns the
+// submission, the stream and the forged entry's id.
+func twoPoisonEntries(ctx context.Context, t *testing.T, srv *redistest.Server, s *intent.Store, key string) (intent.Submission, string, string) {
+	t.Helper()
+	sub, err := s.Submit(ctx, []byte(key), testPlan(t, "primary"))
+	require.NoError(t, err)
+	stream := pendingStream(t, srv.Admin())
+	forged, err := srv.Admin().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"i", "garbage", "p", "x"}}).Result()
+	require.NoError(t, err)
+	ready, err := s.EnsureGroup(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ready)
+	ds, err := s.Read(ctx, 0, "dead-1", 2, 0)
+	require.NoError(t, err)
+	require.Len(t, ds, 2)
+	require.NoError(t, ds[0].Err)
+	require.ErrorIs(t, ds[1].Err, intent.ErrCorruptEntry)
+	require.Eventually(t, func() bool {
+		got, err := s.Reclaim(ctx, 0, "dead-2", time.Millisecond, 2)
+		return err == nil && len(got.Deliveries) == 2
+	}, 20*time.Second, 5*time.Millisecond)
+	return sub, stream, forged
 }
 
 // TestIndeterminateIsNeverRetriedNorSentToAFallback.
@@ -788,21 +797,32 @@ func TestReclaimScanDrainsTheBacklogOnSlots(t *testing.T) {
 	obs := &counting{}
 	cfg := crashConfig(obs, 1, tr)
 	ids := backlog(ctx, t, srv, s, 10, cfg.MinIdle)
-	cfg.Concurrency, cfg.Sleep, cfg.Block = 2, nil, 20*time.Millisecond
+	cfg.Concurrency = 2
+	deliverOnSlots(ctx, t, s, cfg, tr, obs, ids)
+	assertNothingPending(ctx, t, s)
+}
+
+// deliverOnSlots runs a dispatcher of cfg (its clock frozen, so the read
+// loop's first reclaim scan is its only one) until every intent of ids
+// is DELIVERED, closes it, and checks that the transport sent each of
+// them exactly once.
+func deliverOnSlots(ctx context.Context, t *testing.T, s *intent.Store, cfg Config, tr *scripted, obs *counting, ids map[string]bool) {
+	t.Helper()
+	n := len(ids)
+	cfg.Sleep, cfg.Block = nil, 20*time.Millisecond
 	cfg.Now = (&fakeClock{now: testNow}).Now
 	d, err := New(s, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start())
-	require.Eventually(t, func() bool { return obs.Get("final:DELIVERED") == 10 }, 20*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.Get("final:DELIVERED") == n }, 20*time.Second, 5*time.Millisecond)
 	require.NoError(t, d.Close(ctx))
 	calls := tr.Calls()
-	require.Len(t, calls, 10)
+	require.Len(t, calls, n)
 	for _, c := range calls {
 		assert.True(t, ids[c.IntentID])
 		delete(ids, c.IntentID)
 	}
 	assert.Empty(t, ids, "each sent once")
-	assertNothingPending(ctx, t, s)
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -961,20 +981,9 @@ func TestReclaimScanGetsPastALiveConsumersEntriesOnSlots(t *testing.T) {
 	tr := newScripted("primary", accepted)
 	obs := &counting{}
 	cfg := baseConfig("alive", obs, slog.New(slog.DiscardHandler), &sleeps{}, &seq{}, tr)
-	cfg.MinIdle, cfg.Concurrency, cfg.Sleep, cfg.Block = 10*time.Minute, 2, nil, 20*time.Millisecond
-	cfg.Now = (&fakeClock{now: testNow}).Now
-	d, err := New(s, cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Start())
-	require.Eventually(t, func() bool { return obs.Get("final:DELIVERED") == 20 }, 20*time.Second, 5*time.Millisecond)
-	require.NoError(t, d.Close(ctx))
-	calls := tr.Calls()
-	require.Len(t, calls, 20)
-	for _, c := range calls {
-		assert.True(t, ids[c.IntentID])
-		delete(ids, c.IntentID)
-	}
-	assert.Empty(t, ids, "each sent once")
+	cfg.MinIdle, cfg.Concurrency = 10*time.Minute, 2
+	require.Len(t, ids, 20)
+	deliverOnSlots(ctx, t, s, cfg, tr, obs, ids)
 	assert.Equal(t, 20, obs.Get("reclaimed"))
 	assertLiveUntouched(ctx, t, srv, s)
 }

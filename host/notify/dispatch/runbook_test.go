@@ -29,21 +29,7 @@ func TestQuarantineRunbook(t *testing.T) {
 	ctx := ctxT(t)
 	admin := srv.Admin()
 	tr := newScripted("primary", accepted)
-	sub, err := s.Submit(ctx, []byte("order-42"), testPlan(t, "primary"))
-	require.NoError(t, err)
-	stream := pendingStream(t, admin)
-	forged, err := admin.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"i", "forged", "p", "x"}}).Result()
-	require.NoError(t, err)
-	// Two consumers die with the entries.
-	_, err = s.EnsureGroup(ctx, 0)
-	require.NoError(t, err)
-	ds, err := s.Read(ctx, 0, "dead-1", 2, 0)
-	require.NoError(t, err)
-	require.Len(t, ds, 2)
-	require.Eventually(t, func() bool {
-		got, err := s.Reclaim(ctx, 0, "dead-2", time.Millisecond, 2)
-		return err == nil && len(got.Deliveries) == 2
-	}, 20*time.Second, 5*time.Millisecond)
+	sub, _, forged := twoPoisonEntries(ctx, t, srv, s, "order-42")
 	obs := &counting{}
 	cfg := crashConfig(obs, 1, tr)
 	cfg.MaxDeliveries = 3
