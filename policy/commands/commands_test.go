@@ -114,7 +114,7 @@ func TestDefaultCatalogContents(t *testing.T) {
 	require.NoError(t, err)
 	blocked := []string{"KEYS", "FLUSHALL", "FLUSHDB", "CONFIG|SET", "CONFIG|REWRITE", "CONFIG|RESETSTAT", "EVAL", "EVAL_RO",
 		"SCRIPT|FLUSH", "SCRIPT|KILL", "FUNCTION|FLUSH", "FUNCTION|KILL", "DEBUG", "SHUTDOWN", "MONITOR", "CLIENT|KILL",
-		"SETEX", "SETNX", "PSETEX", "GETSET", "WAIT", "SAVE", "BGSAVE", "BGREWRITEAOF", "REPLICAOF", "SLAVEOF", "MIGRATE",
+		"SETEX", "SETNX", "PSETEX", "GETSET", "SAVE", "BGSAVE", "BGREWRITEAOF", "REPLICAOF", "SLAVEOF", "MIGRATE",
 		"SWAPDB", "MOVE", "CLIENT|SETINFO"}
 	for _, n := range blocked {
 		e, ok := c.Entry(n)
@@ -148,10 +148,13 @@ func TestDefaultCatalogContents(t *testing.T) {
 	}
 	set, _ := c.Entry("SET")
 	assert.Equal(t, CreatesWithTTL, set.CreatesKey)
-	for _, n := range []string{"WAIT", "HSET", "LPUSH", "SADD"} {
-		if n == "WAIT" {
-			continue
-		}
+	// WAIT is script-lane only; the guard admits it only under a
+	// replica-wait grant (runtime/guard).
+	wait, _ := c.Entry("WAIT")
+	assert.Equal(t, []policy.Lane{policy.LaneScript}, wait.Lanes)
+	assert.Equal(t, SupportAdvancedTyped, wait.Support)
+	assert.Equal(t, 3, wait.MaxArgs)
+	for _, n := range []string{"HSET", "LPUSH", "SADD"} {
 		_, ok := c.Entry(n)
 		assert.False(t, ok, "%s must stay out of the regular catalog (default-deny)", n)
 	}

@@ -2,8 +2,8 @@
 // runtime installs on every client it creates (Install), so that no command
 // reaches the wire without passing the closed catalog (policy/commands),
 // the lane, the namespace, the Cluster same-slot rule, the TTL duty, the
-// program allowlist and the request budget, and no reply reaches a caller
-// without passing the reply budget.
+// program allowlist, the replica-wait grant and the request budget, and no
+// reply reaches a caller without passing the reply budget.
 //
 // The admission order is fixed (see Guard) and must not be reordered here:
 // tests pin it. A rejection is set on the command and returned without
@@ -22,6 +22,7 @@ import (
 	"github.com/caphost/caphost/policy/commands"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/internal/hashslot"
+	"github.com/caphost/caphost/runtime/internal/replwait"
 )
 
 // Reason is why the guard rejected a command. The set is closed (Reasons).
@@ -136,8 +137,9 @@ var ErrConfig = errors.New("invalid guard config")
 //
 // Admission order: catalog lookup (unknown → reject) → blocked/support →
 // lane → argument count → key positions → namespace on every key and
-// channel → Cluster same slot → TTL duty → program allowlist → request
-// bytes (and a range-bounded reply) → send → reply bytes.
+// channel → Cluster same slot → TTL duty → program allowlist → replica-wait
+// grant (WAIT only) → request bytes (and a range-bounded reply) → send →
+// reply bytes.
 type Guard struct {
 	deployment string
 	lane       policy.Lane
@@ -207,7 +209,7 @@ func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// e stays on this stack frame: the helpers take *Entry so the
 		// ~240-byte entry is copied once (out of the catalog), not per step.
 		var e commands.Entry
-		if rej := g.check(&e, cmd.Args()); rej != nil {
+		if rej := g.check(ctx, &e, cmd.Args()); rej != nil {
 			g.obs.Rejected(g.lane, rej.Command, rej.Reason)
 			cmd.SetErr(rej)
 			return rej
@@ -235,7 +237,7 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		var first *Rejection
 		bad := -1
 		for i, cmd := range cmds {
-			if rej := g.check(&entries[i], cmd.Args()); rej != nil {
+			if rej := g.check(ctx, &entries[i], cmd.Args()); rej != nil {
 				first, bad = rej, i
 				break
 			}
@@ -297,18 +299,20 @@ func (g *Guard) reject(e *commands.Entry, reason Reason, format string, a ...any
 // is the gate for traffic go-redis writes without hooks: PubSub's
 // SUBSCRIBE, SSUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go straight to
 // the connection, so the runtime's pub/sub facade (runtime/pubsub.go)
-// Checks each one before sending it.
+// Checks each one before sending it. Check carries no replica-wait grant:
+// it refuses WAIT.
 func (g *Guard) Check(args []any) error {
 	var e commands.Entry
-	if rej := g.check(&e, args); rej != nil {
+	if rej := g.check(context.Background(), &e, args); rej != nil {
 		return rej
 	}
 	return nil
 }
 
 // check is the admission order. Keep it in the documented order. It fills
-// *e with the catalog entry (the zero Entry for an unknown command).
-func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
+// *e with the catalog entry (the zero Entry for an unknown command). ctx is
+// read only for WAIT (its replica-wait grant).
+func (g *Guard) check(ctx context.Context, e *commands.Entry, args []any) *Rejection {
 	// 1. catalog lookup: unknown → reject (default-deny).
 	var ok bool
 	*e, ok = g.catalog.Lookup(args)
@@ -369,6 +373,12 @@ func (g *Guard) check(e *commands.Entry, args []any) *Rejection {
 	// 8. programs: EVALSHA SHA / FCALL function in the allowlist.
 	if rej := g.checkProgram(e, args); rej != nil {
 		return rej
+	}
+	// 8b. WAIT: only under a replica-wait grant, within its bounds.
+	if e.Name == "WAIT" {
+		if rej := g.checkWait(ctx, e, args); rej != nil {
+			return rej
+		}
 	}
 	// 9. request bytes (and a request-declared reply size).
 	n, ok := requestBytes(args, g.maxReq)
@@ -558,6 +568,34 @@ func (g *Guard) checkProgram(e *commands.Entry, args []any) *Rejection {
 		if g.scripts == nil || fn == "" || !g.scripts.AllowFunction(fn) {
 			return g.reject(e, ReasonScriptNotAllowed, "function is not in the program catalog")
 		}
+	}
+	return nil
+}
+
+// checkWait admits WAIT numreplicas timeout only when ctx carries a
+// replica-wait grant (runtime/internal/replwait), which the program
+// executor attaches to one program-then-WAIT pipeline of a capability that
+// configured replica acknowledgements: no grant is blocked (any other
+// caller, any other path), and numreplicas above the grant, a timeout of 0
+// (WAIT would block the pooled connection forever) or above the grant is
+// malformed. Nothing is sent in either case.
+func (g *Guard) checkWait(ctx context.Context, e *commands.Entry, args []any) *Rejection {
+	grant, ok := replwait.From(ctx)
+	if !ok || !grant.Valid() {
+		return g.reject(e, ReasonBlocked, "WAIT only under a replica-wait grant (the fenced lease's replication profile)")
+	}
+	if len(args) != 3 {
+		return g.reject(e, ReasonMalformed, "WAIT needs numreplicas and timeout")
+	}
+	n, ok1 := intArg(args[1])
+	ms, ok2 := intArg(args[2])
+	switch {
+	case !ok1 || !ok2:
+		return g.reject(e, ReasonMalformed, "WAIT numreplicas and timeout must be integers")
+	case n < 1 || n > int64(grant.Acks):
+		return g.reject(e, ReasonMalformed, "WAIT numreplicas must be within 1..%d (the grant)", grant.Acks)
+	case ms < 1 || ms > grant.Timeout.Milliseconds():
+		return g.reject(e, ReasonMalformed, "WAIT timeout must be within 1..%d ms (the grant; 0 blocks forever)", grant.Timeout.Milliseconds())
 	}
 	return nil
 }
