@@ -442,7 +442,13 @@ func (e *Executor) FencedLeaseAcquire(ctx context.Context, owner, counter keys.K
 	if err != nil {
 		return FencedAcquireResult{}, err
 	}
-	res := FencedAcquireResult{Status: FencedAcquireStatus(r.status), ServerNowMillis: r.serverNow, FencedLeaseState: fencedState(&r)}
+	return fencedAcquireResult(id, &r, req)
+}
+
+// fencedAcquireResult decodes and checks a fenced-lease-acquire-v1 reply.
+func fencedAcquireResult(id string, r *reply, req FencedLeaseAcquireRequest) (FencedAcquireResult, error) {
+	reg := req.Registration
+	res := FencedAcquireResult{Status: FencedAcquireStatus(r.status), ServerNowMillis: r.serverNow, FencedLeaseState: fencedState(r)}
 	var shape fencedShape
 	switch res.Status {
 	case FencedAcquired:
