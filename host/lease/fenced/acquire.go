@@ -19,6 +19,13 @@ import (
 // increment, if the first send applied); a repeat that cannot be sent
 // leaves the outcome Indeterminate. Fence refusals are outcomes, never
 // errors; errors are lease.ErrInvalidRequest, lease.ErrCorrupt and ctx's.
+//
+// With a replication profile (Config.Replication) every acquire is
+// followed by WAIT on the same connection. A grant fewer replicas
+// acknowledged is NotReplicated: released best-effort, no handle, never
+// retried within r.Wait. A WAIT that did not answer makes the acquire
+// INDETERMINATE and takes the same one reconciling repeat (the same
+// attempt: no increment, and a new WAIT).
 func (c *Client) Acquire(ctx context.Context, r Request) (Acquisition, error) {
 	k, err := c.prepare(&r)
 	if err != nil {
@@ -41,7 +48,16 @@ func (c *Client) acquire(ctx context.Context, k call, r Request) (Acquisition, e
 	)
 	for {
 		start := c.now()
-		res, err := c.exec.FencedLeaseAcquire(ctx, k.owner, k.counter, req)
+		var (
+			res  programs.FencedAcquireResult
+			reps programs.Replicas
+			err  error
+		)
+		if c.repl.Enabled() {
+			res, reps, err = c.exec.FencedLeaseAcquireReplicated(ctx, k.owner, k.counter, req, c.repl.wait())
+		} else {
+			res, err = c.exec.FencedLeaseAcquire(ctx, k.owner, k.counter, req)
+		}
 		out.Attempts++
 		if err != nil {
 			o := certainty.Classify(err, true)
@@ -67,6 +83,13 @@ func (c *Client) acquire(ctx context.Context, k call, r Request) (Acquisition, e
 			}
 		} else {
 			out = Acquisition{Certainty: res.Outcome(), Attempts: out.Attempts, Fence: tokenOf(res.Fence)}
+			held := res.Status == programs.FencedAcquired || res.Status == programs.FencedReplayedSameOperation
+			if held && c.repl.Enabled() {
+				out.Replicas = reps.Reached
+				if !reps.OK() {
+					return c.notReplicated(ctx, k, r, out, tokenOf(res.Token)), nil
+				}
+			}
 			switch res.Status {
 			case programs.FencedAcquired:
 				out.Kind, out.Handle = Acquired, c.handle(k, r, start, res.PTTL, tokenOf(res.Token))
@@ -118,6 +141,25 @@ func (c *Client) acquire(ctx context.Context, k call, r Request) (Acquisition, e
 		}
 		pause = min(2*pause, backoffMax)
 	}
+}
+
+// notReplicated settles a grant fewer replicas acknowledged than
+// configured: it is released at once (best-effort, within
+// ReleaseTimeout even when ctx has ended) and no handle is made, so the
+// token is never handed out.
+func (c *Client) notReplicated(ctx context.Context, k call, r Request, out Acquisition, tok fence.Token) Acquisition {
+	out.Kind = NotReplicated
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	rel, err := c.releaseCall(rctx, k, tok.Counter)
+	out.Release = rel.Kind
+	if err != nil || rel.Kind != lease.ReleaseDone && rel.Kind != lease.ReleaseAlreadyAbsent {
+		c.log.Warn("fenced: an unreplicated grant could not be released; it stays held until its TTL",
+			"purpose", r.Purpose, "release", rel.Kind, "error", err)
+	}
+	c.log.Warn("fenced: grant not acknowledged by enough replicas; released, no token handed out",
+		"purpose", r.Purpose, "replicas", out.Replicas, "wanted", c.repl.Acks)
+	return out
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -57,10 +57,13 @@ const (
 	// RulePurposes: a purpose that is not a slug, listed twice, or more
 	// than lease.MaxPurposes of them.
 	RulePurposes policy.Rule = "fenced-lease.purposes"
+	// RuleReplication: a replication block without acks or timeout, or
+	// with either out of bounds.
+	RuleReplication policy.Rule = "fenced-lease.replication"
 )
 
 // Rules lists the block's own rules.
-func Rules() []policy.Rule { return []policy.Rule{RuleBounds, RulePurposes} }
+func Rules() []policy.Rule { return []policy.Rule{RuleBounds, RulePurposes, RuleReplication} }
 
 // Decode decodes the capabilities.fenced-lease block strictly: unknown
 // keys, wrong types and bad values fail, every problem at once as a
@@ -74,7 +77,11 @@ func Rules() []policy.Rule { return []policy.Rule{RuleBounds, RulePurposes} }
 // drift-budget, at most 720h), max-wait (default 10s, 0..1m),
 // hard-fail-threshold (default 2^53−1: the highest counter an acquire
 // issues), purposes (the closed list of purpose slugs; absent: any, the
-// first 64 getting their own metric label).
+// first 64 getting their own metric label), replication (opt-in replica
+// acknowledgements: a mapping of exactly acks, 1..16, and timeout, whole
+// milliseconds within 1ms..5s; absent: no WAIT is ever sent). Whether the
+// timeout fits the script lane's command timeout is checked when the
+// capability is provisioned (New), against the deployment it runs on.
 func Decode(provider string, role policy.Role, raw map[string]any) (Config, error) {
 	d := &strict.Reader{}
 	cfg := Config{Role: role, DriftBudget: lease.DefaultDriftBudget, MaxTTL: lease.DefaultConfigMaxTTL,
@@ -89,7 +96,7 @@ func Decode(provider string, role policy.Role, raw map[string]any) (Config, erro
 		d.Add(capPath+".redis-role", policy.RuleCapabilityRole,
 			"fence counters need a correctness role (coordination or session): an evicted counter stops every acquire")
 	}
-	d.Known(capPath, raw, "drift-budget", "max-ttl", "max-wait", "hard-fail-threshold", "purposes")
+	d.Known(capPath, raw, "drift-budget", "max-ttl", "max-wait", "hard-fail-threshold", "purposes", "replication")
 	if v, ok := d.Duration(capPath+".drift-budget", raw["drift-budget"]); ok {
 		if v < lease.MinDriftBudget || v > lease.MaxDriftBudget {
 			d.Add(capPath+".drift-budget", RuleBounds, "must be within %s..%s", lease.MinDriftBudget, lease.MaxDriftBudget)
@@ -133,10 +140,45 @@ func Decode(provider string, role policy.Role, raw map[string]any) (Config, erro
 		}
 		cfg.Purposes = ps
 	}
+	if _, present := raw["replication"]; present {
+		cfg.Replication = decodeReplication(d, raw["replication"])
+	}
 	if err := d.Problems.Err(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// decodeReplication reads capabilities.fenced-lease.replication: both keys
+// required (a block with one of them is a mistake, not a default).
+func decodeReplication(d *strict.Reader, v any) Replication {
+	path := capPath + ".replication"
+	m, ok := d.Object(path, v)
+	if !ok {
+		if v == nil {
+			d.Add(path, RuleReplication, "an empty block: give acks and timeout, or omit replication")
+		}
+		return Replication{}
+	}
+	d.Known(path, m, "acks", "timeout")
+	var r Replication
+	if m["acks"] == nil {
+		d.Add(strict.Join(path, "acks"), RuleReplication, "required: the replicas that must acknowledge a grant, 1..%d", MaxAcks)
+	} else if n, ok := d.Int(strict.Join(path, "acks"), m["acks"]); ok {
+		if n < 1 || n > MaxAcks {
+			d.Add(strict.Join(path, "acks"), RuleReplication, "must be within 1..%d", MaxAcks)
+		}
+		r.Acks = n
+	}
+	if m["timeout"] == nil {
+		d.Add(strict.Join(path, "timeout"), RuleReplication, "required: how long each WAIT may block, 1ms..%s", MaxTimeout)
+	} else if t, ok := d.Duration(strict.Join(path, "timeout"), m["timeout"]); ok {
+		if t < time.Millisecond || t > MaxTimeout || t%time.Millisecond != 0 {
+			d.Add(strict.Join(path, "timeout"), RuleReplication, "must be whole milliseconds within 1ms..%s", MaxTimeout)
+		}
+		r.Timeout = t
+	}
+	return r
 }
 
 // CapabilityInfo describes the fenced lease capability for the host's

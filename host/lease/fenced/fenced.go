@@ -58,6 +58,36 @@ type Config struct {
 	// accepts (at most lease.MaxPurposes slugs); any other purpose is an
 	// invalid request. It is also the set of purpose metric labels.
 	Purposes []string
+	// Replication, when set (Acks > 0), is the opt-in replica
+	// acknowledgement profile: every acquire and provision is followed by
+	// WAIT on the same connection, and a grant fewer replicas acknowledged
+	// is NotReplicated (released, no token handed out). The zero value is
+	// off: no WAIT is sent.
+	Replication Replication
+}
+
+// Replication is the replica acknowledgement profile
+// (capabilities.fenced-lease.replication).
+type Replication struct {
+	// Acks is how many replicas must acknowledge a grant, 1..MaxAcks.
+	Acks int
+	// Timeout bounds each WAIT: whole milliseconds within 1ms..MaxTimeout,
+	// and at most the coordination deployment's script-lane command
+	// timeout minus programs.ReplicaWaitMargin (New checks it).
+	Timeout time.Duration
+}
+
+// Bounds of Replication.
+const (
+	MaxAcks    = programs.MaxReplicaAcks
+	MaxTimeout = programs.MaxReplicaWait
+)
+
+// Enabled reports whether the profile is on.
+func (r Replication) Enabled() bool { return r != Replication{} }
+
+func (r Replication) wait() programs.ReplicaWait {
+	return programs.ReplicaWait{Acks: r.Acks, Timeout: r.Timeout}
 }
 
 // Option configures a Client beyond Config.
@@ -93,6 +123,7 @@ type Client struct {
 	m         *metrics
 	now       func() time.Time
 	jitter    func(int64) int64
+	repl      Replication // zero: no WAIT
 
 	// Test hooks: beforeRepeat runs before the reconciling repeat of an
 	// acquire whose reply was lost, beforeReleaseRepeat before the repeat
@@ -166,12 +197,21 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Replication.Enabled() {
+		// A profile the host cannot act on is an error, never a silent
+		// downgrade: out of bounds, or a WAIT timeout the script lane's
+		// read deadline would cut (every slow acknowledgement would look
+		// like a lost reply).
+		if err := dep.Programs().CheckReplicaWait(cfg.Replication.wait()); err != nil {
+			return nil, fmt.Errorf("%w: replication: %w", lease.ErrInvalidRequest, err)
+		}
+	}
 	m, err := newMetrics(o.reg, cfg.Purposes)
 	if err != nil {
 		return nil, err
 	}
 	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, threshold: threshold, maxTTL: maxTTL, maxWait: maxWait,
-		purposes: purposes, log: o.log, m: m, now: o.now, jitter: rand.Int64N}, nil
+		purposes: purposes, log: o.log, m: m, now: o.now, jitter: rand.Int64N, repl: cfg.Replication}, nil
 }
 
 // AcceptsPurpose reports whether purpose is on the configured list (every
@@ -219,10 +259,16 @@ const (
 	// below the watermark the protected store has admitted — the Redis
 	// side lost increments; never used until an operator reprovisions.
 	ProvisionRegression
+	// ProvisionNotReplicated (replication profile only): the counter is
+	// there for this registration (created or already the same) but fewer
+	// replicas than the configured acks acknowledged it in time. The
+	// registration must stay PENDING (Activate does); repeating
+	// provisioning once the replicas are back settles it.
+	ProvisionNotReplicated
 )
 
 var provisionNames = [...]string{Provisioned: "PROVISIONED", AlreadySame: "ALREADY_SAME",
-	ProvisionConflict: "REGISTRATION_CONFLICT", ProvisionRegression: "REGRESSION"}
+	ProvisionConflict: "REGISTRATION_CONFLICT", ProvisionRegression: "REGRESSION", ProvisionNotReplicated: "NOT_REPLICATED"}
 
 func (k ProvisionKind) String() string {
 	if int(k) <= 0 || int(k) >= len(provisionNames) {
@@ -233,9 +279,12 @@ func (k ProvisionKind) String() string {
 
 // Provision creates the Redis counter of reg (step 2 of provisioning) at
 // its high watermark, or reports what is there. It never lowers or
-// replaces a counter. Errors are caller mistakes, ErrCorrupt and the
-// runtime's (an outage: provisioning is an operator or reconciler step and
-// is simply repeated).
+// replaces a counter. With a replication profile the counter must also be
+// acknowledged by the configured replicas (ProvisionNotReplicated
+// otherwise; a WAIT that did not answer is the runtime's INDETERMINATE
+// error). Errors are caller mistakes, ErrCorrupt and the runtime's (an
+// outage: provisioning is an operator or reconciler step and is simply
+// repeated).
 func (c *Client) Provision(ctx context.Context, purpose string, reg fence.Registration) (ProvisionKind, fence.Token, error) {
 	if c.purposes != nil && !c.purposes[purpose] {
 		return 0, fence.Token{}, fmt.Errorf("%w: the purpose is not on the configured list", lease.ErrInvalidRequest)
@@ -248,11 +297,24 @@ func (c *Client) Provision(ctx context.Context, purpose string, reg fence.Regist
 	if err != nil {
 		return 0, fence.Token{}, err
 	}
-	res, err := c.exec.FenceCounterProvision(ctx, counter, preg, reg.HighWatermark)
+	var (
+		res  programs.FenceProvisionResult
+		reps programs.Replicas
+	)
+	if c.repl.Enabled() {
+		res, reps, err = c.exec.FenceCounterProvisionReplicated(ctx, counter, preg, reg.HighWatermark, c.repl.wait())
+	} else {
+		res, err = c.exec.FenceCounterProvision(ctx, counter, preg, reg.HighWatermark)
+	}
 	if err != nil {
 		return 0, fence.Token{}, err
 	}
 	tok := tokenOf(res.Fence)
+	if c.repl.Enabled() && (res.Status == programs.FenceProvisioned || res.Status == programs.FenceAlreadySame) && !reps.OK() {
+		c.log.Warn("fenced: provisioned counter not acknowledged by enough replicas; registration stays pending",
+			"purpose", purpose, "replicas", reps.Reached, "wanted", reps.Wanted)
+		return ProvisionNotReplicated, tok, nil
+	}
 	switch res.Status {
 	case programs.FenceProvisioned:
 		return Provisioned, tok, nil

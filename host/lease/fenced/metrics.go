@@ -50,14 +50,14 @@ func newMetrics(reg prometheus.Registerer, purposes []string) (*metrics, error) 
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caphost", Subsystem: "fenced_lease", Name: name, Help: help}, labels)
 	}
 	m := &metrics{
-		acquires: c("acquires_total", "Fenced lease acquires by purpose and outcome (acquired, replayed_same_operation, contended, owner_operation_conflict, fence_counter_missing, epoch_mismatch, registration_conflict, fence_regression, fence_exhausted, unavailable, indeterminate, error).", "purpose", "result"),
+		acquires: c("acquires_total", "Fenced lease acquires by purpose and outcome (acquired, replayed_same_operation, contended, owner_operation_conflict, fence_counter_missing, epoch_mismatch, registration_conflict, fence_regression, fence_exhausted, unavailable, indeterminate, not_replicated, error).", "purpose", "result"),
 		inspects: c("inspects_total", "Fenced lease inspections by purpose and outcome.", "purpose", "result"),
 		renews:   c("renews_total", "Fenced lease renews by purpose and outcome (renewed, lost, unavailable, indeterminate, error).", "purpose", "result"),
 		releases: c("releases_total", "Fenced lease releases by purpose and outcome (released, already_absent, not_owner, already_released, unavailable, indeterminate, error).", "purpose", "result"),
 		lost: c("lost_total", "Fenced leases that stopped being usable without a release, by purpose and cause (expired, lost, fence_broken, unknown).",
 			"purpose", "cause"),
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caphost", Subsystem: "fence", Name: "issued_total",
-			Help: "Fencing tokens issued (fenced acquires that incremented the counter), by purpose."}, []string{"purpose"}),
+			Help: "Fencing tokens issued (fenced acquires that incremented the counter and handed the token out), by purpose."}, []string{"purpose"}),
 		regressions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caphost", Subsystem: "fence", Name: "regressions_total",
 			Help: "FENCE_REGRESSION answers (a counter below a live token: Redis lost increments), by purpose and operation. Alert on any."},
 			[]string{"purpose", "operation"}),

@@ -5,6 +5,7 @@ import (
 
 	"github.com/caphost/caphost/host/fence"
 	"github.com/caphost/caphost/host/internal/hold"
+	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/runtime/certainty"
 )
 
@@ -42,13 +43,24 @@ const (
 	// Unavailable: not sent, or refused before it ran; nothing changed.
 	Unavailable
 	// Indeterminate: sent and no reply, also after one reconciling repeat.
+	// With a replication profile, also an acquire that applied but whose
+	// WAIT did not answer (after the same one repeat).
 	Indeterminate
+	// NotReplicated (replication profile only): Redis granted the lease but
+	// fewer replicas than capabilities.fenced-lease.replication.acks
+	// acknowledged it within the timeout; Replicas says how many did. The
+	// grant was released best-effort (Release says how that went) and no
+	// handle or token is handed out: a token only the primary knows is the
+	// one a failover can hand out again. The counter keeps the increment
+	// (it never goes down). Retry later; alert when it persists.
+	NotReplicated
 )
 
 var acquireNames = [...]string{Acquired: "ACQUIRED", ReplayedSameOperation: "REPLAYED_SAME_OPERATION",
 	Contended: "CONTENDED", OwnerOperationConflict: "OWNER_OPERATION_CONFLICT", Absent: "ABSENT",
 	CounterMissing: "FENCE_COUNTER_MISSING", EpochMismatch: "EPOCH_MISMATCH", RegistrationConflict: "REGISTRATION_CONFLICT",
-	Regression: "FENCE_REGRESSION", Exhausted: "FENCE_EXHAUSTED", Unavailable: "UNAVAILABLE", Indeterminate: "INDETERMINATE"}
+	Regression: "FENCE_REGRESSION", Exhausted: "FENCE_EXHAUSTED", Unavailable: "UNAVAILABLE", Indeterminate: "INDETERMINATE",
+	NotReplicated: "NOT_REPLICATED"}
 
 func (k AcquireKind) String() string { return enumName(acquireNames[:], int(k)) }
 
@@ -72,6 +84,14 @@ type Acquisition struct {
 	Attempts int
 	// Cause is the runtime's error (Unavailable, Indeterminate).
 	Cause error
+	// Replicas (replication profile only) is how many replicas the WAIT
+	// after the acquire reported: on Acquired and ReplayedSameOperation at
+	// least the configured acks, on NotReplicated fewer; 0 otherwise.
+	Replicas int
+	// Release (NotReplicated only) is the outcome of the best-effort
+	// release of the unreplicated grant: ReleaseDone when it is gone; any
+	// other kind means it may stay held until its TTL runs out.
+	Release lease.ReleaseKind
 }
 
 // State is a handle's state (ACTIVE, then LOST, RELEASED or UNKNOWN).

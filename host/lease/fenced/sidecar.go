@@ -207,8 +207,10 @@ type SidecarResponse struct {
 	// REPLAYED_SAME_OPERATION (the attempt holds it), CONTENDED,
 	// OWNER_OPERATION_CONFLICT, ABSENT (inspect), FENCE_COUNTER_MISSING,
 	// EPOCH_MISMATCH, REGISTRATION_CONFLICT, FENCE_REGRESSION,
-	// FENCE_EXHAUSTED, INDETERMINATE; renew RENEWED, LOST, INDETERMINATE;
-	// release RELEASED, ALREADY_ABSENT, NOT_OWNER, INDETERMINATE.
+	// FENCE_EXHAUSTED, INDETERMINATE, NOT_REPLICATED (acquire with a
+	// replication profile: granted, acknowledged by too few replicas,
+	// released; no token); renew RENEWED, LOST, INDETERMINATE; release
+	// RELEASED, ALREADY_ABSENT, NOT_OWNER, INDETERMINATE.
 	Kind string `json:"kind"`
 	// Held is the only field a client needs before it works: true iff the
 	// attempt holds the lease with validity left. Never true on a guess.
@@ -232,6 +234,10 @@ type SidecarResponse struct {
 	Certainty string `json:"certainty"`
 	// Attempts (acquire) is how many acquire calls were sent.
 	Attempts int `json:"attempts,omitempty"`
+	// Replicas (acquire, with capabilities.fenced-lease.replication) is
+	// how many replicas acknowledged the grant: at least the configured
+	// acks when held, fewer on NOT_REPLICATED.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // Sidecar serves the fenced-lease HTTP API for services outside the
@@ -301,7 +307,7 @@ func (s *Sidecar) serve(w http.ResponseWriter, r *http.Request, op Op) (SidecarR
 		var acq Acquisition
 		if op == OpAcquire {
 			acq, err = s.c.Acquire(ctx, lr)
-			out.OwnerToken, out.Attempts = a.Owner().Reveal(), acq.Attempts
+			out.OwnerToken, out.Attempts, out.Replicas = a.Owner().Reveal(), acq.Attempts, acq.Replicas
 		} else {
 			lr.TTL = s.c.maxTTL // shapes only renewals of a handle, which the sidecar never makes
 			acq, err = s.c.Inspect(ctx, lr)
@@ -393,8 +399,8 @@ func (r SidecarRequest) LogValue() slog.Value { return slog.StringValue(fmt.Spri
 
 // Format prints r (every verb) without its owner token.
 func (r SidecarResponse) Format(f fmt.State, _ rune) {
-	_, _ = fmt.Fprintf(f, "fenced.SidecarResponse{Operation:%s, Kind:%s, Held:%t, OwnerToken:%s, ResourceEpoch:%d, Counter:%d, ValidityMs:%d, RetryAfterMs:%d, Certainty:%s, Attempts:%d}",
-		r.Operation, r.Kind, r.Held, redacted(r.OwnerToken), r.ResourceEpoch, r.Counter, r.ValidityMs, r.RetryAfterMs, r.Certainty, r.Attempts)
+	_, _ = fmt.Fprintf(f, "fenced.SidecarResponse{Operation:%s, Kind:%s, Held:%t, OwnerToken:%s, ResourceEpoch:%d, Counter:%d, ValidityMs:%d, RetryAfterMs:%d, Certainty:%s, Attempts:%d, Replicas:%d}",
+		r.Operation, r.Kind, r.Held, redacted(r.OwnerToken), r.ResourceEpoch, r.Counter, r.ValidityMs, r.RetryAfterMs, r.Certainty, r.Attempts, r.Replicas)
 }
 
 // LogValue logs r as Format prints it.
