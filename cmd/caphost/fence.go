@@ -39,8 +39,10 @@ protected store records it (resource id, resource epoch, registration digest, an
 counter it has admitted in that epoch). Repeating it is safe: an existing counter of the same
 registration at or above the watermark answers ALREADY_SAME. It never lowers or replaces a counter:
 REGISTRATION_CONFLICT (another registration's counter) and REGRESSION (the counter is below the
-watermark: Redis lost increments) exit 1 and change nothing. Mark the registration ACTIVE in the
-protected store only after PROVISIONED or ALREADY_SAME.`,
+watermark: Redis lost increments) exit 1 and change nothing. With
+capabilities.fenced-lease.replication set, the counter must also be acknowledged by that many
+replicas: NOT_REPLICATED exits 1 (the counter is on the primary only; repeat once the replicas are
+back). Mark the registration ACTIVE in the protected store only after PROVISIONED or ALREADY_SAME.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := fence.ParseDigest(digest)
@@ -80,6 +82,10 @@ protected store only after PROVISIONED or ALREADY_SAME.`,
 				case fenced.ProvisionRegression:
 					fmt.Fprintln(out, "the counter is below the high watermark (Redis lost increments): nothing changed;"+
 						" retire the registration and provision a new epoch")
+					return errProblems
+				case fenced.ProvisionNotReplicated:
+					fmt.Fprintln(out, "the counter is on the primary but fewer replicas than capabilities.fenced-lease.replication.acks"+
+						" acknowledged it: keep the registration PENDING and run provision again once the replicas are back")
 					return errProblems
 				}
 				return nil
