@@ -39,6 +39,12 @@
 // no-TTL fence counter in the same slot, provisioned only from the
 // protected store's durable registration, and issue fencing tokens
 // (resource epoch, counter) that never go back while the counter stands.
+// FencedLeaseAcquireReplicated and FenceCounterProvisionReplicated send the
+// program and WAIT as one pipeline on one connection to the key's primary
+// (the only path the guard admits WAIT on, under a replica-wait grant
+// bounded by the call's ReplicaWait) and report the replicas that
+// acknowledged; an applied program whose WAIT did not answer is a
+// WaitLostError (INDETERMINATE).
 //
 // The idempotency programs (idempotency-claim/inspect/start/renew/complete/
 // fail/release-v1) keep one record per request scope: an atomic claim that

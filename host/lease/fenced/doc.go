@@ -24,9 +24,21 @@
 //     validity minus a drift budget, ACTIVE then LOST, RELEASED or UNKNOWN
 //     for good, renew and release checked against owner, operation and
 //     token, and a lost renew reply is UNKNOWN without a retry.
+//   - Replication profile (opt-in, Config.Replication; configuration
+//     capabilities.fenced-lease.replication: {acks, timeout}): every
+//     acquire and provision is followed by WAIT on the same connection; a
+//     grant fewer than acks replicas acknowledged is NotReplicated —
+//     released best-effort, no handle, no token — and a counter is
+//     ProvisionNotReplicated (the registration stays PENDING). A lost WAIT
+//     reply is INDETERMINATE with the same one reconciling repeat. WAIT
+//     narrows the failover window (an acknowledged grant survives a
+//     failover to a replica that acknowledged it); it does not close it,
+//     so the protected store's Strict watermark stays the safety mechanism
+//     (docs/replication.md).
 //
-// What may change here: more outcome kinds only with new program ids; the
-// threshold and drift defaults. What must not: a token is reported only
+// What may change here: more outcome kinds only with new program ids (or, as
+// NotReplicated, host-side outcomes of an opt-in profile, documented with
+// it); the threshold and drift defaults. What must not: a token is reported only
 // for a grant Redis confirmed, and the counter is never created or lowered
 // on the request path.
 package fenced
