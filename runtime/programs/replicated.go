@@ -52,16 +52,23 @@ type Replicas struct {
 	// Reached is how many replicas acknowledged within the timeout (it can
 	// exceed Wanted: WAIT counts every replica that has caught up).
 	Reached int
+	// Refused is the error reply WAIT answered instead of a count (NOPERM:
+	// the script lane's ACL user lacks +wait; ERR from a server that
+	// refuses WAIT). Nothing was counted: OK is false, and the caller
+	// fails closed as for too few replicas.
+	Refused error
 }
 
 // OK reports whether the wanted acknowledgements were reached.
-func (r Replicas) OK() bool { return r.Wanted > 0 && r.Reached >= r.Wanted }
+func (r Replicas) OK() bool { return r.Refused == nil && r.Wanted > 0 && r.Reached >= r.Wanted }
 
 // WaitLostError is the error of a replicated call whose program answered
 // with an applied status but whose WAIT did not answer (a lost reply, a
-// read timeout, a server error): the program's effect is on the primary
-// and its replication is unknown. It is INDETERMINATE whatever the WAIT's
-// own error says: the call as a whole is not settled.
+// read timeout, a reset connection): the program's effect is on the
+// primary and its replication is unknown. It is INDETERMINATE whatever the
+// WAIT's own error class: the call as a whole is not settled. (A WAIT
+// answered by an error reply is Replicas.Refused instead: the connection
+// is fine and the answer is known.)
 type WaitLostError struct {
 	// Cause is the WAIT's error.
 	Cause error
@@ -220,6 +227,10 @@ func isRedirect(err error) bool {
 func replicas(id string, applied bool, w ReplicaWait, n int64, waitErr error) (Replicas, error) {
 	if !applied {
 		return Replicas{Wanted: w.Acks}, nil
+	}
+	var rerr redis.Error
+	if waitErr != nil && errors.As(waitErr, &rerr) {
+		return Replicas{Wanted: w.Acks, Refused: waitErr}, nil
 	}
 	if waitErr != nil {
 		return Replicas{}, &Error{Program: id, Err: &WaitLostError{Cause: waitErr}}
