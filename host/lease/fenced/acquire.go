@@ -86,6 +86,11 @@ func (c *Client) acquire(ctx context.Context, k call, r Request) (Acquisition, e
 			held := res.Status == programs.FencedAcquired || res.Status == programs.FencedReplayedSameOperation
 			if held && c.repl.Enabled() {
 				out.Replicas = reps.Reached
+				if reps.Refused != nil {
+					out.Cause = reps.Refused
+					c.log.Error("fenced: WAIT after the acquire answered an error (does the script lane's ACL user have +wait?)",
+						"purpose", r.Purpose, "error", reps.Refused)
+				}
 				if !reps.OK() {
 					return c.notReplicated(ctx, k, r, out, tokenOf(res.Token)), nil
 				}

@@ -312,7 +312,7 @@ func (c *Client) Provision(ctx context.Context, purpose string, reg fence.Regist
 	tok := tokenOf(res.Fence)
 	if c.repl.Enabled() && (res.Status == programs.FenceProvisioned || res.Status == programs.FenceAlreadySame) && !reps.OK() {
 		c.log.Warn("fenced: provisioned counter not acknowledged by enough replicas; registration stays pending",
-			"purpose", purpose, "replicas", reps.Reached, "wanted", reps.Wanted)
+			"purpose", purpose, "replicas", reps.Reached, "wanted", reps.Wanted, "refused", reps.Refused)
 		return ProvisionNotReplicated, tok, nil
 	}
 	switch res.Status {

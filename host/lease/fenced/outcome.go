@@ -48,7 +48,8 @@ const (
 	Indeterminate
 	// NotReplicated (replication profile only): Redis granted the lease but
 	// fewer replicas than capabilities.fenced-lease.replication.acks
-	// acknowledged it within the timeout; Replicas says how many did. The
+	// acknowledged it within the timeout; Replicas says how many did (or
+	// WAIT answered an error reply, in Cause: nothing was counted). The
 	// grant was released best-effort (Release says how that went) and no
 	// handle or token is handed out: a token only the primary knows is the
 	// one a failover can hand out again. The counter keeps the increment
@@ -82,7 +83,9 @@ type Acquisition struct {
 	Certainty certainty.Outcome
 	// Attempts is how many acquire calls were sent.
 	Attempts int
-	// Cause is the runtime's error (Unavailable, Indeterminate).
+	// Cause is the runtime's error (Unavailable, Indeterminate), or on
+	// NotReplicated the error reply WAIT answered instead of a count
+	// (NOPERM: the script lane's ACL lacks +wait).
 	Cause error
 	// Replicas (replication profile only) is how many replicas the WAIT
 	// after the acquire reported: on Acquired and ReplayedSameOperation at

@@ -1,6 +1,7 @@
 package fenced
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
 	"github.com/caphost/caphost/runtime/certainty"
 )
 
@@ -363,4 +365,56 @@ func TestSidecarReportsReplication(t *testing.T) {
 	assert.Zero(t, b.ok.Replicas)
 	in := post(t, h, "inspect", fields(reg, "operation-id", "pay-2", "owner-token", b.ok.OwnerToken))
 	assert.Equal(t, "ABSENT", in.ok.Kind, "released: nobody holds it")
+}
+
+// TestWaitRefusedByACLFailsClosed: a script-lane ACL user without +wait
+// gets NOPERM for the WAIT after a grant. The answer is known (no lost
+// reply), so the acquire is NOT_REPLICATED with the NOPERM as its Cause:
+// released, no token — never ACQUIRED, never an INDETERMINATE left held.
+func TestWaitRefusedByACLFailsClosed(t *testing.T) {
+	srv := redistest.StartStandalone(t, redistest.WithACL(redistest.ACLUser{
+		Name: "app", Password: "app-secret-password", Rules: []string{"~ca:*", "&*", "+@all", "-wait"},
+	}))
+	lanes := make(map[policy.Lane]policy.LaneConfig)
+	for _, l := range policy.Lanes() {
+		lanes[l] = policy.LaneConfig{PoolSize: 4, MaxInFlight: 16}
+	}
+	rt, err := runtime.New(context.Background(), policy.RedisConfig{
+		Deployments: map[string]policy.Deployment{"coord": {
+			ID: "coord", Topology: &policy.Standalone{Endpoint: srv.Addr()}, ClientName: "caphost-fenced-test",
+			Timeouts: policy.Timeouts{Connect: time.Second, Command: time.Second, Acquire: time.Second, Shutdown: 3 * time.Second},
+			Lanes:    lanes, Budgets: policy.Budgets{MaxRequestBytes: 1 << 20, MaxReplyBytes: 1 << 20}, AdminShared: true,
+			Default: policy.Credential{User: "app", Password: policy.NewSecret([]byte("app-secret-password"))},
+		}},
+		Roles:    map[policy.Role]policy.RoleBinding{policy.RoleCoordination: {Deployment: "coord", Required: true}},
+		Programs: policy.ProgramsConfig{Mode: policy.ProgramsEvalshaManaged},
+		Keys: policy.KeysConfig{App: "demo", Env: "test", HMAC: policy.KeyMaterial{
+			WriteVersion: 1, Versions: map[int]policy.Secret{1: policy.NewSecret([]byte("0123456789abcdef0123456789abcdef"))},
+		}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	w := newWorldOn(t, rt, srv, Config{Replication: Replication{Acks: 1, Timeout: 100 * time.Millisecond}})
+	ctx := ctxT(t)
+	_, err = w.store.Register(ctx, "acct-7")
+	require.NoError(t, err)
+	_, err = w.c.Activate(ctx, "ledger", w.store, "acct-7")
+	require.Error(t, err, "the counter cannot be shown replicated: the registration stays PENDING")
+	reg, err := w.store.Lookup(ctx, "acct-7")
+	require.NoError(t, err)
+	require.Equal(t, fence.Pending, reg.State)
+
+	// Activate it as an operator would without the profile, then acquire.
+	plain, err := New(rt, Config{}, WithRegisterer(nil))
+	require.NoError(t, err)
+	reg, err = plain.Activate(ctx, "ledger", w.store, "acct-7")
+	require.NoError(t, err)
+	a, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "a"))
+	require.NoError(t, err)
+	assert.Equal(t, NotReplicated, a.Kind)
+	require.Error(t, a.Cause)
+	assert.Contains(t, a.Cause.Error(), "NOPERM")
+	assert.Nil(t, a.Handle)
+	assert.Equal(t, lease.ReleaseDone, a.Release)
+	assert.Equal(t, 1, a.Attempts)
 }
