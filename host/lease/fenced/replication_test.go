@@ -3,6 +3,7 @@ package fenced
 import (
 	"context"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -417,4 +418,18 @@ func TestWaitRefusedByACLFailsClosed(t *testing.T) {
 	assert.Nil(t, a.Handle)
 	assert.Equal(t, lease.ReleaseDone, a.Release)
 	assert.Equal(t, 1, a.Attempts)
+}
+
+// TestDocsListEveryFencedLeaseRule: docs/configuration.md documents every
+// rule and key of the block, the replication keys included.
+func TestDocsListEveryFencedLeaseRule(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/configuration.md")
+	require.NoError(t, err)
+	for _, r := range Rules() {
+		assert.Contains(t, string(doc), "`"+string(r)+"`", "docs/configuration.md misses rule %s", r)
+	}
+	for _, k := range []string{"drift-budget", "max-ttl", "max-wait", "hard-fail-threshold", "purposes", "replication",
+		"replication.acks", "replication.timeout"} {
+		assert.Contains(t, string(doc), "`"+k+"`", "docs/configuration.md misses key %s", k)
+	}
 }
