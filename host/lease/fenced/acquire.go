@@ -182,6 +182,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 // changing anything. When it does, the outcome is ReplayedSameOperation
 // with a handle (its token, validity from the server's remaining TTL):
 // this is how a lost acquire reply is reconciled. r.Wait is ignored.
+// Inspect sends no WAIT, even with a replication profile: the handle it
+// returns proves the grant is on the primary, not on any replica
+// (Replicas is 0). Repeat the acquire with the same attempt instead to
+// have the grant's replication checked again.
 func (c *Client) Inspect(ctx context.Context, r Request) (Acquisition, error) {
 	r.Wait = 0
 	k, err := c.prepare(&r)
