@@ -158,7 +158,7 @@ func (c *Client) notReplicated(ctx context.Context, k call, r Request, out Acqui
 	defer cancel()
 	rel, err := c.releaseCall(rctx, k, tok.Counter)
 	out.Release = rel.Kind
-	if err != nil || rel.Kind != lease.ReleaseDone && rel.Kind != lease.ReleaseAlreadyAbsent {
+	if err != nil || (rel.Kind != lease.ReleaseDone && rel.Kind != lease.ReleaseAlreadyAbsent) {
 		c.log.Warn("fenced: an unreplicated grant could not be released; it stays held until its TTL",
 			"purpose", r.Purpose, "release", rel.Kind, "error", err)
 	}

@@ -53,7 +53,9 @@ const (
 	// grant was released best-effort (Release says how that went) and no
 	// handle or token is handed out: a token only the primary knows is the
 	// one a failover can hand out again. The counter keeps the increment
-	// (it never goes down). Retry later; alert when it persists.
+	// (it never goes down), and Certainty is the acquire's APPLIED (or
+	// that of the replay that found the grant). Retry later (the grant is
+	// gone, so any attempt acquires afresh); alert when it persists.
 	NotReplicated
 )
 
