@@ -33,9 +33,10 @@ import (
 func TestSentinelFailoverKeepsAnAcknowledgedGrant(t *testing.T) {
 	sen := redistest.StartSentinel(t)
 	w := newWorldOn(t, newRuntimeOn(t, &policy.Sentinel{MasterName: sen.MasterName(), Endpoints: sen.SentinelAddrs()}), nil,
-		Config{Replication: Replication{Acks: 2, Timeout: 500 * time.Millisecond}})
+		Config{Replication: Replication{Acks: 2, Timeout: ackTimeout}})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
+	awaitStreaming(t, sen.Primary(), 2)
 	reg := w.activate(t, "acct-7")
 
 	a, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "a"))
@@ -86,7 +87,7 @@ func TestSentinelFailoverKeepsAnAcknowledgedGrant(t *testing.T) {
 
 	old.Resume()
 	sen.AwaitReplicaOf(t, old, next)
-	redistest.AwaitReplicated(t, next, 2)
+	awaitStreaming(t, next, 2) // the rejoined replica's stream starts on its first ACK
 	d, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "d"))
 	require.NoError(t, err)
 	require.Equal(t, Acquired, d.Kind)
@@ -112,10 +113,9 @@ func TestSentinelFailoverKeepsAnAcknowledgedGrant(t *testing.T) {
 func TestClusterFailoverNeverRepeatsAHandedOutToken(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.WithConfig("cluster-node-timeout", "1000"))
 	w := newWorldOn(t, newRuntimeOn(t, &policy.Cluster{Seeds: cl.Seeds()}), nil,
-		Config{Replication: Replication{Acks: 1, Timeout: 300 * time.Millisecond}})
+		Config{Replication: Replication{Acks: 1, Timeout: ackTimeout}})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	reg := w.activate(t, "acct-7")
 	_, counter, err := w.c.keysOf("ledger", "acct-7")
 	require.NoError(t, err)
 	owner, err := cl.Admin().MasterForKey(ctx, counter.Redis())
@@ -128,6 +128,9 @@ func TestClusterFailoverNeverRepeatsAHandedOutToken(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, victim, 0, "the counter's slot owner is a primary")
 	primary, replica := cl.Primaries()[victim], cl.Replicas()[victim]
+	probe := counter.Redis() + ":probe" // the counter's hash tag: a slot this primary serves
+	awaitStreamingVia(t, primary, 1, probe)
+	reg := w.activate(t, "acct-7")
 
 	a, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "a"))
 	require.NoError(t, err)
@@ -137,7 +140,7 @@ func TestClusterFailoverNeverRepeatsAHandedOutToken(t *testing.T) {
 	rel, err := a.Handle.Release(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lease.ReleaseDone, rel)
-	redistest.AwaitReplicated(t, primary, 1)
+	awaitStreamingVia(t, primary, 1, probe)
 
 	reattach := redistest.DetachReplicas(t, primary, replica)
 	b, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "b"))
@@ -162,7 +165,7 @@ func TestClusterFailoverNeverRepeatsAHandedOutToken(t *testing.T) {
 	assert.Equal(t, int64(2), d.Fence.Counter, "the lost increment's value is counted again, and again handed to nobody")
 
 	primary.Restart(t) // rejoins as the promoted node's replica (nodes.conf), empty
-	redistest.AwaitReplicated(t, replica, 1)
+	awaitStreamingVia(t, replica, 1, probe)
 	e, err := w.c.Acquire(ctx, ledgerRequest(t, reg, "e"))
 	require.NoError(t, err)
 	require.Equal(t, Acquired, e.Kind)
