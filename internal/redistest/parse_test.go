@@ -99,3 +99,21 @@ func FuzzCountClients(f *testing.F) {
 		}
 	})
 }
+
+// TestReplicationOffsets: AwaitReplicated's parsers count only online
+// replicas whose acknowledged offset reached the target.
+func TestReplicationOffsets(t *testing.T) {
+	info := "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n" +
+		"slave0:ip=127.0.0.1,port=7001,state=online,offset=120,lag=0\r\n" +
+		"slave1:ip=127.0.0.1,port=7002,state=online,offset=99,lag=1\r\n" +
+		"slave2:ip=127.0.0.1,port=7003,state=wait_bgsave,offset=500,lag=0\r\n" +
+		"master_failover_state:no-failover\r\nmaster_repl_offset:120\r\nslave_read_repl_offset:120\r\n"
+	off, ok := replicationField(info, "master_repl_offset")
+	require.True(t, ok)
+	assert.Equal(t, int64(120), off)
+	_, ok = replicationField(info, "no_such_field")
+	assert.False(t, ok)
+	assert.Equal(t, 1, acknowledgedReplicas(info, 120))
+	assert.Equal(t, 2, acknowledgedReplicas(info, 99))
+	assert.Equal(t, 0, acknowledgedReplicas(info, 121))
+}

@@ -3,26 +3,82 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // AwaitReplicated blocks until at least n replicas of primary acknowledged
-// every write primary applied so far (WAIT n on the harness's admin
-// connection), so a failover after it cannot lose those writes.
+// every write primary applied so far, so a failover after it cannot lose
+// those writes. It reads primary's replication offset once and waits
+// until n online replicas report an acknowledged offset at least as far
+// (INFO replication; replicas acknowledge about once a second). A WAIT on
+// the harness's own connection would not do: that connection wrote
+// nothing, so WAIT answers as soon as the replicas are online, whatever
+// they received.
 func AwaitReplicated(t testing.TB, primary *Server, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
 	defer cancel()
-	got, err := primary.admin.Do(ctx, "WAIT", n, int64(sentinelTimeout/time.Millisecond)).Int64()
+	info, err := primary.admin.Info(ctx, "replication").Result()
 	if err != nil {
-		t.Fatalf("redistest: WAIT %d on %s: %v", n, primary.Addr(), err)
+		t.Fatalf("redistest: INFO replication on %s: %v", primary.Addr(), err)
 	}
-	if got < int64(n) {
-		t.Fatalf("redistest: only %d of %d replicas of %s acknowledged its writes", got, n, primary.Addr())
+	target, ok := replicationField(info, "master_repl_offset")
+	if !ok {
+		t.Fatalf("redistest: %s reports no master_repl_offset", primary.Addr())
 	}
+	err = pollAll(ctx, fmt.Sprintf("%d replicas to acknowledge offset %d", n, target), []*Server{primary},
+		func(s *Server) (bool, string, error) {
+			info, err := s.admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, "", err
+			}
+			return acknowledgedReplicas(info, target) >= n, info, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicationField returns the integer field name of an INFO replication
+// reply.
+func replicationField(info, name string) (int64, bool) {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// acknowledgedReplicas counts the online replicas of an INFO replication
+// reply ("slaveN:ip=…,port=…,state=online,offset=…,lag=…") whose
+// acknowledged offset is at least target.
+func acknowledgedReplicas(info string, target int64) int {
+	n := 0
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "slave") || !strings.Contains(line, ":ip=") {
+			continue
+		}
+		_, fields, _ := strings.Cut(line, ":")
+		online, offset := false, int64(-1)
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "state":
+				online = v == "online"
+			case "offset":
+				offset, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if online && offset >= target {
+			n++
+		}
+	}
+	return n
 }
 
 // DetachReplicas makes primary's next writes unreplicated, deterministically:
