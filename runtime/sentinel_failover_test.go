@@ -297,6 +297,17 @@ func TestSentinelPausedPrimaryGetsNoWriteAfterTheSwitch(t *testing.T) {
 
 	old := sen.Primary()
 	mon := old.Monitor(t)
+	// Pause only once MONITOR has seen a call: on a loaded machine the
+	// traffic may not reach the primary between MONITOR's start and the
+	// pause, and the check below needs calls from before the pause.
+	require.Eventually(t, func() bool {
+		for _, line := range mon.Lines() {
+			if _, ok := seqOf(line); ok {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, "MONITOR saw no call before the pause")
 	paused := time.Now()
 	old.Pause()
 	t.Cleanup(old.Resume)
