@@ -212,6 +212,26 @@ func (c *Cluster) Primaries() []*Server { return append([]*Server(nil), c.primar
 // replicates Primaries()[i].
 func (c *Cluster) Replicas() []*Server { return append([]*Server(nil), c.nodes[clusterPrimaries:]...) }
 
+// ShardOf returns the start-up primary whose slots hold key and its
+// replica (for a failover test that kills the node serving a key). It
+// fails the test when no start-up primary serves key's slot any more.
+func (c *Cluster) ShardOf(t testing.TB, key string) (primary, replica *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	owner, err := c.admin.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatalf("redistest: the node serving %s: %v", key, err)
+	}
+	for i, p := range c.primaries {
+		if p.Addr() == owner.Options().Addr {
+			return p, c.nodes[clusterPrimaries+i]
+		}
+	}
+	t.Fatalf("redistest: %s is served by %s, not a start-up primary", key, owner.Options().Addr)
+	return nil, nil
+}
+
 // Admin returns the authenticated harness cluster client, for assertions only.
 func (c *Cluster) Admin() *redis.ClusterClient { return c.admin }
 

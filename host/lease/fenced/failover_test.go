@@ -129,16 +129,7 @@ func TestClusterFailoverRepeatsALostTokenAndTheStoreRejectsIt(t *testing.T) {
 	}
 	_, counter, err := w.c.keysOf("ledger", "acct-7")
 	require.NoError(t, err)
-	owner, err := cl.Admin().MasterForKey(ctx, counter.Redis())
-	require.NoError(t, err)
-	victim := -1
-	for i, p := range cl.Primaries() {
-		if p.Addr() == owner.Options().Addr {
-			victim = i
-		}
-	}
-	require.GreaterOrEqual(t, victim, 0, "the counter's slot owner is a primary")
-	primary, replica := cl.Primaries()[victim], cl.Replicas()[victim]
+	primary, replica := cl.ShardOf(t, counter.Redis())
 
 	a, err := w.c.Acquire(ctx, req("a"))
 	require.NoError(t, err)

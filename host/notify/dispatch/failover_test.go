@@ -48,16 +48,8 @@ func TestClusterFailoverDuringDispatch(t *testing.T) {
 	s := newStore(t, &policy.Cluster{Seeds: cl.Seeds()}, 1)
 	stream, _, err := s.StreamKeys(0)
 	require.NoError(t, err)
-	owner, err := cl.Admin().MasterForKey(ctxT(t), stream)
-	require.NoError(t, err)
-	for i, p := range cl.Primaries() {
-		if p.Addr() == owner.Options().Addr {
-			replica := cl.Replicas()[i]
-			runFailoverDuringDispatch(t, s, p, []*redistest.Server{replica}, func() { redistest.AwaitPromoted(t, replica) })
-			return
-		}
-	}
-	t.Fatalf("no primary of the cluster owns %s", stream)
+	primary, replica := cl.ShardOf(t, stream)
+	runFailoverDuringDispatch(t, s, primary, []*redistest.Server{replica}, func() { redistest.AwaitPromoted(t, replica) })
 }
 
 // runFailoverDuringDispatch plays the scenario of
