@@ -40,10 +40,9 @@ func startReplicated(t *testing.T) (primary, replica *redistest.Server) {
 
 // awaitStreaming waits until n replicas of srv are online and acknowledge
 // a write made after that: a SET of a harness key and WAIT on one
-// connection. redistest.AwaitReplicated's WAIT runs on a connection that
-// wrote nothing, so it returns as soon as n replicas are online; and a
-// write made before the first replica attached is not counted in the
-// replication offset at all. Neither proves the stream flows: after a
+// connection, the same shape as the acquire's pipeline. It proves the
+// stream flows for new writes, which redistest.AwaitReplicated (writes
+// made so far acknowledged) does not need to: after a
 // diskless full sync Redis 7.0 holds the stream back until the replica's
 // first REPLCONF ACK, sent once a second ("Waiting for REPLCONF ACK from
 // slave to enable streaming" in the primary's log), so a WAIT in that
