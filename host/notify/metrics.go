@@ -132,7 +132,7 @@ func (o dispatchObserver) Backlog(shard int, pending, lag int64) {
 	o.m.backlog.WithLabelValues(s, "lag").Set(float64(lag))
 }
 
-// Reclaimed implements dispatch.ReclaimObserver.
+// Reclaimed counts one reclaim's entries, round trips and finished lap.
 func (o dispatchObserver) Reclaimed(shard, entries, trips int, wrapped bool) {
 	s := strconv.Itoa(shard)
 	o.m.reclaimed.WithLabelValues(s).Add(float64(entries))

@@ -17,7 +17,7 @@ func TestReclaimMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg, []string{"webhook"}, 2)
 	require.NoError(t, err)
-	var o dispatch.ReclaimObserver = dispatchObserver{m}
+	var o dispatch.Observer = dispatchObserver{m}
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	series := map[string]int{}

@@ -73,13 +73,7 @@ type Observer interface {
 	Unopened()
 	// Backlog: a shard's pending count and lag (-1: unknown).
 	Backlog(shard int, pending, lag int64)
-}
-
-// ReclaimObserver is an Observer that also receives the figures of each
-// Store.Reclaim call (optional: the dispatcher looks for it). Labels stay
-// bounded: the shard index only.
-type ReclaimObserver interface {
-	// Reclaimed: one Reclaim of shard took over entries (a dead or
+	// Reclaimed: one Store.Reclaim of shard took over entries (a dead or
 	// stalled consumer's) in trips XAUTOCLAIM calls; wrapped reports that
 	// its scan reached the end of the shard's PEL (a lap ended).
 	Reclaimed(shard, entries, trips int, wrapped bool)
@@ -93,6 +87,7 @@ func (NopObserver) Dispatched(string, transport.Outcome) {}
 func (NopObserver) Retried(string)                       {}
 func (NopObserver) Quarantined(string)                   {}
 func (NopObserver) Unopened()                            {}
+func (NopObserver) Reclaimed(int, int, int, bool)        {}
 func (NopObserver) Backlog(int, int64, int64)            {}
 
 // Random is the jitter source (math/rand/v2's *rand.Rand satisfies it).
@@ -484,9 +479,7 @@ func (d *Dispatcher) reclaim(ctx context.Context, shard, held int, async bool) (
 		}
 		count = min(count, d.cfg.ReclaimBatch-handled)
 		rc, err := d.store.Reclaim(ctx, shard, d.cfg.Consumer, d.cfg.MinIdle, count)
-		if ro, ok := d.cfg.Observer.(ReclaimObserver); ok {
-			ro.Reclaimed(shard, len(rc.Deliveries), rc.Trips, rc.Wrapped)
-		}
+		d.cfg.Observer.Reclaimed(shard, len(rc.Deliveries), rc.Trips, rc.Wrapped)
 		// Entries claimed before an error are this consumer's now: run them.
 		ds := rc.Deliveries
 		for i := range ds {
