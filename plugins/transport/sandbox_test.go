@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -166,6 +167,54 @@ func TestSandboxRefusesMetadataChanges(t *testing.T) {
 	assert.Equal(t, before.Mode(), after.Mode())
 	assert.Equal(t, before.ModTime(), after.ModTime())
 	assert.True(t, p.Sandboxed().Sockets)
+}
+
+// TestSandboxHidesMetadata: Landlock restricts opening a file, not
+// reading its metadata, so a sandbox that writes nowhere (every network
+// transport) also refuses the calls that read a path's metadata without
+// opening it — stat, readlink, access, an O_PATH open, getxattr, chdir —
+// on a file of its host's, outside every grant, and inside a directory it
+// may read (where opening and reading the file still work). A sandbox
+// with a writable directory (the file sink) keeps them: creating a file
+// in place needs them.
+func TestSandboxHidesMetadata(t *testing.T) {
+	requireLandlock(t)
+	allowed := t.TempDir()
+	host, inside := filepath.Join(t.TempDir(), "caphost.yaml"), filepath.Join(allowed, "allowed.txt")
+	for _, f := range []string{host, inside} {
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o600))
+	}
+	// Two probes per call: a receipt's code is at most 64 bytes.
+	probes := func(p *transport.Plugin, f string) string {
+		var got []string
+		for _, pair := range [][2]string{{"stat", "readlink"}, {"access", "opath"}, {"getxattr", "chdir"}} {
+			a, b := f, f
+			if pair[1] == "chdir" {
+				b = filepath.Dir(f)
+			}
+			got = append(got, probe(t, p, [2]string{pair[0], a}, [2]string{pair[1], b}))
+		}
+		return strings.Join(got, ".")
+	}
+	const hidden = "stat-denied.readlink-denied.access-denied.opath-denied.getxattr-denied.chdir-denied"
+
+	_, port := listen(t)
+	p := launchProbe(t, map[string]string{"allow-dir": allowed, "network": "true", "allow-port": port}, nil)
+	require.True(t, p.Sandboxed().Sockets, "the metadata rules are part of the seccomp filter")
+	for _, f := range []string{host, inside} {
+		assert.Equal(t, hidden, probes(p, f), f)
+	}
+	// What a network transport does still works: reading a granted file,
+	// the system CA pool, and a name resolved through /etc/hosts.
+	roots := "roots-ok"
+	if pool, err := x509.SystemCertPool(); err != nil || pool.Equal(x509.NewCertPool()) {
+		roots = "roots-empty"
+	}
+	assert.Equal(t, "read-ok."+roots, probe(t, p, [2]string{"read", inside}, [2]string{"roots", ""}))
+	assert.Equal(t, "connect-ok", probe(t, p, [2]string{"connect", "localhost:" + port}))
+
+	w := launchProbe(t, map[string]string{"allow-dir": allowed, "write-dir": allowed}, nil)
+	assert.Equal(t, "stat-ok.readlink-ok.access-ok.opath-ok.getxattr-ok.chdir-ok", probes(w, inside))
 }
 
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the

@@ -14,3 +14,24 @@ func metadataSyscalls() []uint32 {
 		unix.SYS_REMOVEXATTR, unix.SYS_LREMOVEXATTR, unix.SYS_FREMOVEXATTR, unix.SYS_REMOVEXATTRAT,
 	}
 }
+
+// metadataReadSyscalls are the system calls that read a path's metadata
+// without opening it, on amd64 (sandboxFilter refuses them when the
+// sandbox hides metadata). The fd forms (fstat, fgetxattr, fstatfs) stay:
+// a descriptor is only had through an open Landlock allowed.
+func metadataReadSyscalls() []uint32 {
+	return []uint32{
+		unix.SYS_STAT, unix.SYS_LSTAT, unix.SYS_NEWFSTATAT, unix.SYS_STATX, unix.SYS_STATFS,
+		unix.SYS_READLINK, unix.SYS_READLINKAT, unix.SYS_ACCESS, unix.SYS_FACCESSAT, unix.SYS_FACCESSAT2,
+		unix.SYS_GETXATTR, unix.SYS_LGETXATTR, unix.SYS_GETXATTRAT,
+		unix.SYS_LISTXATTR, unix.SYS_LLISTXATTR, unix.SYS_LISTXATTRAT,
+		unix.SYS_CHDIR, unix.SYS_NAME_TO_HANDLE_AT, unix.SYS_INOTIFY_ADD_WATCH, unix.SYS_FANOTIFY_MARK,
+	}
+}
+
+// pathOpens are the open calls whose O_PATH form sandboxFilter refuses
+// when the sandbox hides metadata, on amd64: open(path, flags) and
+// openat(dirfd, path, flags).
+func pathOpens() []pathOpen {
+	return []pathOpen{{unix.SYS_OPEN, seccompDataArg1}, {unix.SYS_OPENAT, seccompDataArg2}}
+}

@@ -4,6 +4,7 @@ package transport
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -16,71 +17,109 @@ import (
 // TestSandboxFilter runs sandboxFilter in x/net/bpf's interpreter over
 // seccomp_data records: the families and protocols a transport uses pass,
 // every other socket, io_uring, foreign ABIs and every call that changes
-// a file's metadata do not; reading metadata still works.
-// (TestSandboxClosesSocketGaps and TestSandboxRefusesMetadataChanges show
-// the installed filter at work.)
+// a file's metadata do not. Reading metadata works unless the rules hide
+// it; then every call that reads a path's metadata, an O_PATH open and
+// openat2 are refused while plain opens and the fd forms pass.
+// (TestSandboxClosesSocketGaps, TestSandboxRefusesMetadataChanges and
+// TestSandboxHidesMetadata show the installed filter at work.)
 func TestSandboxFilter(t *testing.T) {
 	const native, i386 = 0xc0ffee01, unix.AUDIT_ARCH_I386
-	filter, err := sandboxFilter(native, metadataSyscalls())
-	require.NoError(t, err)
-	var prog []bpf.Instruction
-	for _, ins := range filter {
-		prog = append(prog, bpf.RawInstruction{Op: ins.Code, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}.Disassemble())
-	}
-	vm, err := bpf.NewVM(prog)
-	require.NoError(t, err)
 	allow := int(unix.SECCOMP_RET_ALLOW)
 	eacces := int(unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES))
 	enosys := int(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	type call struct {
-		name             string
-		arch, nr         uint32
-		domain, protocol uint32
-		want             int
+		name       string
+		arch, nr   uint32
+		arg1, arg2 uint32 // args[1]; args[2] (arg0 is the socket domain)
+		domain     uint32
+		want       int
 	}
-	var metadata []call
+	sockets := []call{
+		{name: "tcp", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, want: allow},
+		{name: "tcp explicit", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: unix.IPPROTO_TCP, want: allow},
+		{name: "udp", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: unix.IPPROTO_UDP, want: allow},
+		{name: "tcp6", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET6, want: allow},
+		{name: "udp6", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET6, arg2: unix.IPPROTO_UDP, want: allow},
+		{name: "netlink", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_NETLINK, want: allow},
+		{name: "mptcp", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: 262, want: eacces},
+		{name: "mptcp6", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET6, arg2: 262, want: eacces},
+		{name: "sctp", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: unix.IPPROTO_SCTP, want: eacces},
+		{name: "smc over inet", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: 256, want: eacces},
+		{name: "icmp", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_INET, arg2: unix.IPPROTO_ICMP, want: eacces},
+		{name: "unix", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_UNIX, want: eacces},
+		{name: "smc", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_SMC, want: eacces},
+		{name: "vsock", arch: native, nr: unix.SYS_SOCKET, domain: unix.AF_VSOCK, want: eacces},
+		{name: "io_uring_setup", arch: native, nr: unix.SYS_IO_URING_SETUP, want: enosys},
+		{name: "io_uring_enter", arch: native, nr: unix.SYS_IO_URING_ENTER, want: enosys},
+		{name: "io_uring_register", arch: native, nr: unix.SYS_IO_URING_REGISTER, want: enosys},
+		{name: "connect", arch: native, nr: unix.SYS_CONNECT, domain: unix.AF_UNIX, want: allow},
+		{name: "read", arch: native, nr: unix.SYS_READ, want: allow},
+		{name: "openat", arch: native, nr: unix.SYS_OPENAT, arg2: unix.O_RDONLY | unix.O_CLOEXEC, want: allow},
+		{name: "openat for writing", arch: native, nr: unix.SYS_OPENAT, arg2: unix.O_WRONLY | unix.O_CREAT, want: allow},
+		{name: "fstat", arch: native, nr: unix.SYS_FSTAT, want: allow},
+		{name: "fgetxattr", arch: native, nr: unix.SYS_FGETXATTR, want: allow},
+		{name: "fstatfs", arch: native, nr: unix.SYS_FSTATFS, want: allow},
+		{name: "renameat", arch: native, nr: unix.SYS_RENAMEAT, want: allow},
+		{name: "x32", arch: native, nr: x32SyscallBit | unix.SYS_SOCKET, domain: unix.AF_INET, want: enosys},
+		{name: "i386", arch: i386, nr: 1, want: enosys},
+	}
+	var changes, reads []call
 	for _, nr := range metadataSyscalls() {
-		metadata = append(metadata, call{"metadata " + strconv.Itoa(int(nr)), native, nr, 0, 0, eacces})
+		changes = append(changes, call{name: "metadata change " + strconv.Itoa(int(nr)), arch: native, nr: nr, want: eacces})
 	}
-	require.GreaterOrEqual(t, len(metadata), 14)
-	for _, c := range append(metadata, []call{
-		{"tcp", native, unix.SYS_SOCKET, unix.AF_INET, 0, allow},
-		{"tcp explicit", native, unix.SYS_SOCKET, unix.AF_INET, unix.IPPROTO_TCP, allow},
-		{"udp", native, unix.SYS_SOCKET, unix.AF_INET, unix.IPPROTO_UDP, allow},
-		{"tcp6", native, unix.SYS_SOCKET, unix.AF_INET6, 0, allow},
-		{"udp6", native, unix.SYS_SOCKET, unix.AF_INET6, unix.IPPROTO_UDP, allow},
-		{"netlink", native, unix.SYS_SOCKET, unix.AF_NETLINK, 0, allow},
-		{"mptcp", native, unix.SYS_SOCKET, unix.AF_INET, 262, eacces},
-		{"mptcp6", native, unix.SYS_SOCKET, unix.AF_INET6, 262, eacces},
-		{"sctp", native, unix.SYS_SOCKET, unix.AF_INET, unix.IPPROTO_SCTP, eacces},
-		{"smc over inet", native, unix.SYS_SOCKET, unix.AF_INET, 256, eacces},
-		{"icmp", native, unix.SYS_SOCKET, unix.AF_INET, unix.IPPROTO_ICMP, eacces},
-		{"unix", native, unix.SYS_SOCKET, unix.AF_UNIX, 0, eacces},
-		{"smc", native, unix.SYS_SOCKET, unix.AF_SMC, 0, eacces},
-		{"vsock", native, unix.SYS_SOCKET, unix.AF_VSOCK, 0, eacces},
-		{"io_uring_setup", native, unix.SYS_IO_URING_SETUP, 0, 0, enosys},
-		{"io_uring_enter", native, unix.SYS_IO_URING_ENTER, 0, 0, enosys},
-		{"io_uring_register", native, unix.SYS_IO_URING_REGISTER, 0, 0, enosys},
-		{"connect", native, unix.SYS_CONNECT, unix.AF_UNIX, 0, allow},
-		{"read", native, unix.SYS_READ, 0, 0, allow},
-		{"openat", native, unix.SYS_OPENAT, 0, 0, allow},
-		{"fstat", native, unix.SYS_FSTAT, 0, 0, allow},
-		{"getxattr", native, unix.SYS_GETXATTR, 0, 0, allow},
-		{"renameat", native, unix.SYS_RENAMEAT, 0, 0, allow},
-		{"x32", native, x32SyscallBit | unix.SYS_SOCKET, unix.AF_INET, 0, enosys},
-		{"i386", i386, 1, 0, 0, enosys},
-	}...) {
-		// The interpreter loads big-endian words; the kernel loads the
-		// native-endian fields of struct seccomp_data at the same offsets.
-		data := make([]byte, 64)
-		binary.BigEndian.PutUint32(data[seccompDataNR:], c.nr)
-		binary.BigEndian.PutUint32(data[seccompDataArch:], c.arch)
-		binary.BigEndian.PutUint32(data[seccompDataArg0:], c.domain)
-		binary.BigEndian.PutUint32(data[seccompDataArg2:], c.protocol)
-		got, err := vm.Run(data)
-		require.NoError(t, err, c.name)
-		assert.Equal(t, c.want, got, c.name)
+	for _, nr := range metadataReadSyscalls() {
+		reads = append(reads, call{name: "metadata read " + strconv.Itoa(int(nr)), arch: native, nr: nr})
 	}
+	require.GreaterOrEqual(t, len(changes), 14)
+	require.GreaterOrEqual(t, len(reads), 16)
+	opath := []call{
+		{name: "openat O_PATH", arch: native, nr: unix.SYS_OPENAT, arg2: unix.O_PATH | unix.O_CLOEXEC},
+		{name: "openat O_PATH|O_NOFOLLOW", arch: native, nr: unix.SYS_OPENAT, arg2: unix.O_PATH | unix.O_NOFOLLOW},
+	}
+	if o := pathOpens(); len(o) > 1 { // amd64's open(2): flags in args[1]
+		opath = append(opath, call{name: "open O_PATH", arch: native, nr: o[0].nr, arg1: unix.O_PATH})
+		sockets = append(sockets, call{name: "open", arch: native, nr: o[0].nr, arg1: unix.O_RDONLY, arg2: unix.O_PATH, want: allow})
+	}
+	openat2 := call{name: "openat2", arch: native, nr: unix.SYS_OPENAT2}
+
+	run := func(t *testing.T, r filterRules, calls []call) {
+		filter, err := sandboxFilter(native, r)
+		require.NoError(t, err)
+		var prog []bpf.Instruction
+		for _, ins := range filter {
+			prog = append(prog, bpf.RawInstruction{Op: ins.Code, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}.Disassemble())
+		}
+		vm, err := bpf.NewVM(prog)
+		require.NoError(t, err)
+		for _, c := range calls {
+			// The interpreter loads big-endian words; the kernel loads the
+			// native-endian fields of struct seccomp_data at the same offsets.
+			data := make([]byte, 64)
+			binary.BigEndian.PutUint32(data[seccompDataNR:], c.nr)
+			binary.BigEndian.PutUint32(data[seccompDataArch:], c.arch)
+			binary.BigEndian.PutUint32(data[seccompDataArg0:], c.domain)
+			binary.BigEndian.PutUint32(data[seccompDataArg1:], c.arg1)
+			binary.BigEndian.PutUint32(data[seccompDataArg2:], c.arg2)
+			got, err := vm.Run(data)
+			require.NoError(t, err, c.name)
+			assert.Equal(t, c.want, got, c.name)
+		}
+	}
+	with := func(cs []call, want int) []call {
+		out := slices.Clone(cs)
+		for i := range out {
+			out[i].want = want
+		}
+		return out
+	}
+	t.Run("metadata readable", func(t *testing.T) {
+		calls := slices.Concat(sockets, changes, with(reads, allow), with(opath, allow), with([]call{openat2}, allow))
+		run(t, filterRules{refuse: metadataSyscalls()}, calls)
+	})
+	t.Run("metadata hidden", func(t *testing.T) {
+		calls := slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
+		run(t, filterRules{refuse: append(metadataSyscalls(), metadataReadSyscalls()...), opath: pathOpens()}, calls)
+	})
 }
 
 // TestAssembleRefusesBadJumps: a jump backwards, past 255 instructions

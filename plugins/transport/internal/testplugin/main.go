@@ -26,6 +26,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/caphost/caphost/plugins/transport"
 )
 
@@ -54,6 +56,9 @@ func build(settings map[string]string) (transport.Transport, error) {
 	if d := settings["allow-dir"]; d != "" {
 		sb.ReadDirs = []string{d}
 	}
+	if d := settings["write-dir"]; d != "" {
+		sb.WriteDirs = []string{d}
+	}
 	if p := settings["allow-port"]; p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)
 		if err != nil {
@@ -65,6 +70,7 @@ func build(settings map[string]string) (transport.Transport, error) {
 }
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
+// writable directory ("write-dir"), one
 // TCP port ("allow-port") and, with "network" = "true", the network base
 // set. Each Deliver runs one probe per message part, in order, named by
 // the part's name up to a "." (parts are named "read.1", "connect.2"…:
@@ -84,6 +90,11 @@ func build(settings map[string]string) (transport.Transport, error) {
 //   - uring: set up an io_uring: uring-ok, uring-nosys, …;
 //   - chmod, touch, xattr <path>: change the file's mode, its times, or
 //     set an extended attribute (user.probe): chmod-ok, chmod-denied, …;
+//   - stat, readlink, access, opath, getxattr, chdir <path>: read the
+//     path's metadata without opening it: stat(2), readlink(2), access(2),
+//     an O_PATH open and fstat(2) of it, getxattr(2) (an absent attribute
+//     counts as ok: the path was reached), chdir(2): stat-ok,
+//     stat-denied, …;
 //   - bind <host:port>: listen on a classic TCP socket: bind-ok, …;
 //   - roots: load the system CA pool: roots-ok, roots-empty,
 //     roots-denied, roots-failed.
@@ -125,6 +136,22 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 			err = os.Chtimes(arg, time.Unix(0, 0), time.Unix(0, 0))
 		case "xattr":
 			err = syscall.Setxattr(arg, "user.probe", []byte("x"), 0)
+		case "stat":
+			_, err = os.Stat(arg)
+		case "readlink":
+			if _, err = os.Readlink(arg); errors.Is(err, syscall.EINVAL) {
+				err = nil // reached: not a link
+			}
+		case "access":
+			err = syscall.Access(arg, 0)
+		case "opath":
+			err = opathStat(arg)
+		case "getxattr":
+			if _, err = syscall.Getxattr(arg, "user.probe", make([]byte, 64)); errors.Is(err, syscall.ENODATA) || errors.Is(err, syscall.ENOTSUP) {
+				err = nil // reached: no such attribute
+			}
+		case "chdir":
+			err = syscall.Chdir(arg)
 		case "connect":
 			d := &net.Dialer{Timeout: 5 * time.Second}
 			var c net.Conn
@@ -179,6 +206,18 @@ func mptcpConnect(addr string) error {
 	}
 	defer syscall.Close(fd)
 	return syscall.Connect(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()})
+}
+
+// opathStat opens path with O_PATH, which reads nothing, and fstats the
+// descriptor.
+func opathStat(path string) error {
+	fd, err := syscall.Open(path, unix.O_PATH|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	return syscall.Fstat(fd, &st)
 }
 
 // uringSetup sets up (and closes) a one-entry io_uring: io_uring_setup
