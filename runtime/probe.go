@@ -17,6 +17,7 @@ import (
 
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/internal/replwait"
 	"github.com/caphost/caphost/runtime/keys"
 	"github.com/caphost/caphost/runtime/programs"
 )
@@ -61,7 +62,8 @@ const (
 
 // Probe check names, in the order they run (the runtime handshake of the
 // configuration design: connection and auth, role and topology, version,
-// cluster coverage, programs, an ephemeral write/read, role attestation).
+// cluster coverage, programs, an ephemeral write/read, a capability's
+// replica-wait profile — only when one is expected — and role attestation).
 const (
 	CheckAuth            = "auth"
 	CheckTopology        = "topology"
@@ -69,6 +71,7 @@ const (
 	CheckClusterCoverage = "cluster-coverage"
 	CheckPrograms        = "programs"
 	CheckWriteRead       = "write-read"
+	CheckReplication     = "replication"
 	CheckEviction        = "eviction-policy"
 	CheckPersistence     = "persistence"
 	CheckDefaultUser     = "default-user"
@@ -155,11 +158,15 @@ func (p ProbeReport) Err() error {
 // the program catalog is present with the exact digests in the configured
 // mode; an ephemeral key in the probe namespace can be written, read and
 // deleted through the guarded regular lane; the maxmemory-policy matches
-// what each role expects; persistence is attested (warned, never failed:
-// see persistenceCheck); and whether the server's default user is enabled
-// is reported. Probe never mutates anything but its own short-lived probe
-// key. It runs every check even after a failure, so one report lists every
-// problem, and classifies every failure (Check.Class).
+// what each role expects; when a capability on the deployment's roles
+// sends WAIT (ExpectReplicaWait), the script lane's WAIT is admitted on
+// every primary and enough replicas are online (too few warns, never
+// fails: see replicationCheck); persistence is attested (warned, never
+// failed: see persistenceCheck); and whether the server's default user is
+// enabled is reported. Probe never mutates anything but its own
+// short-lived probe key (WAIT writes nothing). It runs every check even
+// after a failure, so one report lists every problem, and classifies every
+// failure (Check.Class).
 func (r *Runtime) Probe(ctx context.Context) ProbeReport {
 	rep := ProbeReport{Deployments: make([]DeploymentProbe, len(r.deps))}
 	var wg sync.WaitGroup
@@ -232,6 +239,9 @@ func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) Deployment
 		for _, n := range []string{CheckTopology, CheckVersion, CheckPrograms, CheckWriteRead, CheckEviction} {
 			add(n, CheckFailed, badClass, "not checked: lanes cannot connect")
 		}
+		if _, ok := r.waits.forRoles(dp.Roles); ok {
+			add(CheckReplication, CheckFailed, badClass, "not checked: lanes cannot connect")
+		}
 		for _, n := range []string{CheckPersistence, CheckDefaultUser} {
 			add(n, CheckUnknown, "", "not checked: lanes cannot connect")
 		}
@@ -276,6 +286,12 @@ func (r *Runtime) probeDeployment(ctx context.Context, d *Deployment) Deployment
 	// 7. Ephemeral write/read in the probe namespace on the regular lane,
 	// through the guard, with the data user's ACL.
 	add(r.writeRead(ctx, d))
+
+	// 7b. The replica-wait profile of a capability on these roles: WAIT
+	// admitted on the script lane of every primary, and enough replicas.
+	if p, ok := r.waits.forRoles(dp.Roles); ok {
+		add(replicationCheck(p, facts, waitOnPrimaries(ctx, d.client(policy.LaneScript), p), d.topology))
+	}
 
 	// 8. Role attestation: eviction policy, persistence; and the default user.
 	if len(facts) > 0 {
@@ -328,6 +344,7 @@ type nodeFacts struct {
 	aof                 bool
 	rdbStatus, aofWrite string // "ok", "err" or ""
 	replicas            string // connected_slaves
+	online              int    // replicas in state online (the ones WAIT counts)
 	eviction, fsync     string
 	save                string // the save points, "" when RDB snapshots are off
 	configErr           error
@@ -352,6 +369,7 @@ func readFacts(ctx context.Context, c *redis.Client) nodeFacts {
 		f.rdbStatus = boundedWord(infoField(info, "rdb_last_bgsave_status"))
 		f.aofWrite = boundedWord(infoField(info, "aof_last_write_status"))
 		f.replicas = boundedWord(infoField(info, "connected_slaves"))
+		f.online = onlineReplicas(info)
 	}
 	cfg := redis.NewMapStringStringCmd(ctx, "config", "get", "maxmemory-policy", "appendfsync", "save")
 	if err := c.Process(ctx, cfg); err != nil {
@@ -715,6 +733,223 @@ func defaultUserCheck(facts []nodeFacts) (string, CheckStatus, Class, string) {
 		return CheckDefaultUser, CheckWarn, "", fmt.Sprintf("the default user is enabled (with a password) on %d of %d primaries; disable it in production (ACL SETUSER default off)", on, n)
 	}
 	return CheckDefaultUser, CheckOK, "", "the default user is disabled"
+}
+
+// ReplicaWaitProfile is a capability's replica-acknowledgement profile: its
+// programs on Role are followed by WAIT Acks Timeout on the script lane
+// (the fenced lease's capabilities.fenced-lease.replication). The startup
+// probe proves it on the deployment serving Role (CheckReplication).
+type ReplicaWaitProfile struct {
+	Role    policy.Role
+	Acks    int
+	Timeout time.Duration
+}
+
+// ErrReplicaWaitProfile is matched by ExpectReplicaWait's error for a
+// profile out of the hard bounds (1..16 replicas, 1ms..5s).
+var ErrReplicaWaitProfile = errors.New("replica-wait profile out of bounds")
+
+// ExpectReplicaWait makes every later Probe and ProbeDeployment of the
+// deployment serving p.Role run CheckReplication: the script lane's WAIT
+// admitted on every primary (through the guard, under the grant the
+// capability's calls carry, as its ACL user) and the online replicas of
+// each primary compared with p.Acks. The host calls it for a capability
+// whose configuration asks for replica acknowledgements before the
+// startup handshake starts; fenced.New calls it too, so an embedder's
+// later probes prove the profile. The same profile twice counts once. An
+// unselected role is a *RoleError; a profile out of bounds matches
+// ErrReplicaWaitProfile.
+func (r *Runtime) ExpectReplicaWait(p ReplicaWaitProfile) error {
+	if _, err := r.Role(p.Role); err != nil {
+		return err
+	}
+	if g := (replwait.Grant{Acks: p.Acks, Timeout: p.Timeout}); !g.Valid() || p.Timeout%time.Millisecond != 0 {
+		return fmt.Errorf("%w: acks %d, timeout %s", ErrReplicaWaitProfile, p.Acks, p.Timeout)
+	}
+	r.waits.add(p)
+	return nil
+}
+
+// replicaWaits are the profiles the probe proves.
+type replicaWaits struct {
+	mu sync.Mutex
+	ps []ReplicaWaitProfile
+}
+
+func (w *replicaWaits) add(p ReplicaWaitProfile) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Contains(w.ps, p) {
+		w.ps = append(w.ps, p)
+	}
+}
+
+// forRoles returns the profile to prove on a deployment serving roles: the
+// one asking for the most replicas (the strictest; every profile uses the
+// same script lane), or false when none applies.
+func (w *replicaWaits) forRoles(roles []policy.Role) (ReplicaWaitProfile, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var (
+		best ReplicaWaitProfile
+		ok   bool
+	)
+	for _, p := range w.ps {
+		if slices.Contains(roles, p.Role) && (!ok || p.Acks > best.Acks) {
+			best, ok = p, true
+		}
+	}
+	return best, ok
+}
+
+// probeWaitTimeout is the timeout of the probe's WAIT: the shortest the
+// guard admits (0 would block forever), so the probe answers at once when
+// the wanted replicas have caught up with the connection and within the
+// server's timer resolution (about 100 ms at hz 10) when they have not.
+const probeWaitTimeout = time.Millisecond
+
+// waitResult is one primary's answer to the probe's WAIT.
+type waitResult struct {
+	n   int64
+	err error
+}
+
+// waitOnPrimaries sends WAIT p.Acks 1 on the script lane to every primary
+// (the lane client on standalone and Sentinel, each primary's node client
+// on Cluster), under the grant p's capability calls carry: the same ACL
+// user, lane, guard and grant as a replicated program call, so a missing
+// +wait shows here as it would on the first acquire. WAIT writes nothing.
+// The calls run one at a time (the lane's in-flight bound).
+func waitOnPrimaries(ctx context.Context, script redis.UniversalClient, p ReplicaWaitProfile) []waitResult {
+	gctx := replwait.With(ctx, replwait.Grant{Acks: p.Acks, Timeout: p.Timeout})
+	var (
+		mu  sync.Mutex
+		out []waitResult
+	)
+	wait := func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		n, err := c.Wait(ctx, p.Acks, probeWaitTimeout).Result()
+		out = append(out, waitResult{n: n, err: err})
+		return nil
+	}
+	var err error
+	switch c := script.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(gctx, wait)
+	case *redis.Client:
+		err = wait(gctx, c)
+	default:
+		err = fmt.Errorf("unsupported client %T", script)
+	}
+	if err != nil {
+		out = append(out, waitResult{err: err})
+	}
+	return out
+}
+
+// replicationCheck judges the probe's WAIT answers and every primary's
+// online replicas against profile p (docs/replication.md, "Proven at
+// start-up"). A WAIT refused — NOPERM (the script lane's ACL user lacks
+// +wait) or caphost's guard — fails as a misconfiguration: every
+// replicated call would fail closed, and retrying never heals it; a WAIT
+// that did not answer fails as an outage. Fewer online replicas than acks
+// on a primary warns and never fails: the configuration does not say how
+// many replicas a deployment has, so a shortage is the deployment's state
+// (a replica restarting, a failover not yet healed) and not provably a
+// mistake; the capability fails closed by itself (NOT_REPLICATED) while
+// it lasts, and failing the handshake would take readiness from every
+// capability on the role for it. The replica count is INFO replication's
+// replicas in state online (the ones WAIT counts), or the WAIT's own count
+// when INFO is unreadable.
+func replicationCheck(p ReplicaWaitProfile, facts []nodeFacts, waits []waitResult, topo policy.TopologyKind) (string, CheckStatus, Class, string) {
+	var (
+		refused, lost int
+		class         Class
+		codes         []string
+	)
+	for _, w := range waits {
+		if w.err == nil {
+			continue
+		}
+		class = worse(class, classOf(w.err, topo))
+		if classOf(w.err, topo) == ClassMisconfiguration {
+			refused++
+		} else {
+			lost++
+		}
+		if c := errCode(w.err); !slices.Contains(codes, c) {
+			codes = append(codes, c)
+		}
+	}
+	n := len(waits)
+	switch {
+	case refused > 0:
+		fix := "the command guard refused it"
+		if slices.Contains(codes, "NOPERM") {
+			fix = "grant +wait to the script lane's data user"
+		}
+		return CheckReplication, CheckFailed, ClassMisconfiguration, fmt.Sprintf(
+			"WAIT refused on the script lane of %d of %d primar%s (%s): %s; replication acks %d sends WAIT after "+
+				"every fenced acquire and counter provision, which fail closed (NOT_REPLICATED) until then",
+			refused, n, plural(n, "y", "ies"), strings.Join(codes, ", "), fix, p.Acks)
+	case lost > 0:
+		return CheckReplication, CheckFailed, class, fmt.Sprintf("WAIT on the script lane failed on %d of %d primar%s (%s)",
+			lost, n, plural(n, "y", "ies"), strings.Join(codes, ", "))
+	}
+	counts, source := make([]int, 0, len(facts)), "online replicas"
+	for _, f := range facts {
+		if f.infoErr != nil {
+			counts = counts[:0]
+			break
+		}
+		counts = append(counts, f.online)
+	}
+	if len(counts) == 0 {
+		source = "replicas acknowledging WAIT (INFO replication unreadable)"
+		for _, w := range waits {
+			counts = append(counts, int(w.n))
+		}
+	}
+	short, seen := 0, []string{}
+	for _, c := range counts {
+		if c < p.Acks {
+			short++
+		}
+		if s := strconv.Itoa(c); !slices.Contains(seen, s) {
+			seen = append(seen, s)
+		}
+	}
+	if short > 0 {
+		return CheckReplication, CheckWarn, "", fmt.Sprintf(
+			"replication acks %d, but %d of %d primar%s ha%s fewer %s (per primary: %s): every fenced acquire and counter provision there "+
+				"answers NOT_REPLICATED after %s until %d replica%s online; WAIT admitted on the script lane",
+			p.Acks, short, len(counts), plural(len(counts), "y", "ies"), plural(short, "s", "ve"), source, strings.Join(seen, ", "),
+			p.Timeout, p.Acks, plural(p.Acks, " is", "s are"))
+	}
+	return CheckReplication, CheckOK, "", fmt.Sprintf("WAIT admitted on the script lane of %d primar%s; %s per primary: %s ≥ acks %d",
+		n, plural(n, "y", "ies"), source, strings.Join(seen, ", "), p.Acks)
+}
+
+// onlineReplicas counts INFO replication's replica lines in state online
+// ("slave0:ip=…,port=…,state=online,offset=…,lag=…"): the replicas WAIT
+// counts. Nothing else of those lines is kept.
+func onlineReplicas(info string) int {
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		id, isReplica := strings.CutPrefix(name, "slave")
+		if !ok || !isReplica || id == "" || strings.Trim(id, "0123456789") != "" {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if kv == "state=online" {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func joinRoles(roles []policy.Role) string {

@@ -87,6 +87,8 @@ type Runtime struct {
 	progs    *programs.Catalog
 	mode     policy.ProgramMode
 	bindings map[policy.Role]policy.RoleBinding
+	// waits are the replica-wait profiles the probe proves (probe.go).
+	waits replicaWaits
 
 	closeOnce sync.Once
 	closeErr  error
