@@ -16,6 +16,7 @@ import (
 	"github.com/caphost/caphost/host/lease"
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/policy/strict"
+	"github.com/caphost/caphost/runtime"
 )
 
 // CapabilityID is the fenced lease capability's id and configuration
@@ -249,6 +250,18 @@ func (m *capabilityModule) Provision(_ context.Context, env module.Env) error {
 	m.client = c
 	m.side = NewSidecar(c)
 	return nil
+}
+
+// ReplicaWait returns the replication profile the startup probe must
+// prove on the capability's role, when one is configured. The host asks
+// before its startup handshake starts (Provision would be too late for
+// the first attempt), so a data user without +wait fails start-up under
+// redis.startup.on-failure fail-on-misconfiguration.
+func (m *capabilityModule) ReplicaWait() (runtime.ReplicaWaitProfile, bool) {
+	if !m.cfg.Replication.Enabled() {
+		return runtime.ReplicaWaitProfile{}, false
+	}
+	return m.cfg.Replication.profile(m.cfg.Role), true
 }
 
 // Validate implements module.Module: nothing beyond Decode and New.

@@ -90,6 +90,11 @@ func (r Replication) wait() programs.ReplicaWait {
 	return programs.ReplicaWait{Acks: r.Acks, Timeout: r.Timeout}
 }
 
+// profile is what the startup probe proves of r on role.
+func (r Replication) profile(role policy.Role) runtime.ReplicaWaitProfile {
+	return runtime.ReplicaWaitProfile{Role: role, Acks: r.Acks, Timeout: r.Timeout}
+}
+
 // Option configures a Client beyond Config.
 type Option func(*options)
 
@@ -203,6 +208,12 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 		// read deadline would cut (every slow acknowledgement would look
 		// like a lost reply).
 		if err := dep.Programs().CheckReplicaWait(cfg.Replication.wait()); err != nil {
+			return nil, fmt.Errorf("%w: replication: %w", lease.ErrInvalidRequest, err)
+		}
+		// Every later startup probe of the role proves the profile: WAIT
+		// admitted for the script lane's user, enough replicas online. (The
+		// host registers it before its handshake starts: ReplicaWait.)
+		if err := rt.ExpectReplicaWait(cfg.Replication.profile(role)); err != nil {
 			return nil, fmt.Errorf("%w: replication: %w", lease.ErrInvalidRequest, err)
 		}
 	}

@@ -452,6 +452,53 @@ func TestWaitRefusedByACLFailsClosed(t *testing.T) {
 	assert.Nil(t, a.Handle)
 	assert.Equal(t, lease.ReleaseDone, a.Release)
 	assert.Equal(t, 1, a.Attempts)
+
+	// New registered the profile with the runtime: the startup probe
+	// finds the same refusal before any acquire, as a misconfiguration.
+	c := replicationCheckOf(t, rt.Probe(ctx))
+	assert.Equal(t, runtime.CheckFailed, c.Status)
+	assert.Equal(t, runtime.ClassMisconfiguration, c.Class)
+	assert.Contains(t, c.Detail, "(NOPERM): grant +wait to the script lane's data user")
+}
+
+// replicationCheckOf returns the replication check of a one-deployment
+// probe (the zero Check when it has none).
+func replicationCheckOf(t *testing.T, rep runtime.ProbeReport) runtime.Check {
+	t.Helper()
+	require.Len(t, rep.Deployments, 1)
+	for _, c := range rep.Deployments[0].Checks {
+		if c.Name == runtime.CheckReplication {
+			return c
+		}
+	}
+	return runtime.Check{}
+}
+
+// TestNewRegistersTheReplicationProbe: a client with the replication
+// profile makes the runtime's later probes prove it (an embedder that
+// builds its own runtime gets the check too); a client without it adds
+// nothing, and the probe sends no WAIT.
+func TestNewRegistersTheReplicationProbe(t *testing.T) {
+	primary, _ := startReplicated(t)
+	ctx := ctxT(t)
+	rt := newRuntime(t, primary.Addr())
+	_, err := New(rt, Config{})
+	require.NoError(t, err)
+	before := primary.CommandCalls(t, "wait")
+	assert.Equal(t, runtime.Check{}, replicationCheckOf(t, rt.Probe(ctx)), "no check without the profile")
+	assert.Equal(t, before, primary.CommandCalls(t, "wait"), "no WAIT without the profile")
+
+	_, err = New(rt, Config{Replication: Replication{Acks: 1, Timeout: ackTimeout}})
+	require.NoError(t, err)
+	c := replicationCheckOf(t, rt.Probe(ctx))
+	assert.Equal(t, runtime.CheckOK, c.Status, c.Detail)
+	assert.Contains(t, c.Detail, "online replicas per primary: 1 ≥ acks 1")
+
+	_, err = New(rt, Config{Replication: Replication{Acks: 2, Timeout: ackTimeout}})
+	require.NoError(t, err)
+	c = replicationCheckOf(t, rt.Probe(ctx))
+	assert.Equal(t, runtime.CheckWarn, c.Status, "the strictest profile on the role is proven")
+	assert.Contains(t, c.Detail, "replication acks 2, but 1 of 1 primary has fewer online replicas (per primary: 1)")
 }
 
 // TestDocsListEveryFencedLeaseRule: docs/configuration.md documents every
