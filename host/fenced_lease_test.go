@@ -12,9 +12,12 @@ import (
 	"github.com/caphost/caphost/host"
 	"github.com/caphost/caphost/host/capability"
 	"github.com/caphost/caphost/host/fence"
+	"github.com/caphost/caphost/host/health"
 	"github.com/caphost/caphost/host/httpapi"
 	"github.com/caphost/caphost/host/lease/fenced"
 	"github.com/caphost/caphost/internal/redistest"
+	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime"
 )
 
 // TestFencedLeaseCapability: a configured fenced-lease block is provisioned
@@ -91,4 +94,61 @@ func TestFencedLeaseReplicationProfileThroughTheHost(t *testing.T) {
 	assert.Equal(t, "NOT_REPLICATED", got["kind"])
 	assert.Equal(t, false, got["held"])
 	assert.Nil(t, got["counter"], "no token")
+}
+
+// TestFencedLeaseReplicationProvenAtStartup: the replication profile is
+// proven by the startup handshake before the first acquire (issue 12). A
+// data user without +wait ends start-up under fail-on-misconfiguration
+// with a detail that names the fix and neither the user nor the
+// endpoint; with +wait and no replica the host starts (too few replicas
+// warns: docs/replication.md) and `check --probe`'s report says why every
+// acquire will be NOT_REPLICATED. Without the profile no WAIT is sent.
+func TestFencedLeaseReplicationProvenAtStartup(t *testing.T) {
+	srv := redistest.StartStandalone(t, redistest.WithConfig("maxmemory-policy", "noeviction"))
+	ctx := context.Background()
+	failFast := host.WithStartupPolicy(policy.StartupPolicy{OnFailure: policy.StartupFailOnMisconfiguration})
+	profile := block("fenced-lease", "provider: redis\nredis-role: coordination\npurposes: [ledger]\nreplication: {acks: 1, timeout: 100ms}")
+
+	off, err := capConfig(t, srv.Addr(), true, block("fenced-lease", "provider: redis\nredis-role: coordination\npurposes: [ledger]"))
+	require.NoError(t, err)
+	h, err := host.New(ctx, off, host.WithLogger(nil), failFast)
+	require.NoError(t, err)
+	rep, err := h.Probe(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Close(ctx))
+	for _, c := range rep.Deployments[0].Checks {
+		assert.NotEqual(t, runtime.CheckReplication, c.Name, "no replication check without the profile")
+	}
+	assert.Zero(t, srv.CommandCalls(t, "wait"), "no WAIT without the profile")
+
+	// The harness's user is the server's default user, which every lane
+	// uses here: take +wait from it.
+	require.NoError(t, srv.Admin().Do(ctx, "ACL", "SETUSER", "default", "-wait").Err())
+	on, err := capConfig(t, srv.Addr(), true, profile)
+	require.NoError(t, err)
+	h, err = host.New(ctx, on, host.WithLogger(nil), failFast)
+	require.Error(t, err)
+	assert.Nil(t, h)
+	var he *health.HandshakeError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, runtime.ClassMisconfiguration, he.Class)
+	assert.Contains(t, err.Error(), "WAIT refused on the script lane of 1 of 1 primary (NOPERM): grant +wait to the script lane's data user")
+	assert.NotContains(t, err.Error(), srv.Addr())
+	assert.NotContains(t, err.Error(), "default")
+	assert.Equal(t, int64(1), srv.CommandCalls(t, "wait"), "the handshake's WAIT, refused by the ACL")
+
+	require.NoError(t, srv.Admin().Do(ctx, "ACL", "SETUSER", "default", "+wait").Err())
+	h, err = host.New(ctx, on, host.WithLogger(nil), failFast)
+	require.NoError(t, err, "too few replicas does not end start-up")
+	t.Cleanup(func() { _ = h.Close(ctx) })
+	rep, err = h.Probe(ctx)
+	require.NoError(t, err)
+	var got runtime.Check
+	for _, c := range rep.Deployments[0].Checks {
+		if c.Name == runtime.CheckReplication {
+			got = c
+		}
+	}
+	assert.Equal(t, runtime.CheckWarn, got.Status)
+	assert.Contains(t, got.Detail, "replication acks 1, but 1 of 1 primary has fewer online replicas (per primary: 0)")
 }

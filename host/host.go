@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 
@@ -299,8 +300,40 @@ func (h *Host) newRuntime(ctx context.Context) error {
 		return err
 	}
 	h.rt = rt
+	if err := h.expectReplicaWaits(rt); err != nil {
+		return err
+	}
 	h.checker = h.newChecker(rt)
 	tap.checker.Store(h.checker)
+	return nil
+}
+
+// replicaWaiter is a module whose decoded block asks for replica
+// acknowledgements (WAIT) on its role: the fenced lease's replication
+// profile.
+type replicaWaiter interface {
+	ReplicaWait() (runtime.ReplicaWaitProfile, bool)
+}
+
+// expectReplicaWaits registers every decoded module's replica-wait profile
+// with the runtime before the startup handshake starts, so its first
+// attempt already proves it (runtime.Runtime.ExpectReplicaWait). A
+// profile on a role the configuration does not select is left to the
+// capability's Provision, which reports that role.
+func (h *Host) expectReplicaWaits(rt *runtime.Runtime) error {
+	for _, e := range h.caps {
+		w, ok := e.mod.(replicaWaiter)
+		if !ok {
+			continue
+		}
+		p, on := w.ReplicaWait()
+		if !on || !slices.Contains(rt.Roles(), p.Role) {
+			continue
+		}
+		if err := rt.ExpectReplicaWait(p); err != nil {
+			return fmt.Errorf("caphost: %s: %w", e.info.ID, err)
+		}
+	}
 	return nil
 }
 
