@@ -34,7 +34,11 @@
 //     narrows the failover window (an acknowledged grant survives a
 //     failover to a replica that acknowledged it); it does not close it,
 //     so the protected store's Strict watermark stays the safety mechanism
-//     (docs/replication.md).
+//     (docs/replication.md). New registers the profile with the runtime
+//     (and the host does before its startup handshake), so the startup
+//     probe's replication check proves it first: a script-lane user
+//     without +wait fails it as a misconfiguration, fewer online replicas
+//     than acks warns.
 //
 // What may change here: more outcome kinds only with new program ids (or, as
 // NotReplicated, host-side outcomes of an opt-in profile, documented with
