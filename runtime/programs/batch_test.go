@@ -559,6 +559,7 @@ func TestBatcherMixesPrograms(t *testing.T) {
 				{"fixed-window", NewFixedWindowPlan(FixedWindowRequest{Limit: limit, Cost: 1, Window: month, RateOptions: opts}), "window", 1},
 				{"sliding-counter", NewSlidingCounterPlan(SlidingCounterRequest{Limit: limit, Cost: 1, Window: month, RateOptions: opts}), "window", 1},
 				{"gcra", NewGCRAPlan(GCRARequest{Limit: limit, Period: month, Cost: 1, RateOptions: opts}), "bucket", 1},
+				{"fixed-window-v3", NewFixedWindowV3Plan(FixedWindowRequest{Limit: limit, Cost: 1, Window: 365 * 24 * time.Hour, RateOptions: opts}), "window", 1},
 			}
 			// Warm every program (loads the scripts) before holding the lane.
 			stateOf := map[string]keys.Key{}
@@ -611,7 +612,7 @@ func TestBatcherMixesPrograms(t *testing.T) {
 				assert.Equal(t, want, remaining, sd.name)
 			}
 			_, pipes := g.take()
-			assert.Equal(t, []int{perSide * len(sides)}, pipes, "the queued calls of four programs went out as one pipeline")
+			assert.Equal(t, []int{perSide * len(sides)}, pipes, "the queued calls of five programs went out as one pipeline")
 		})
 	}
 }

@@ -379,7 +379,7 @@ func BenchmarkRateServerTime(b *testing.B) {
 		e, err := NewExecutor(cat, mode, client)
 		require.NoError(b, err)
 		key := func(name, kind string, kv int) keys.Key { return rateBenchKey(b, bld, string(mode)+name, kind, kv) }
-		fw1, fw2 := key("fw1", "window", 1), key("fw2", "window", 2)
+		fw1, fw2, fw3 := key("fw1", "window", 1), key("fw2", "window", 2), key("fw3", "window", 2)
 		sc1, sc2 := key("sc1", "window", 1), key("sc2", "window", 2)
 		gc1, gc2 := key("gc1", "bucket", 1), key("gc2", "bucket", 2)
 		tb1, tb2 := key("tb1", "bucket", 1), key("tb2", "bucket", 2)
@@ -398,6 +398,13 @@ func BenchmarkRateServerTime(b *testing.B) {
 			}},
 			{"fixed-window-v2", false, nop, func(int) error {
 				return decide(e.RateFixedWindowV2(ctx, fw2, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: month, RateOptions: lean}))
+			}},
+			// v3 with v2's 30-day window (the same work) and with a year.
+			{"fixed-window-v3", false, nop, func(int) error {
+				return decide(e.RateFixedWindowV3(ctx, fw3, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: month, RateOptions: lean}))
+			}},
+			{"fixed-window-v3-year", false, nop, func(int) error {
+				return decide(e.RateFixedWindowV3(ctx, fw3, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: 365 * 24 * time.Hour, RateOptions: lean}))
 			}},
 			{"sliding-counter-v1", false, nop, func(int) error {
 				return decide(e.RateSlidingCounter(ctx, sc1, dd, SlidingCounterRequest{Limit: big, Cost: 1, Window: month, RateOptions: opts}))
@@ -507,6 +514,9 @@ func BenchmarkRateServerTimeBusy(b *testing.B) {
 	rows := []row{
 		{"fixed-window-v2", func(k keys.Key, _, _ int) error {
 			return decide(e.RateFixedWindowV2(ctx, k, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: lean}))
+		}, "window", 2},
+		{"fixed-window-v3", func(k keys.Key, _, _ int) error {
+			return decide(e.RateFixedWindowV3(ctx, k, keys.Key{}, FixedWindowRequest{Limit: big, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: lean}))
 		}, "window", 2},
 		{"sliding-log-v2", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV2(ctx, k, keys.Key{}, logReq)) }, "log", 1},
 		{"sliding-log-v3", func(k keys.Key, _, _ int) error { return decide(e.RateSlidingLogV3(ctx, k, keys.Key{}, logReq)) }, "log", 2},

@@ -56,7 +56,9 @@
 //
 // The lean rate programs (rate-token-bucket-v2, rate-fixed-window-v2,
 // rate-sliding-counter-v2, rate-gcra-v2) decide as their v1 over one string
-// state in fewer Redis calls; a RatePlan renders one policy's call once. A
+// state in fewer Redis calls; rate-fixed-window-v3 is rate-fixed-window-v2
+// with windows up to 366 days (a year) and v2's state, so v2 and v3 share
+// keys. A RatePlan renders one policy's call once. A
 // Batcher sends plan calls that arrive while the script lane is busy as one
 // pipeline, each call keeping its own atomicity, reply and certainty.
 //

@@ -294,6 +294,13 @@ type stateItem struct {
 		Min int64 `json:"min"`
 		Max int64 `json:"max"`
 	} `json:"pttl"`
+	// PTTLAnchored is PTTL with bounds that are anchor expressions of the
+	// vector's clock ({T...}, expanded when the vector runs): a TTL that
+	// depends on where T falls in a window too long to align T to.
+	PTTLAnchored *struct {
+		Min string `json:"min"`
+		Max string `json:"max"`
+	} `json:"pttlAnchored"`
 	NoTTL   bool   `json:"noTtl"`
 	HashLen *int64 `json:"hashLen"`
 	// ZCard is a sorted set's size, for states whose members are not

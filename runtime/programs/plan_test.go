@@ -63,6 +63,14 @@ func TestRatePlanArgv(t *testing.T) {
 	assert.Equal(t, "rate-sliding-counter-v2", sc.Program())
 	assert.Equal(t, []any{"r1", "10", "2", "1000", "1000", "2000", "3000", "16", "e"}, sc.appendArgv(nil, 2, "e"))
 
+	// v3 renders v2's arguments for its own program, a window above v2's
+	// 30 days included.
+	fw3 := NewFixedWindowV3Plan(FixedWindowRequest{Limit: 10, Cost: 1, Window: time.Minute, RateOptions: RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: 2 * time.Second}})
+	assert.Equal(t, "rate-fixed-window-v3", fw3.Program())
+	assert.Equal(t, fw.argv, fw3.argv)
+	year := NewFixedWindowV3Plan(FixedWindowRequest{Limit: 10, Cost: 1, Window: MaxFixedWindowV3, RateOptions: opts})
+	assert.Equal(t, []any{"r1", "10", "3", "31622400000", "1000", "2000", "3000", "16", "e"}, year.appendArgv(nil, 3, "e"))
+
 	// The sliding log has no cost argument: a plan call of another cost is
 	// refused before anything is rendered or sent.
 	sl := NewSlidingLogPlan(SlidingLogRequest{Limit: 10, Window: time.Second, RateOptions: opts})

@@ -60,7 +60,8 @@ type FixedWindowRequest struct {
 	Limit int64
 	// Cost (1..Limit) is this request's cost.
 	Cost int64
-	// Window is the window length (1 ms .. 30 days).
+	// Window is the window length (1 ms .. 30 days; up to 366 days with
+	// rate-fixed-window-v3, RateFixedWindowV3 and NewFixedWindowV3Plan).
 	Window time.Duration
 	RateOptions
 }

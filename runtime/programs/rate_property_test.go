@@ -227,6 +227,12 @@ func newRateAlgos(seed uint64) []rateAlgo {
 		tokenBucketV2Algo("token-bucket-v2-nodedup", &tb2n, &rateref.Dedup{}, capacity, refill, period, true),
 		fixedWindowV2Algo("fixed-window-v2", limit, window, false),
 		fixedWindowV2Algo("fixed-window-v2-nodedup", limit, window, true),
+		fixedWindowV3Algo("fixed-window-v3", limit, window, false),
+		fixedWindowV3Algo("fixed-window-v3-nodedup", limit, window, true),
+		// The longest window: every stream stays in one 366-day window, so
+		// it pins the reset and retry-after (up to 366 days) of every call.
+		fixedWindowV3Algo("fixed-window-v3-366d", limit, rateref.MaxFixedWindowV3Millis, false),
+		fixedWindowMixedAlgo("fixed-window-v2-v3", limit, window),
 		slidingCounterV2Algo("sliding-counter-v2", limit, window, false),
 		slidingCounterV2Algo("sliding-counter-v2-nodedup", limit, window, true),
 		gcraV2Algo("gcra-v2", gcraLimit, gcraPeriod, false),
@@ -381,6 +387,40 @@ func leanCommon(c rateref.Common, noDedup bool) rateref.Common {
 // which the reference keeps as an invariant, so a shifted observation
 // moves the reference's window with it, exactly as the stored string does.
 func fixedWindowV2Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	return fixedWindowLeanAlgo(name, limit, window, noDedup, func(*rand.Rand) (fixedWindowRun, fixedWindowRef) {
+		return (*Executor).RateFixedWindowV2, rateref.FixedWindow
+	})
+}
+
+// fixedWindowV3Algo drives rate-fixed-window-v3 against
+// rateref.FixedWindowV3 (v2's formulas and state, windows up to 366 days).
+func fixedWindowV3Algo(name string, limit, window int64, noDedup bool) rateAlgo {
+	return fixedWindowLeanAlgo(name, limit, window, noDedup, func(*rand.Rand) (fixedWindowRun, fixedWindowRef) {
+		return (*Executor).RateFixedWindowV3, rateref.FixedWindowV3
+	})
+}
+
+// fixedWindowMixedAlgo is a rolling upgrade from rate-fixed-window-v2 to
+// -v3: each call of one stream, on one key, goes to v2 or v3 at random, and
+// one reference decides them all. The two share the state string and the
+// dedup records, so a v3 call replays a v2 call's decision and the reverse.
+func fixedWindowMixedAlgo(name string, limit, window int64) rateAlgo {
+	return fixedWindowLeanAlgo(name, limit, window, false, func(r *rand.Rand) (fixedWindowRun, fixedWindowRef) {
+		if r.IntN(2) == 0 {
+			return (*Executor).RateFixedWindowV2, rateref.FixedWindow
+		}
+		return (*Executor).RateFixedWindowV3, rateref.FixedWindowV3
+	})
+}
+
+type (
+	fixedWindowRun func(*Executor, context.Context, keys.Key, keys.Key, FixedWindowRequest) (RateResult, error)
+	fixedWindowRef func(*rateref.FixedWindowState, *rateref.Dedup, int64, rateref.FixedWindowParams, rateref.Common) (rateref.Decision, error)
+)
+
+// fixedWindowLeanAlgo drives a lean fixed-window facade (v2, v3, chosen
+// per call by pick) against its reference over 'f1:<used>:<ts>:<rev>'.
+func fixedWindowLeanAlgo(name string, limit, window int64, noDedup bool, pick func(*rand.Rand) (fixedWindowRun, fixedWindowRef)) rateAlgo {
 	var (
 		fw    rateref.FixedWindowState
 		dedup = &rateref.Dedup{}
@@ -392,10 +432,11 @@ func fixedWindowV2Algo(name string, limit, window int64, noDedup bool) rateAlgo 
 			if r.IntN(3) > 0 {
 				p.Cost = 1
 			}
+			run, ref := pick(r)
 			o, dd = leanOptions(o, dd, noDedup)
-			res, err := e.RateFixedWindowV2(ctx, st, dd, FixedWindowRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
+			res, err := run(e, ctx, st, dd, FixedWindowRequest{Limit: p.Limit, Cost: p.Cost, Window: time.Duration(window) * time.Millisecond, RateOptions: o})
 			return res, func(now int64, c rateref.Common) (rateref.Decision, error) {
-				return rateref.FixedWindow(&fw, dedup, now, p, leanCommon(c, noDedup))
+				return ref(&fw, dedup, now, p, leanCommon(c, noDedup))
 			}, err
 		},
 		stored: func() map[string]string {
@@ -679,6 +720,23 @@ func TestRateConcurrencyExactAdmission(t *testing.T) {
 		"fixed-window-v2-nodedup": func(st, _ keys.Key, _ string) (RateResult, error) {
 			return e.RateFixedWindowV2(ctx, st, keys.Key{}, FixedWindowRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour,
 				RateOptions: RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}})
+		},
+		// The longest window, 366 days.
+		"fixed-window-v3": func(st, dd keys.Key, id string) (RateResult, error) {
+			return e.RateFixedWindowV3(ctx, st, dd, FixedWindowRequest{Limit: limit, Cost: 1, Window: MaxFixedWindowV3, RateOptions: opts(id)})
+		},
+		"fixed-window-v3-nodedup": func(st, _ keys.Key, _ string) (RateResult, error) {
+			return e.RateFixedWindowV3(ctx, st, keys.Key{}, FixedWindowRequest{Limit: limit, Cost: 1, Window: MaxFixedWindowV3,
+				RateOptions: RateOptions{PolicyRevision: "r1", MaxClockStep: time.Second, CleanupGrace: time.Second}})
+		},
+		// A rolling upgrade: v2 and v3 callers (by the id's last digit) race
+		// on one key, under one 30-day policy.
+		"fixed-window-v2-v3": func(st, dd keys.Key, id string) (RateResult, error) {
+			req := FixedWindowRequest{Limit: limit, Cost: 1, Window: 30 * 24 * time.Hour, RateOptions: opts(id)}
+			if (id[len(id)-1]-'0')%2 == 0 {
+				return e.RateFixedWindowV2(ctx, st, dd, req)
+			}
+			return e.RateFixedWindowV3(ctx, st, dd, req)
 		},
 		// A 30-day window: the previous window is empty, so the sliding
 		// counter admits exactly the limit too.

@@ -44,19 +44,34 @@ func vectorAnchor(ctx context.Context, t *testing.T, admin redis.UniversalClient
 }
 
 // reAnchor matches {T}, {T+5}, {T-250}, {T/1000} and {T/1000-1}: T, optionally
-// floor-divided, plus an optional offset.
-var reAnchor = regexp.MustCompile(`\{T(?:/([0-9]+))?([+-][0-9]+)?\}`)
+// floor-divided, plus an optional offset; and, for windows too long to align
+// T to (T must stay within a max clock step of the server's clock),
+// {T/W*W+W} (the end of T's window of W ms: floor-divided, multiplied, plus
+// an offset) and {-T%W+W} (the time from T to that end: minus T mod W, plus
+// an offset).
+var reAnchor = regexp.MustCompile(`\{(-)?T(?:([/%])([0-9]+))?(?:\*([0-9]+))?([+-][0-9]+)?\}`)
 
 func expandAnchor(s string, anchor int64) string {
 	return reAnchor.ReplaceAllStringFunc(s, func(m string) string {
 		sub := reAnchor.FindStringSubmatch(m)
 		v := anchor
-		if sub[1] != "" {
-			d, _ := strconv.ParseInt(sub[1], 10, 64)
-			v /= d
+		if sub[3] != "" {
+			d, _ := strconv.ParseInt(sub[3], 10, 64)
+			if sub[2] == "%" {
+				v %= d
+			} else {
+				v /= d
+			}
 		}
-		if sub[2] != "" {
-			o, _ := strconv.ParseInt(sub[2], 10, 64)
+		if sub[4] != "" {
+			f, _ := strconv.ParseInt(sub[4], 10, 64)
+			v *= f
+		}
+		if sub[1] != "" {
+			v = -v
+		}
+		if sub[5] != "" {
+			o, _ := strconv.ParseInt(sub[5], 10, 64)
 			v += o
 		}
 		return strconv.FormatInt(v, 10)
@@ -75,6 +90,15 @@ func expandItem(it stateItem, anchor int64) stateItem {
 		return out
 	}
 	it.Hash, it.ZSet = expand(it.Hash), expand(it.ZSet)
+	if a := it.PTTLAnchored; a != nil {
+		lo, _ := strconv.ParseInt(expandAnchor(a.Min, anchor), 10, 64)
+		hi, _ := strconv.ParseInt(expandAnchor(a.Max, anchor), 10, 64)
+		it.PTTL = &struct {
+			Min int64 `json:"min"`
+			Max int64 `json:"max"`
+		}{lo, hi}
+		it.PTTLAnchored = nil
+	}
 	if str, ok := it.String.(string); ok {
 		it.String = expandAnchor(str, anchor)
 	}
@@ -219,6 +243,9 @@ func rateFacades() map[string]facadeCall {
 		},
 		"rate-fixed-window-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
 			return e.RateFixedWindowV2(ctx, st, dd, FixedWindowRequest{Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o})
+		}),
+		"rate-fixed-window-v3": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
+			return e.RateFixedWindowV3(ctx, st, dd, FixedWindowRequest{Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o})
 		}),
 		"rate-sliding-counter-v2": leanRateFacade(func(ctx context.Context, e *Executor, st, dd keys.Key, n []int64, o RateOptions) (RateResult, error) {
 			return e.RateSlidingCounterV2(ctx, st, dd, SlidingCounterRequest{Limit: n[0], Cost: n[1], Window: time.Duration(n[2]) * time.Millisecond, RateOptions: o})

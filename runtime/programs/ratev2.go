@@ -3,6 +3,7 @@ package programs
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/caphost/caphost/runtime/keys"
 )
@@ -14,6 +15,7 @@ import (
 // (the rate limiter uses key version 2 for them).
 const (
 	fixedWindowV2    = "rate-fixed-window-v2"
+	fixedWindowV3    = "rate-fixed-window-v3"
 	slidingCounterV2 = "rate-sliding-counter-v2"
 	gcraV2           = "rate-gcra-v2"
 	slidingLogV2     = "rate-sliding-log-v2"
@@ -26,6 +28,21 @@ const (
 // nor the dedup arguments.
 func NewFixedWindowPlan(req FixedWindowRequest) *RatePlan {
 	return newRatePlan(planFixedWindow, req.Cost, 2, req.RateOptions, req.PolicyRevision,
+		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window))
+}
+
+// MaxFixedWindowV3 is rate-fixed-window-v3's longest window: 366 days, a
+// leap year (rate-fixed-window-v2's is 30 days, like every other rate
+// program's).
+const MaxFixedWindowV3 = 366 * 24 * time.Hour
+
+// NewFixedWindowV3Plan renders req for rate-fixed-window-v3, as
+// NewFixedWindowPlan does for v2. v3 admits windows up to MaxFixedWindowV3
+// and is otherwise v2: the same arguments, state string and dedup records,
+// so v2 and v3 calls may share a key (a v2 call of a window above 30 days
+// is INVALID).
+func NewFixedWindowV3Plan(req FixedWindowRequest) *RatePlan {
+	return newRatePlan(planFixedWindowV3, req.Cost, 2, req.RateOptions, req.PolicyRevision,
 		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.Cost, 10), millis(req.Window))
 }
 
@@ -81,6 +98,13 @@ func (e *Executor) RateSlidingLogV2(ctx context.Context, log, dedup keys.Key, re
 // positive; otherwise it may be the zero Key.
 func (e *Executor) RateFixedWindowV2(ctx context.Context, state, dedup keys.Key, req FixedWindowRequest) (RateResult, error) {
 	return e.RatePlan(ctx, state, dedup, NewFixedWindowPlan(req), req.Cost, string(req.EvaluationID))
+}
+
+// RateFixedWindowV3 evaluates a fixed-window limit with
+// rate-fixed-window-v3: RateFixedWindowV2's decisions and state, with
+// windows up to MaxFixedWindowV3; dedup as for RateFixedWindowV2.
+func (e *Executor) RateFixedWindowV3(ctx context.Context, state, dedup keys.Key, req FixedWindowRequest) (RateResult, error) {
+	return e.RatePlan(ctx, state, dedup, NewFixedWindowV3Plan(req), req.Cost, string(req.EvaluationID))
 }
 
 // RateSlidingCounterV2 evaluates a sliding-window-counter limit with

@@ -434,7 +434,7 @@ func facadeStatuses(id string) []statusDef {
 		return permitRenewStatuses()
 	case "rate-concurrency-release-v1", "rate-concurrency-release-v2", "rate-concurrency-release-v3":
 		return permitReleaseStatuses()
-	case "rate-fixed-window-v1", "rate-fixed-window-v2", "rate-sliding-counter-v1", "rate-sliding-counter-v2",
+	case "rate-fixed-window-v1", "rate-fixed-window-v2", "rate-fixed-window-v3", "rate-sliding-counter-v1", "rate-sliding-counter-v2",
 		"rate-token-bucket-v1", "rate-token-bucket-v2", "rate-gcra-v1", "rate-gcra-v2", "rate-sliding-log-v1", "rate-sliding-log-v2", "rate-sliding-log-v3":
 		return rateStatuses()
 	}

@@ -55,14 +55,15 @@ const (
 	planGCRA
 	planSlidingLog
 	planSlidingLogV3
+	planFixedWindowV3
 	planPrograms // number of plan programs
 )
 
 // planProgramIDs are the programs a RatePlan can run, by planProgram.
-var planProgramIDs = [planPrograms]string{tokenBucketV2, fixedWindowV2, slidingCounterV2, gcraV2, slidingLogV2, slidingLogV3}
+var planProgramIDs = [planPrograms]string{tokenBucketV2, fixedWindowV2, slidingCounterV2, gcraV2, slidingLogV2, slidingLogV3, fixedWindowV3}
 
 // RatePlan is one rate policy's call of a lean rate program
-// (rate-token-bucket-v2, rate-fixed-window-v2, rate-sliding-counter-v2,
+// (rate-token-bucket-v2, rate-fixed-window-v2 or -v3, rate-sliding-counter-v2,
 // rate-gcra-v2, rate-sliding-log-v2 or rate-sliding-log-v3) rendered once into its ARGV, boxed, so that a caller
 // evaluating the same policy many times (the rate limiter renders one per
 // policy revision when a policy set is installed) sends each evaluation

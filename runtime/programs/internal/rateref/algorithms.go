@@ -18,9 +18,12 @@ type FixedWindowParams struct {
 	WindowMillis int64
 }
 
-func (p FixedWindowParams) validate() error {
+func (p FixedWindowParams) validate() error { return p.validateUpTo(MaxWindowMillis) }
+
+// validateUpTo checks p with maxWindow as the longest window.
+func (p FixedWindowParams) validateUpTo(maxWindow int64) error {
 	if p.Limit < 1 || p.Limit > MaxLimit || p.Cost < 1 || p.Cost > p.Limit ||
-		p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
+		p.WindowMillis < 1 || p.WindowMillis > maxWindow {
 		return fmt.Errorf("%w: fixed window %+v", ErrInvalid, p)
 	}
 	return nil
@@ -28,11 +31,26 @@ func (p FixedWindowParams) validate() error {
 
 // FixedWindow evaluates one request at server time now (§20.2): windowId =
 // floor(effectiveNow/window), never below the stored window; admit iff
-// consumed+cost <= limit; a denial writes no state.
+// consumed+cost <= limit; a denial writes no state. It is the reference of
+// rate-fixed-window-v1 and -v2 (windows up to MaxWindowMillis).
 func FixedWindow(st *FixedWindowState, d *Dedup, now int64, p FixedWindowParams, c Common) (Decision, error) {
 	if err := firstErr(p.validate(), c.validate()); err != nil {
 		return Decision{Status: Invalid}, err
 	}
+	return fixedWindow(st, d, now, p, c)
+}
+
+// FixedWindowV3 is FixedWindow with windows up to MaxFixedWindowV3Millis:
+// the reference of rate-fixed-window-v3, whose formulas, state and dedup
+// are v2's.
+func FixedWindowV3(st *FixedWindowState, d *Dedup, now int64, p FixedWindowParams, c Common) (Decision, error) {
+	if err := firstErr(p.validateUpTo(MaxFixedWindowV3Millis), c.validate()); err != nil {
+		return Decision{Status: Invalid}, err
+	}
+	return fixedWindow(st, d, now, p, c)
+}
+
+func fixedWindow(st *FixedWindowState, d *Dedup, now int64, p FixedWindowParams, c Common) (Decision, error) {
 	return evaluate(now, c, d, st.Present, st.Observed, func(eff int64) Decision {
 		wid := eff / p.WindowMillis
 		if st.Present && st.WindowID > wid {

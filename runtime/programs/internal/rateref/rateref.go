@@ -1,5 +1,5 @@
 // Package rateref is the pure-Go reference implementation of caphost's
-// rate-limit catalog programs (rate-fixed-window-v1 and -v2,
+// rate-limit catalog programs (rate-fixed-window-v1, -v2 and -v3,
 // rate-sliding-counter-v1 and -v2, rate-token-bucket-v1 and -v2,
 // rate-gcra-v1 and -v2, rate-sliding-log-v1 and the rate-concurrency-*
 // permit programs): the same state model,
@@ -42,6 +42,13 @@ const (
 	MaxEvaluationIDLen = 128
 	MaxRevisionLen     = 64
 )
+
+// MaxFixedWindowV3Millis is rate-fixed-window-v3's longest window: 366 days
+// (a leap year), so that a year as envoyproxy/ratelimit counts it (365 days)
+// is one window. Its intermediates stay below 2^53 too: the effective time
+// is at most the server time + MaxClockStepMillis, the window end at most
+// that + the window.
+const MaxFixedWindowV3Millis = 31_622_400_000
 
 // Status is a program status; codes equal the manifest codes.
 type Status uint8

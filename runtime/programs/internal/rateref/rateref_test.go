@@ -277,3 +277,56 @@ func TestSlidingLogNormative(t *testing.T) {
 	_, err = SlidingLog(&st, d, 5000, SlidingLogParams{Limit: MaxLogLimit + 1, WindowMillis: 1}, common("c"))
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// FixedWindowV3 decides as FixedWindow up to 30 days and admits windows up
+// to 366 days, aligned to the Unix epoch: a 365-day window (a year as
+// envoyproxy/ratelimit counts it) resets at the next multiple of 365 days.
+func TestFixedWindowV3(t *testing.T) {
+	for _, p := range []FixedWindowParams{{2, 1, 1000}, {5, 2, MaxWindowMillis}} {
+		st1, st3 := FixedWindowState{}, FixedWindowState{}
+		d1, d3 := &Dedup{}, &Dedup{}
+		for i, now := range []int64{1_000, 1_500, 2_000, 2_001, MaxWindowMillis + 7} {
+			id := string(rune('a' + i))
+			want, err1 := FixedWindow(&st1, d1, now, p, common(id))
+			got, err3 := FixedWindowV3(&st3, d3, now, p, common(id))
+			require.NoError(t, err1)
+			require.NoError(t, err3)
+			assert.Equal(t, want, got, "%+v at %d", p, now)
+			assert.Equal(t, st1, st3)
+		}
+	}
+
+	const year = 365 * 24 * 3600 * 1000
+	now := int64(1_796_000_000_123) // 2026-11-30; its 365-day window (the 57th since the epoch) ends 2026-12-18
+	p := FixedWindowParams{Limit: 1, Cost: 1, WindowMillis: year}
+	var st FixedWindowState
+	dec, err := FixedWindowV3(&st, &Dedup{}, now, p, common("a"))
+	require.NoError(t, err)
+	end := (now/year + 1) * year
+	assert.Equal(t, Decision{Status: Allowed, Allowed: true, Limit: 1, ResetAtMillis: end, StateTTLMillis: end - now + 5000}, dec)
+	dec, err = FixedWindowV3(&st, &Dedup{}, now+1, p, common("b"))
+	require.NoError(t, err)
+	assert.Equal(t, Decision{Status: Denied, Limit: 1, RetryAfterMillis: end - now - 1, ResetAtMillis: end}, dec)
+	dec, err = FixedWindowV3(&st, &Dedup{}, end, p, common("c"))
+	require.NoError(t, err)
+	assert.Equal(t, Allowed, dec.Status, "the next year's window")
+
+	// The bound: 366 days is admitted, one millisecond more is not (nor by
+	// FixedWindow, beyond 30 days). The longest TTL is window + grace.
+	var fw FixedWindowState
+	c := common("x")
+	c.CleanupGraceMillis, c.MaxClockStepMillis = MaxGraceMillis, MaxClockStepMillis
+	fw = FixedWindowState{Present: true, WindowID: 0, Observed: MaxFixedWindowV3Millis*56 + MaxClockStepMillis}
+	dec, err = FixedWindowV3(&fw, &Dedup{}, MaxFixedWindowV3Millis*56, FixedWindowParams{1, 1, MaxFixedWindowV3Millis}, c)
+	require.NoError(t, err)
+	assert.Equal(t, Allowed, dec.Status)
+	assert.Equal(t, int64(MaxFixedWindowV3Millis*57), dec.ResetAtMillis)
+	assert.Equal(t, int64(MaxFixedWindowV3Millis-MaxClockStepMillis+MaxGraceMillis), dec.StateTTLMillis)
+	for _, w := range []int64{MaxFixedWindowV3Millis + 1, 0} {
+		dec, err = FixedWindowV3(&fw, &Dedup{}, 1, FixedWindowParams{1, 1, w}, common("y"))
+		require.ErrorIs(t, err, ErrInvalid)
+		assert.Equal(t, Invalid, dec.Status)
+	}
+	_, err = FixedWindow(&fw, &Dedup{}, 1, FixedWindowParams{1, 1, MaxWindowMillis + 1}, common("z"))
+	require.ErrorIs(t, err, ErrInvalid)
+}
