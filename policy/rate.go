@@ -91,6 +91,11 @@ const (
 	RateMaxDedupTTL      = 24 * time.Hour
 	RateMaxDedupEntries  = 4096
 	RateMaxPolicies      = 256
+	// RateMaxFixedWindow is the longest window of a fixed-window policy
+	// (rate-fixed-window-v3): 366 days, so that a year as
+	// envoyproxy/ratelimit counts it (365 days) is one window. Every other
+	// algorithm keeps RateMaxWindow.
+	RateMaxFixedWindow = 366 * 24 * time.Hour
 	// RateMinPermitTTL and RateMaxPermitTTL bound a concurrency permit's
 	// life. A permit is a lease on work in flight: long work renews it
 	// (ratelimit's auto-renewal), so a day bounds how long a holder that
@@ -121,7 +126,9 @@ type RateParameters struct {
 	// sliding log), per Window as the GCRA period, or the maximum permits
 	// (concurrency).
 	Limit int64
-	// Window is the window length, or the GCRA period. Whole milliseconds.
+	// Window is the window length, or the GCRA period. Whole milliseconds,
+	// at most RateMaxWindow (30 days), or RateMaxFixedWindow (366 days)
+	// for a fixed window.
 	Window time.Duration
 	// Capacity is the token-bucket size in tokens.
 	Capacity int64
@@ -520,7 +527,15 @@ func checkRateParams(p RatePolicy, path string, ps *Problems) {
 		}
 	}
 	window := func(field string, d time.Duration) {
-		if !wholeMillis(d) || d > RateMaxWindow {
+		switch {
+		case p.Algorithm == RateFixedWindow:
+			if !wholeMillis(d) || d > RateMaxFixedWindow {
+				bad(field, "must be whole milliseconds within 1ms..%s (366 days)", RateMaxFixedWindow)
+			}
+		case wholeMillis(d) && d > RateMaxWindow && d <= RateMaxFixedWindow:
+			bad(field, "%s is longer than %s (30 days), the most %s allows; only fixed-window takes a window up to %s (366 days)",
+				d, RateMaxWindow, p.Algorithm, RateMaxFixedWindow)
+		case !wholeMillis(d) || d > RateMaxWindow:
 			bad(field, "must be whole milliseconds within 1ms..%s", RateMaxWindow)
 		}
 	}

@@ -197,3 +197,47 @@ func splitComma(s string) []string {
 	}
 	return out
 }
+
+// TestRateWindowBounds: a fixed window may be up to 366 days (a year, for
+// envoyproxy/ratelimit's unit YEAR, runs rate-fixed-window-v3); every other
+// algorithm keeps 30 days, and a longer window there is a problem at its
+// path that says only fixed-window takes it.
+func TestRateWindowBounds(t *testing.T) {
+	const day = 24 * time.Hour
+	compile := func(algo RateAlgorithm, w time.Duration) error {
+		d := RatePolicyDecl{ID: "w", Revision: "r1", Algorithm: algo, Parameters: RateParameters{Limit: 10, Window: w},
+			Dimensions: []RateDimension{DimTenant}}
+		if algo == RateTokenBucket {
+			d.Parameters = RateParameters{Capacity: 1, RefillTokens: 1, RefillPeriod: w}
+		}
+		_, err := CompileRatePolicies([]RatePolicyDecl{d}, RateCompileOptions{PathPrefix: "p"})
+		return err
+	}
+	assert.Equal(t, 366*day, RateMaxFixedWindow)
+	for _, w := range []time.Duration{time.Millisecond, 30 * day, 30*day + time.Millisecond, 365 * day, RateMaxFixedWindow} {
+		require.NoError(t, compile(RateFixedWindow, w), "fixed-window %s", w)
+	}
+	for _, w := range []time.Duration{RateMaxFixedWindow + time.Millisecond, 400 * day, 365*day + time.Microsecond, 0} {
+		err := compile(RateFixedWindow, w)
+		var verr *ValidationError
+		require.ErrorAs(t, err, &verr, "fixed-window %s", w)
+		require.Len(t, verr.Problems, 1)
+		assert.Equal(t, "p.w.window", verr.Problems[0].Path)
+		assert.Equal(t, RuleRateParameters, verr.Problems[0].Rule)
+		assert.Contains(t, verr.Problems[0].Message, "within 1ms..8784h0m0s (366 days)")
+	}
+	for algo, field := range map[RateAlgorithm]string{RateSlidingCounter: "window", RateGCRA: "window", RateSlidingLog: "window", RateTokenBucket: "refill-period"} {
+		require.NoError(t, compile(algo, 30*day), "%s 30 days", algo)
+		for _, w := range []time.Duration{30*day + time.Millisecond, 365 * day, RateMaxFixedWindow} {
+			err := compile(algo, w)
+			var verr *ValidationError
+			require.ErrorAs(t, err, &verr, "%s %s", algo, w)
+			require.Len(t, verr.Problems, 1, "%v", err)
+			assert.Equal(t, "p.w."+field, verr.Problems[0].Path)
+			assert.Contains(t, verr.Problems[0].Message, "longer than 720h0m0s (30 days), the most "+string(algo)+" allows; only fixed-window takes a window up to 8784h0m0s (366 days)")
+		}
+		var verr *ValidationError
+		require.ErrorAs(t, compile(algo, 400*day), &verr)
+		assert.Contains(t, verr.Problems[0].Message, "within 1ms..720h0m0s")
+	}
+}

@@ -13,10 +13,10 @@
 // Lease): acquire/renew/release with host-minted owner tokens, always
 // fail-closed.
 //
-// Every rate algorithm runs its lean program (token bucket, fixed window,
-// sliding counter and GCRA v2: one string state; sliding log v3: a sorted
-// set trimmed once per tick; all under key version 2) through a
-// programs.Batcher:
+// Every rate algorithm runs its lean program (token bucket, sliding counter
+// and GCRA v2, fixed window v3 — v2's state with windows up to 366 days:
+// one string state; sliding log v3: a sorted set trimmed once per tick;
+// all under key version 2) through a programs.Batcher:
 // concurrent decisions that find the script lane busy share one pipeline
 // (WithBatching), each keeping its own atomic program call and outcome; a
 // lone decision is sent at once.

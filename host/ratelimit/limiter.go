@@ -33,7 +33,9 @@ const (
 	// rate-gcra-v2), which keep one string where their v1 kept a hash, and
 	// of rate-sliding-log-v3, whose log keeps v1's layout under another
 	// TTL rule (trimmed and extended once per tick): none shares a key
-	// with its v1.
+	// with its v1. rate-fixed-window-v3 (what the limiter runs for a fixed
+	// window) keeps rate-fixed-window-v2's state and shares its keys: v2 and
+	// v3 binaries count a subject in one window during a rolling upgrade.
 	leanKeyVersion = 2
 	// tokenBucketKeyVersion is the kv<n> of token-bucket state.
 	tokenBucketKeyVersion = leanKeyVersion
@@ -634,7 +636,8 @@ func (l *Limiter) compilePolicy(pol policy.RatePolicy) *compiledPolicy {
 			CapacityScaled: p.Capacity * policy.RateScale, RefillScaled: p.RefillTokens * policy.RateScale,
 			RefillPeriod: p.RefillPeriod, CostScaled: policy.RateScale, RateOptions: opts})
 	case policy.RateFixedWindow:
-		cp.plan = programs.NewFixedWindowPlan(programs.FixedWindowRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
+		// v3: v2's decisions and state, windows up to 366 days.
+		cp.plan = programs.NewFixedWindowV3Plan(programs.FixedWindowRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
 	case policy.RateSlidingCounter:
 		cp.plan = programs.NewSlidingCounterPlan(programs.SlidingCounterRequest{Limit: p.Limit, Cost: 1, Window: p.Window, RateOptions: opts})
 	case policy.RateGCRA:
