@@ -18,8 +18,10 @@
 //   - requests_per_unit 0, or a cost above the limit: OVER_LIMIT without a
 //     Redis call (nothing could ever be admitted).
 //   - Otherwise one evaluation of the rule's caphost policy (fixed window by
-//     default, aligned to the Unix epoch as upstream's; sliding-counter,
-//     gcra or token-bucket by configuration) at cost hits_addend — the
+//     default, aligned to the Unix epoch as upstream's, for every unit up
+//     to a year of 365 days; sliding-counter, gcra or token-bucket by
+//     configuration, up to a month: a year rule needs the fixed window,
+//     and the configuration is refused otherwise) at cost hits_addend — the
 //     descriptor's when set, else the request's, 0 meaning 1. The subject is
 //     a digest of the domain and all the request's entries, so each distinct
 //     descriptor (each value of a value-less or wildcard key) has its own

@@ -148,7 +148,7 @@ func (s *Service) decideSelected(ctx context.Context, q ratelimit.Query, rid str
 
 // windowUnit is the Envoy unit of a policy window that is exactly one
 // unit as the descriptor files count them (rlsconfig.Unit.Duration: a
-// week 7 days, a month 30). Any other window (15 s, 90 s) has none and
+// week 7 days, a month 30, a year 365). Any other window (15 s, 90 s) has none and
 // says UNKNOWN rather than a unit that would misstate the limit's rate.
 func windowUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 	for u, unit := range units {

@@ -613,6 +613,7 @@ var units = map[rlsconfig.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
 	rlsconfig.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
 	rlsconfig.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
 	rlsconfig.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	rlsconfig.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 func currentLimit(r *rlsconfig.Rule) *rlsv3.RateLimitResponse_RateLimit {

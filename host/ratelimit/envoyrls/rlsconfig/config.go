@@ -40,8 +40,9 @@ const (
 // Unit is a rate_limit unit.
 type Unit uint8
 
-// The units caphost can act on; year (365 days) is longer than caphost's
-// longest window and is rejected.
+// The units, every one of envoyproxy/ratelimit's. Year is 365 days, longer
+// than every caphost rate algorithm's window but the fixed window's (up to
+// 366 days): a year rule needs algorithm fixed-window.
 const (
 	_ Unit = iota
 	Second
@@ -50,9 +51,10 @@ const (
 	Day
 	Week
 	Month
+	Year
 )
 
-var unitNames = map[string]Unit{"second": Second, "minute": Minute, "hour": Hour, "day": Day, "week": Week, "month": Month}
+var unitNames = map[string]Unit{"second": Second, "minute": Minute, "hour": Hour, "day": Day, "week": Week, "month": Month, "year": Year}
 
 // String is the unit's name as the YAML spells it.
 func (u Unit) String() string {
@@ -64,8 +66,8 @@ func (u Unit) String() string {
 	return "unknown"
 }
 
-// Duration is the unit's length, as envoyproxy/ratelimit counts it (a
-// month is 30 days).
+// Duration is the unit's length, as envoyproxy/ratelimit counts it
+// (UnitToDivider: a month is 30 days, a year 365).
 func (u Unit) Duration() time.Duration {
 	switch u {
 	case Second:
@@ -80,6 +82,8 @@ func (u Unit) Duration() time.Duration {
 		return 7 * 24 * time.Hour
 	case Month:
 		return 30 * 24 * time.Hour
+	case Year:
+		return 365 * 24 * time.Hour
 	}
 	return 0
 }

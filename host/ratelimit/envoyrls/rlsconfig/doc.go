@@ -19,8 +19,12 @@
 // units, anchors and aliases, wrong scalar types and invalid UTF-8 are
 // errors, every one reported with its file, path and line. Fields caphost
 // cannot act on (replaces, quota_mode, share_threshold, value_to_metric,
-// metadata) and units longer than caphost's longest window (year) are
-// rejected rather than ignored. Two deliberate differences: matching
+// metadata) are rejected rather than ignored. Every upstream unit is
+// accepted in any case, with upstream's lengths (a month 30 days, a year
+// 365); a year is one fixed window aligned to the Unix epoch, which only
+// the fixed-window algorithm takes (up to 366 days; the others up to 30):
+// a year rule whose caphost block names another algorithm is a problem at
+// its unit, and one under another service algorithm a problem of Policies. Two deliberate differences: matching
 // compares (key, value) pairs, never the joined "key_value" string
 // envoyproxy/ratelimit builds (so key "a_b" with value "c" never matches
 // key "a" with value "b_c"), and a key may not contain `*` (upstream would

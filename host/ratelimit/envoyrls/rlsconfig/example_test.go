@@ -40,5 +40,5 @@ descriptors:
 	// Output:
 	// 50.0.0.1 10 per second
 	// 50.0.0.5 0 per second
-	// rlsconfig: bad.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight" (want second, minute, hour, day, week or month)
+	// rlsconfig: bad.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight" (want second, minute, hour, day, week, month or year)
 }

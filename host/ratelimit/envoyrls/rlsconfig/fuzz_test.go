@@ -16,7 +16,8 @@ import (
 
 // FuzzParse: the loader never panics; what it accepts is within its bounds
 // (valid UTF-8, bounded keys and values and depth, known units, a caphost
-// block only on a counted rule with known algorithm and mode) and a
+// block only on a counted rule with known algorithm and mode, a year rule's
+// only fixed-window) and a
 // parse is deterministic; what it refuses carries at least one problem.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*/*.yaml")
@@ -27,6 +28,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: a*b\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
 	f.Add([]byte("domain: d\ndescriptors: [{key: k, descriptors: [{key: j, rate_limit: {unlimited: true}}]}]\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: YEAR, requests_per_unit: 1}\n    caphost: {algorithm: fixed-window}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Parse("f.yaml", data)
 		if err != nil {
@@ -54,6 +56,9 @@ func FuzzParse(f *testing.F) {
 				if x.PerPodShare != 0 {
 					require.Equal(t, policy.FailLocal, x.FailureMode)
 					require.True(t, x.PerPodShare > 0 && x.PerPodShare <= 1)
+				}
+				if r.Unit == Year {
+					require.True(t, x.Algorithm == "" || x.Algorithm == policy.RateFixedWindow, "a year rule's algorithm is the fixed window")
 				}
 				if x.Dedup != nil {
 					require.True(t, x.Dedup.Enabled)

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/caphost/caphost/policy"
 )
 
 // Parse decodes one configuration file (file names it in problems). Every
@@ -249,6 +251,9 @@ func (p *parser) descriptor(path string, item *yaml.Node, d *Domain, n *node, pa
 			if hasExt && r.Unlimited {
 				p.add(join(path, ExtensionField), xn, "an unlimited rule is never counted: caphost options would have no effect")
 			}
+			if ext != nil && r.Unit == Year && ext.Algorithm != "" && ext.Algorithm != policy.RateFixedWindow {
+				p.add(join(join(path, "rate_limit"), "unit"), mappingValue(rl, "unit"), "%s", yearNeedsFixedWindow(ext.Algorithm, "its caphost block"))
+			}
 			r.Caphost = ext
 			next.rule = r
 			d.rules = append(d.rules, r)
@@ -311,16 +316,12 @@ func (p *parser) rateLimit(path string, n *yaml.Node) (*Rule, bool) {
 		p.add(join(path, "unit"), n, "required (or unlimited: true)")
 		good = false
 	} else if s, ok := p.str(join(path, "unit"), un); ok {
-		u, known := unitNames[strings.ToLower(s)]
-		switch {
-		case strings.EqualFold(s, "year"):
-			p.add(join(path, "unit"), un, "year is longer than caphost's longest window (30 days)")
-			good = false
-		case !known:
-			p.add(join(path, "unit"), un, "invalid unit %q (want second, minute, hour, day, week or month)", clip(s))
-			good = false
-		default:
+		// Any case, as upstream (which upper-cases the unit).
+		if u, known := unitNames[strings.ToLower(s)]; known {
 			r.Unit = u
+		} else {
+			p.add(join(path, "unit"), un, "invalid unit %q (want second, minute, hour, day, week, month or year)", clip(s))
+			good = false
 		}
 	} else {
 		good = false
@@ -338,6 +339,23 @@ func (p *parser) rateLimit(path string, n *yaml.Node) (*Rule, bool) {
 		r.RequestsPerUnit = uint32(v)
 	}
 	return r, good
+}
+
+// yearNeedsFixedWindow is the problem of a year rule whose algorithm, set
+// where from, is not the fixed window.
+func yearNeedsFixedWindow(a policy.RateAlgorithm, from string) string {
+	return fmt.Sprintf("year needs algorithm fixed-window: a year is 365 days, and %s (from %s) takes windows of at most 30 days", a, from)
+}
+
+// mappingValue is the value node of key in the mapping n (n itself when
+// there is none, so a problem still has a line).
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return n
 }
 
 // str reads a scalar as text. Like envoyproxy/ratelimit's YAML decoder, a

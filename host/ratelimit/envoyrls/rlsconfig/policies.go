@@ -42,8 +42,12 @@ const Dimension = policy.DimResourceClass
 // (domain and path) and its revision from its limit, algorithm and modes,
 // so that changing a limit starts fresh state under a new revision while
 // an unchanged rule keeps its state across reloads. Problems (too many
-// rules, a limit beyond caphost's bounds) come back as a
-// *policy.ValidationError.
+// rules, a limit beyond caphost's bounds, a year rule whose algorithm is
+// not fixed-window) come back as a *policy.ValidationError.
+//
+// A year (unit year, 365 days) is one fixed window aligned to the Unix
+// epoch, as upstream counts it: caphost's fixed window takes windows of
+// up to 366 days, every other algorithm at most 30 days.
 func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]string, error) {
 	if o.Algorithm == "" {
 		o.Algorithm = policy.RateFixedWindow
@@ -51,9 +55,14 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 	if o.FailureMode == "" {
 		o.FailureMode = policy.FailClosed
 	}
+	prefix := o.PathPrefix
+	if prefix == "" {
+		prefix = "envoy-rate-limit"
+	}
 	var (
 		decls []policy.RatePolicyDecl
 		ids   = map[*Rule]string{}
+		ps    policy.Problems
 	)
 	for _, r := range c.rules {
 		if r.Unlimited || r.RequestsPerUnit == 0 {
@@ -66,10 +75,11 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 			FailureMode: o.FailureMode,
 			Shadow:      r.Shadow,
 		}
+		from := "the service's algorithm"
 		if x := r.Caphost; x != nil {
 			// The rule's own caphost block wins over the service's defaults.
 			if x.Algorithm != "" {
-				d.Algorithm = x.Algorithm
+				d.Algorithm, from = x.Algorithm, "its caphost block"
 			}
 			if x.FailureMode != "" {
 				d.FailureMode = x.FailureMode
@@ -78,6 +88,12 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 			if x.Dedup != nil {
 				d.Dedup = *x.Dedup
 			}
+		}
+		if r.Unit == Year && d.Algorithm != policy.RateFixedWindow {
+			// Named here, at the rule, rather than as the compiler's window
+			// bound.
+			ps.Add(prefix+".window", policy.RuleRateParameters, "%s: %s", r.Where, yearNeedsFixedWindow(d.Algorithm, from))
+			continue
 		}
 		limit, window := int64(r.RequestsPerUnit), r.Unit.Duration()
 		if d.Algorithm == policy.RateTokenBucket {
@@ -92,12 +108,16 @@ func Policies(c *Config, o PolicyOptions) ([]policy.RatePolicyDecl, map[*Rule]st
 		ids[r] = d.ID
 		decls = append(decls, d)
 	}
-	prefix := o.PathPrefix
-	if prefix == "" {
-		prefix = "envoy-rate-limit"
-	}
 	if _, err := policy.CompileRatePolicies(decls, policy.RateCompileOptions{PathPrefix: prefix, LocalEmergency: o.LocalEmergency}); err != nil {
-		return nil, nil, locate(err, prefix, ids)
+		err = locate(err, prefix, ids)
+		var verr *policy.ValidationError
+		if len(ps) == 0 || !errors.As(err, &verr) {
+			return nil, nil, err
+		}
+		ps = append(ps, verr.Problems...)
+	}
+	if err := ps.Err(); err != nil {
+		return nil, nil, err
 	}
 	return decls, ids, nil
 }
