@@ -34,16 +34,17 @@ import (
 )
 
 // moreUnits is not from envoyproxy/ratelimit's documentation: the
-// examples use second, minute, hour and day; this adds week and month (30
-// days), so that duration_until_reset is compared for every unit both
-// serve. year is left out: caphost refuses it (rlsconfig's doc: longer
-// than its longest window).
+// examples use second, minute, hour and day; this adds week, month (30
+// days) and year (365 days, caphost's rate-fixed-window-v3), so that
+// duration_until_reset is compared for every unit both serve.
 const moreUnits = `domain: units
 descriptors:
   - key: weekly
     rate_limit: {unit: week, requests_per_unit: 3}
   - key: monthly
     rate_limit: {unit: month, requests_per_unit: 4}
+  - key: yearly
+    rate_limit: {unit: year, requests_per_unit: 2}
 `
 
 // TestSameDecisionsAsEnvoyproxyRatelimit runs `caphost serve` and
@@ -636,6 +637,8 @@ func unitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
 		return 7 * 24 * time.Hour
 	case rlsv3.RateLimitResponse_RateLimit_MONTH:
 		return 30 * 24 * time.Hour
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return 365 * 24 * time.Hour
 	}
 	return 0
 }

@@ -1,7 +1,7 @@
 // Package envoycompat checks caphost's Envoy rate-limit service against
 // envoyproxy/ratelimit itself, on upstream's documented example files
 // (host/ratelimit/envoyrls/rlsconfig/testdata/upstream, README Example 9's
-// trailing wildcards, and a week and a month rule):
+// trailing wildcards, and a week, a month and a year rule):
 //
 //   - TestSameLimitAsEnvoyproxyRatelimit loads the files into upstream's
 //     config package and into rlsconfig and requires the same rule for
