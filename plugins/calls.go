@@ -171,7 +171,7 @@ func Render(ctx context.Context, g Guest, req *abi.RenderRequest) (*abi.RenderRe
 // response frame to out. It is the lowest-level call; the typed methods
 // (RateSelect, ...) are usually what a host capability wants.
 func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte, error) {
-	p, err := m.begin(ctx, e, in)
+	p, err := m.begin(ctx, e, in, nil)
 	if err != nil {
 		return out, err
 	}
@@ -185,13 +185,25 @@ func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte
 func (m *Module) Exchange(ctx context.Context, e abi.Export, req, resp abi.Message) error {
 	bp := m.eng.getBuf()
 	in := req.AppendTo((*bp)[:0])
-	p, err := m.begin(ctx, e, in)
+	p, err := m.begin(ctx, e, in, nil)
 	// The request was copied into guest memory (or never sent): the buffer
 	// can go back before the response is decoded.
 	if cap(in) <= 64<<10 {
 		*bp = in[:0]
 		m.eng.bufs.Put(bp)
 	}
+	if err != nil {
+		return err
+	}
+	return m.end(&p, DecodeResponse(m, e, req, p.frame, resp))
+}
+
+// ExchangeMeasured implements CPUMeasurer: Exchange, with the call's CPU
+// time and budget written to cpu. It is Exchange's twin rather than its
+// body so that Exchange, the hot path, stays as it was.
+func (m *Module) ExchangeMeasured(ctx context.Context, e abi.Export, req, resp abi.Message, cpu *CallCPU) error {
+	*cpu = CallCPU{}
+	p, err := m.begin(ctx, e, req.AppendTo(nil), cpu)
 	if err != nil {
 		return err
 	}

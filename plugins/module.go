@@ -164,7 +164,7 @@ func (m *Module) start(ctx context.Context) error {
 	if verr := abi.CheckVersion(major, minor); verr != nil {
 		return fail(ClassABIMismatch, "", verr)
 	}
-	frame, derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, m.eng.wd.now())
+	frame, derr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, m.eng.wd.now(), nil)
 	if derr != nil {
 		m.discard(inst)
 		return derr
@@ -311,8 +311,9 @@ type pending struct {
 // begin acquires an instance and runs export e with request in. On success
 // the caller reads p.frame and then must call end; on failure the call is
 // already accounted for and nothing is held. It takes no closure so the hot
-// path allocates nothing.
-func (m *Module) begin(ctx context.Context, e abi.Export, in []byte) (pending, error) {
+// path allocates nothing. A non-nil cpu measures the call (see CallCPU);
+// every other call passes nil and pays for no clock read.
+func (m *Module) begin(ctx context.Context, e abi.Export, in []byte, cpu *CallCPU) (pending, error) {
 	p := pending{e: e}
 	if !e.Valid() || !m.declared[e] {
 		return p, guestErr(m.name, e, ClassNotDeclared, "module does not declare this export's kind", nil)
@@ -342,7 +343,7 @@ func (m *Module) begin(ctx context.Context, e abi.Export, in []byte) (pending, e
 	if slow {
 		callStart = m.eng.wd.now()
 	}
-	frame, err := m.callInstance(ctx, inst, e, in, callStart)
+	frame, err := m.callInstance(ctx, inst, e, in, callStart, cpu)
 	if err != nil {
 		return p, m.end(&p, err)
 	}
@@ -384,7 +385,7 @@ func (m *Module) end(p *pending, err error) error {
 // *abi.StatusError from read is returned as is and keeps the instance; any
 // other read error marks the output malformed and discards the instance.
 func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(frame []byte) error) error {
-	p, err := m.begin(ctx, e, in)
+	p, err := m.begin(ctx, e, in, nil)
 	if err != nil {
 		return err
 	}
@@ -396,8 +397,9 @@ func (m *Module) since(start int64) time.Duration { return time.Duration(m.eng.w
 
 // callInstance performs the memory handoff and the call, and returns the
 // response frame (checked against the output cap and memory bounds). start
-// is on the watchdog clock.
-func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start int64) ([]byte, error) {
+// is on the watchdog clock. A non-nil cpu is filled in with the call's
+// CPU time and budget (see CallCPU).
+func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, start int64, cpu *CallCPU) ([]byte, error) {
 	limit := m.lim.CallTimeout
 	if m.verifying.Load() {
 		limit = max(limit, VerifyCallTimeout)
@@ -414,7 +416,13 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export,
 		m.eng.wd.end(inst)
 		return nil, guestErr(m.name, e, ClassClosed, "", nil)
 	}
-	frame, err := m.run(inst, e, in)
+	var frame []byte
+	var err error
+	if cpu == nil {
+		frame, err = m.run(inst, e, in)
+	} else {
+		frame, err = m.runMeasured(inst, e, in, deadline, limit, cpu)
+	}
 	if m.eng.wd.end(inst) {
 		// The watchdog (or Close) fired, possibly just after the guest
 		// returned: the instance's context is spent, so it goes whatever
