@@ -68,8 +68,9 @@ type Cache struct {
 	// mu serialises policy rebuilds so two swaps cannot install sets out of
 	// order.
 	mu       sync.Mutex
-	bg       sync.WaitGroup // background rewrites
+	bg       sync.WaitGroup // background rewrites and verifications
 	rewrites chan struct{}  // rewrite slots (maxRewrites)
+	verifier *verifier      // codec deadlines judged on CPU (verify.go)
 	closed   atomic.Bool
 }
 
@@ -93,7 +94,7 @@ func New(ctx context.Context, dep *runtime.Deployment, kb *keys.Builder, cfg Con
 		o.Clock = time.Now
 	}
 	c := &Cache{log: o.Log, clock: o.Clock, dep: dep, exec: dep.Programs(), keys: kb, guests: o.Guests, cfg: cfg,
-		rewrites: make(chan struct{}, maxRewrites)}
+		rewrites: make(chan struct{}, maxRewrites), verifier: newVerifier()}
 	_, _ = rand.Read(c.instance[:])
 	if cfg.HintSecret.IsZero() {
 		_, _ = rand.Read(c.tokenKey[:])
@@ -188,8 +189,9 @@ func (r *Region) current() (*region, error) {
 	return rg, nil
 }
 
-// Close stops the hint subscription, cancels running loads, waits for
-// background rewrites and releases every L1. The deployment is the
+// Close stops the hint subscription, cancels running loads and a running
+// codec verification, waits for them and for background rewrites, and
+// releases every L1. The deployment is the
 // runtime's and stays open.
 func (c *Cache) Close(ctx context.Context) error {
 	if c.closed.Swap(true) {
@@ -199,6 +201,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	if c.hints != nil {
 		errs = append(errs, c.hints.close())
 	}
+	c.verifier.close()
 	// Closing a region cancels its loads and waits for them; a loader that
 	// ignores its context must not hold the host's shutdown beyond ctx.
 	done := make(chan struct{})

@@ -22,7 +22,12 @@
 // Hit (FRESH or STALE), NegativeHit, Miss (ABSENT, EXPIRED, INVALIDATED),
 // IncompatibleSchema, Unavailable. A corrupt entry or a codec failure is an
 // error — never a miss; a corrupt entry, or one the codec guest crashed on,
-// is quarantined, while a slow or overloaded guest leaves it in place. Regions that allow it
+// is quarantined. A guest that runs into its deadline fails the lookup
+// closed too, and the entry goes to a background verifier (one at a time
+// per Cache, verify.go) that decodes it again measuring the guest
+// thread's CPU time: only a second deadline with the call timeout spent
+// on CPU (the bytes need more than the budget) quarantines it; a deadline
+// without the CPU is a slow or overloaded host and leaves it in place. Regions that allow it
 // keep an in-process L1 (host/cache/l1) kept coherent by authenticated
 // invalidation hints on Pub/Sub (host/cache/hint); while the hint
 // subscription is down, L1 is flushed and not used.

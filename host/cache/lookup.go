@@ -498,6 +498,9 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 	case err != nil:
 		if poisoned(err) && ctx.Err() == nil {
 			c.quarantine(ctx, r, obs, "codec-failure")
+		} else if overran(err) {
+			// Judged off the hot path, on CPU time (verify.go).
+			c.verify(r, obs, env.PayloadVersion, env.Payload)
 		}
 		return observed{}, nil, err
 	}
@@ -520,11 +523,13 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 // poisoned reports whether a decode failure is the stored bytes' doing: the
 // guest ran on them and trapped, ran out of memory or answered outside the
 // ABI, which it will do again on every read. Only those quarantine the
-// entry. A deadline, a full pool, a cancelled caller or a closed module
-// says nothing about the bytes (a loaded host meets them on healthy
+// entry at once. A deadline, a full pool, a cancelled caller or a closed
+// module says nothing about the bytes (a loaded host meets them on healthy
 // entries), and a status the guest chose is not a verdict on them either:
 // quarantining then would turn a slow guest into invalidations of hot
-// entries across the fleet.
+// entries across the fleet. A deadline is handed to the verifier, which
+// quarantines only when a second decode spends the guest's call timeout
+// on CPU (verify.go).
 func poisoned(err error) bool {
 	var ce *CodecError
 	if !errors.As(err, &ce) {

@@ -36,6 +36,7 @@ type metrics struct {
 	guestFailures *prometheus.CounterVec   // region, op
 	quarantines   *prometheus.CounterVec   // region, reason
 	rewrites      *prometheus.CounterVec   // region, result
+	verifications *prometheus.CounterVec   // region, verdict
 	hints         *prometheus.CounterVec   // region, direction, result
 	reloads       *prometheus.CounterVec   // result
 	genReads      *prometheus.CounterVec   // region, generation
@@ -97,6 +98,10 @@ const (
 const hintsHelp = "L1 invalidation and refresh hints by region, direction and result; region is empty for a hint " +
 	"rejected (forged, stale, malformed) or naming a region this host does not serve, and for the subscription's changes of state."
 
+const verificationsHelp = "Background re-decodes of entries a codec guest ran into its deadline on, by verdict: " +
+	"quarantined (the guest spent its call timeout on CPU, or failed on the bytes), inconclusive (a deadline " +
+	"without the CPU: the host's load), healthy, dropped (one already running, or the entry verified recently)."
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	c := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caphost", Subsystem: "cache", Name: name, Help: help}, labels)
@@ -119,6 +124,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		guestFailures: c("guest_failures_total", "Codec, canonicaliser and admission guest failures.", "region", "op"),
 		quarantines:   c("quarantines_total", "Unreadable entries quarantined, by reason.", "region", "reason"),
 		rewrites:      c("rewrites_total", "Background N-1 to N rewrites, by result.", "region", "result"),
+		verifications: c("codec_verifications_total", verificationsHelp, "region", "verdict"),
 		hints:         c("hints_total", hintsHelp, "region", "direction", "result"),
 		reloads:       c("policy_reloads_total", "Region rebuilds after a codec or cache-region guest swap, by result (ok, failed).", "result"),
 		genReads: c("generation_reads_total", "L2 reads of regions with generation trust, by how the shard generation was known: "+
@@ -135,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.lookups, m.results, m.records, m.notRecorded, m.invalidations,
 		m.sourceLoads, m.sourceSeconds, m.stale, m.staleAge, m.payload, m.leases, m.guestFailures, m.quarantines,
-		m.rewrites, m.hints, m.reloads, m.genReads} {
+		m.rewrites, m.verifications, m.hints, m.reloads, m.genReads} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -360,6 +366,9 @@ func (r *regionMetrics) quarantine(reason string) {
 	r.m.quarantines.WithLabelValues(r.label, reason).Inc()
 }
 func (r *regionMetrics) rewrite(result string) { r.m.rewrites.WithLabelValues(r.label, result).Inc() }
+func (r *regionMetrics) verification(verdict string) {
+	r.m.verifications.WithLabelValues(r.label, verdict).Inc()
+}
 
 // install stores a new policy set (store) and hands the runtimes it
 // replaced to their regions' totals in one step for a scrape, so that no

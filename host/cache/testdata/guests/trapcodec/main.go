@@ -3,12 +3,15 @@
 // reference codec's "product" schema (v2, reads v1 and v2), stores JSON
 // objects as they are and answers corrupt for a payload that is not JSON.
 // Encoding or decoding anything containing "trap" panics (a trap),
-// anything containing "spin" spins until its deadline, and anything
-// containing "garble" answers a status whose detail is not UTF-8, a frame
-// the host cannot parse (malformed output). The cache must fail every one
-// of them closed and count it — never answer a miss, never store a value —
-// and quarantine only an entry the guest crashed decoding: a deadline is
-// not the bytes' fault.
+// anything containing "spin" spins until its deadline, anything containing
+// "wait" logs the line "wait" (a host function the tests make block until
+// the call's deadline: a guest that runs out of time without spending it
+// on CPU, as on a loaded host), and anything containing "garble" answers a
+// status whose detail is not UTF-8, a frame the host cannot parse
+// (malformed output). The cache must fail every one of them closed and
+// count it — never answer a miss, never store a value — and quarantine
+// only an entry the guest crashed decoding, or spent its whole deadline
+// on CPU decoding: a deadline alone is not the bytes' fault.
 package main
 
 import (
@@ -50,6 +53,9 @@ func misbehave(b []byte) error {
 	if bytes.Contains(b, []byte("spin")) {
 		for spin(b) {
 		}
+	}
+	if bytes.Contains(b, []byte("wait")) {
+		guest.Log(abi.LogInfo, "wait")
 	}
 	if bytes.Contains(b, []byte("garble")) {
 		return guest.Errorf(abi.CodeInternal, "%s", "\xff\xfe")
