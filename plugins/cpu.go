@@ -26,14 +26,14 @@ type CallCPU struct {
 	// deadline while the module is verified before it serves).
 	Limit time.Duration
 	// Measured is false when the call never entered the guest, when the
-	// guest's flavour cannot measure, or when the platform has no
-	// per-thread CPU clock (Linux has one).
+	// guest is not a CPUMeasurer, or when the platform has no per-thread
+	// CPU clock (Linux has one).
 	Measured bool
 }
 
 // CPUMeasurer is implemented by a Guest flavour that can measure a call's
-// CPU time (the native flavour, *Module). A measured call costs two
-// clock reads and a thread lock; the other calls pay nothing for it.
+// CPU time (both do: *Module and *extism.Module). A measured call costs
+// two clock reads and a thread lock; the other calls pay nothing for it.
 type CPUMeasurer interface {
 	// ExchangeMeasured is Exchange, with the call's CPU time and budget
 	// written to cpu (reset first).

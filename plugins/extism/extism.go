@@ -46,6 +46,7 @@ import (
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
 	"github.com/caphost/caphost/plugins/internal/guestio"
+	"github.com/caphost/caphost/plugins/internal/threadcpu"
 	"github.com/caphost/caphost/plugins/internal/wasipolicy"
 )
 
@@ -453,7 +454,7 @@ func (m *Module) start(ctx context.Context) error {
 	if !inst.p.FunctionExists(abi.ExportDescribe.Name()) {
 		return fail(plugins.ClassInvalidModule, "missing export "+abi.ExportDescribe.Name(), nil)
 	}
-	frame, gerr := m.callInstance(ctx, inst, abi.ExportDescribe, nil)
+	frame, gerr := m.callInstance(ctx, inst, abi.ExportDescribe, nil, nil)
 	if gerr != nil {
 		m.discard(inst)
 		return gerr
@@ -593,13 +594,31 @@ type instKey struct{}
 
 // callInstance runs export e on inst and returns the response frame (a
 // copy: Extism copies its output).
-func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte) ([]byte, *plugins.GuestError) {
+func (m *Module) callInstance(ctx context.Context, inst *instance, e abi.Export, in []byte, cpu *plugins.CallCPU) ([]byte, *plugins.GuestError) {
 	inst.calls++
 	inst.hostCalls = 0
 	inst.logs = 0
 	inst.p.Timeout = m.callTimeout()
 	cctx, stop := m.callContext(ctx, inst)
-	rc, out, err := inst.p.CallWithContext(cctx, e.Name(), in)
+	var (
+		rc    uint32
+		out   []byte
+		err   error
+		meter threadcpu.Meter
+	)
+	if cpu == nil {
+		rc, out, err = inst.p.CallWithContext(cctx, e.Name(), in)
+	} else {
+		// A measured call (plugins.CallCPU): the thread's CPU time over
+		// the guest call, the budget it ran under.
+		meter.Start()
+		cpu.Limit, cpu.Budget = inst.p.Timeout, inst.p.Timeout
+		if d, ok := ctx.Deadline(); ok {
+			cpu.Budget = max(min(cpu.Budget, time.Until(d)), 0)
+		}
+		rc, out, err = inst.p.CallWithContext(cctx, e.Name(), in)
+		cpu.CPU, cpu.Measured = meter.Stop()
+	}
 	stop()
 	if err != nil {
 		if m.closed() {
@@ -651,7 +670,7 @@ func (m *Module) classify(inst *instance, e abi.Export, err error) *plugins.Gues
 
 // invoke runs one export and hands the response frame to read while the
 // instance is held; read's errors follow the native flavour's rules.
-func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(frame []byte) error) error {
+func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, cpu *plugins.CallCPU, read func(frame []byte) error) error {
 	if !e.Valid() || !m.declared[e] {
 		return m.gerr(e, plugins.ClassNotDeclared, "module does not declare this export's kind", nil)
 	}
@@ -668,7 +687,7 @@ func (m *Module) invoke(ctx context.Context, e abi.Export, in []byte, read func(
 	}
 	stats := plugins.CallStats{Module: m.name, Export: e}
 	var err error
-	frame, gerr := m.callInstance(ctx, inst, e, in)
+	frame, gerr := m.callInstance(ctx, inst, e, in, cpu)
 	if gerr == nil {
 		err = read(frame)
 	} else {
@@ -711,7 +730,7 @@ func (e *Engine) LoadGuest(ctx context.Context, name string, wasm []byte, lim pl
 // Call sends a pre-encoded request to export e and appends the raw response
 // frame to out, like (*plugins.Module).Call.
 func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte, error) {
-	err := m.invoke(ctx, e, in, func(frame []byte) error {
+	err := m.invoke(ctx, e, in, nil, func(frame []byte) error {
 		out = append(out, frame...)
 		return nil
 	})
@@ -723,7 +742,20 @@ func (m *Module) Call(ctx context.Context, e abi.Export, in, out []byte) ([]byte
 // the instance is held, so a bad answer discards it.
 func (m *Module) Exchange(ctx context.Context, e abi.Export, req, resp abi.Message) error {
 	// Extism copies the input into guest memory itself: no buffer to pool.
-	return m.invoke(ctx, e, req.AppendTo(nil), func(frame []byte) error {
+	return m.invoke(ctx, e, req.AppendTo(nil), nil, func(frame []byte) error {
+		return plugins.DecodeResponse(m, e, req, frame, resp)
+	})
+}
+
+// The Extism flavour measures calls too.
+var _ plugins.CPUMeasurer = (*Module)(nil)
+
+// ExchangeMeasured implements plugins.CPUMeasurer: Exchange, with the
+// call's CPU time and budget written to cpu. The Extism SDK runs the guest
+// on the calling goroutine, as the native engine does.
+func (m *Module) ExchangeMeasured(ctx context.Context, e abi.Export, req, resp abi.Message, cpu *plugins.CallCPU) error {
+	*cpu = plugins.CallCPU{}
+	return m.invoke(ctx, e, req.AppendTo(nil), cpu, func(frame []byte) error {
 		return plugins.DecodeResponse(m, e, req, frame, resp)
 	})
 }
