@@ -169,18 +169,27 @@ func scopedResult(op string, gen, head *redis.StringCmd, maxBytes int) (ScopedRe
 	case wrongType(head.Err()):
 		return ScopedRead{}, wrongTypeError(op, "member", head.Err())
 	}
+	// Bytes hands over the reply's own buffer, which go-redis allocated for
+	// this command alone and nothing else holds once the command is
+	// dropped: the caller owns it without the copy []byte(Val()) makes (a
+	// kilobyte-sized allocation per cache hit). It is nil for an empty
+	// reply; an empty anchor still reads as found and non-nil.
 	var r ScopedRead
 	if gen != nil && gen.Err() == nil {
-		r.Anchor, r.AnchorFound = []byte(gen.Val()), true
+		r.Anchor, _ = gen.Bytes()
+		if r.Anchor == nil {
+			r.Anchor = []byte{}
+		}
+		r.AnchorFound = true
 	}
-	v := head.Val()
+	v, _ := head.Bytes()
 	switch {
 	case len(v) == 0:
 		// Absent.
 	case len(v) <= maxBytes+1:
 		// All of it, or (maxBytes+1 bytes) the head of a longer member,
 		// whose exact length the caller asks for.
-		r.Found, r.Length, r.Value = true, int64(len(v)), []byte(v)
+		r.Found, r.Length, r.Value = true, int64(len(v)), v
 	default:
 		// GETRANGE 0 maxBytes cannot return more; a server or proxy that
 		// does is not trusted with the rest of the read either.
