@@ -128,7 +128,8 @@ func (c *Cache) lookup(ctx context.Context, r *region, key Key, lk *Lookup, dst 
 	if c.fromL1(r, loc, lk, dst, appendTo) {
 		return nil
 	}
-	ol, err := c.lookupL2(ctx, r, loc)
+	// The observation is dropped here: lookupL2's copy of its prefix is not.
+	ol, err := c.readL2(ctx, r, loc)
 	*lk = ol.Lookup
 	if appendTo && lk.Value != nil {
 		// An L2 value is the lookup's own already; the copy keeps
@@ -269,8 +270,20 @@ func (r *region) deleteL1(ref entryRef) {
 
 // lookupL2 reads loc from Redis and interprets the entry. A fresh hit or a
 // negative hit is copied into L1 (when the region has one and the hint
-// channel is up), unless an invalidation raced the read.
+// channel is up), unless an invalidation raced the read. The observation
+// is the caller's to keep past handing out lk.Value.
 func (c *Cache) lookupL2(ctx context.Context, r *region, loc keys.Location) (observed, error) {
+	ol, err := c.readL2(ctx, r, loc)
+	// The prefix may share the read's array with lk.Value, which the
+	// caller hands out while it keeps the observation for a later write.
+	ol.obs.prefix = slices.Clone(ol.obs.prefix)
+	return ol, err
+}
+
+// readL2 is lookupL2 with an observation whose prefix may share lk.Value's
+// array: for a caller that drops the observation before handing out the
+// value, so a hit costs no copy of it (384 bytes, an allocation).
+func (c *Cache) readL2(ctx context.Context, r *region, loc keys.Location) (observed, error) {
 	useL1 := r.l1 != nil && c.hintsUp()
 	var ticket l1.Ticket
 	if useL1 {
@@ -426,7 +439,8 @@ func unavailable(err error) Lookup {
 // always nil, so a region without L1 pays for no copy of the value.
 //
 // rd is interpret's: a hit's Value may alias rd.Value (the caller's copy
-// of the reply, which nothing else holds).
+// of the reply, which nothing else holds), and so does the observation's
+// prefix (see lookupL2).
 func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead, ref entryRef, moved, keepL1 bool) (observed, *l1Entry, error) {
 	obs := observation{ref: ref, mode: obsAbsent}
 	if !rd.Found {
@@ -437,7 +451,7 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		return lk, nil, nil
 	}
 	obs.mode, obs.length = obsValue, rd.Length
-	obs.prefix = slices.Clone(rd.Value[:min(len(rd.Value), observedPrefix)])
+	obs.prefix = rd.Value[:min(len(rd.Value), observedPrefix):min(len(rd.Value), observedPrefix)]
 	if rd.Length > int64(r.lim.MaxEncodedBytes) {
 		if rd.Value == nil {
 			// Longer than the read bound: not a byte of it was kept, so it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -506,6 +507,9 @@ func (c *Cache) rewrite(r *region, obs observation, env envelope.Envelope, value
 		r.m.rewrite("skipped")
 		return
 	}
+	// The rewrite runs after the lookup returns, while its caller owns the
+	// value the observed prefix may share an array with.
+	obs.prefix = slices.Clone(obs.prefix)
 	c.bg.Add(1)
 	go func() {
 		defer func() { <-c.rewrites; c.bg.Done() }()
