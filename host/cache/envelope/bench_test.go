@@ -58,3 +58,20 @@ func BenchmarkDecode1KiB(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecode1KiBMemo is Decode of a 1 KiB envelope a Memo holds:
+// what an L2 hit on a hot entry pays.
+func BenchmarkDecode1KiBMemo(b *testing.B) {
+	enc, err := envelope.Encode(bench1KiB(false), lim)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := envelope.NewMemo(10)
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	for b.Loop() {
+		if _, err := m.Decode(enc, lim); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -210,6 +210,12 @@ var errTruncated = fail(Corrupt, "truncated")
 // RetiredVersion, UnknownEnvelope, TooLarge (an oversized stored value) or
 // Invalid (bad lim).
 func Decode(b []byte, lim Limits) (Envelope, error) {
+	return decode(b, lim, nil)
+}
+
+// decode is Decode; with m, the digest of bytes m holds as verified is
+// not recomputed, and bytes whose digest verifies are remembered in m.
+func decode(b []byte, lim Limits, m *Memo) (Envelope, error) {
 	if err := lim.Validate(); err != nil {
 		return Envelope{}, err
 	}
@@ -308,8 +314,11 @@ func Decode(b []byte, lim Limits) (Envelope, error) {
 	case flags&flagCompressed != 0 && !withinRatio(int(decodedLen), int(storedLen), lim.MaxCompressionRatio):
 		return Envelope{}, fail(TooLarge, "compression ratio exceeds the limit")
 	}
-	if want := digest(b[:headerEnd], stored); !bytes.Equal(want[:digestSize], sum) {
-		return Envelope{}, fail(Corrupt, "digest mismatch")
+	if h1, h2, known := m.lookup(b); !known {
+		if want := digest(b[:headerEnd], stored); !bytes.Equal(want[:digestSize], sum) {
+			return Envelope{}, fail(Corrupt, "digest mismatch")
+		}
+		m.remember(h1, h2)
 	}
 	e := Envelope{
 		EnvelopeVersion:   version,

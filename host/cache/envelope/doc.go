@@ -50,6 +50,13 @@
 // sum; a non-cryptographic hash such as xxhash would also catch random
 // corruption but makes crafted collisions trivial.
 //
+// A Memo (what a host's lookups decode with) skips recomputing the digest
+// of bytes whose digest it verified before, recognised by two 64-bit
+// maphash sums of all of them under seeds drawn at random per Memo. The
+// seeds never leave the process, so no collision can be aimed at them, and
+// a random one is a 2^-128 event like the digest's; any changed byte is
+// checked against the digest again.
+//
 // Compression is stdlib compress/flate (raw DEFLATE, level 6): no new
 // dependency, no container header or checksum (the envelope has its own
 // digest), and decoders that read into a buffer of the declared size. It is
