@@ -465,7 +465,7 @@ func (c *Cache) interpret(ctx context.Context, r *region, rd runtime.ScopedRead,
 		obs.mode = obsTombstone
 		return observed{Lookup{Kind: Miss, MissReason: Invalidated}, obs}, nil, nil
 	}
-	env, err := envelope.Decode(raw, r.lim)
+	env, err := r.verified.Decode(raw, r.lim)
 	switch {
 	case errors.Is(err, envelope.FutureVersion):
 		return c.incompatible(r, FutureVersion, obs), nil, nil

@@ -42,6 +42,9 @@ type region struct {
 	// memo remembers recent key locations and entry keys; it lives as
 	// long as this runtime, which a guest swap replaces.
 	memo *keyMemo
+	// verified remembers the envelopes whose digest a lookup verified, so
+	// a hot entry's is not recomputed on every read (envelope.Memo).
+	verified *envelope.Memo
 }
 
 // l1Entry is what L1 keeps of an L2 entry: the decoded value and its
@@ -74,7 +77,7 @@ func newRegion(b *keys.Builder, p policy.CacheRegionPolicy, gens *generations, c
 		gens = &generations{slots: make([]atomic.Pointer[genView], p.Ops.Shards)}
 	}
 	r := &region{pol: p, layout: layout, gens: gens, codec: cd, guest: rg, m: m, memo: newKeyMemo(),
-		exp: expiry.Policy{Revision: p.Revision, Spread: p.Jitter, Min: p.Ops.MinTTL},
+		verified: envelope.NewMemo(memoBits), exp: expiry.Policy{Revision: p.Revision, Spread: p.Jitter, Min: p.Ops.MinTTL},
 		lim: envelope.Limits{MaxEncodedBytes: p.MaxStoredBytes(), MaxCodecIDBytes: 255,
 			MaxPayloadBytes: p.MaxBytes, MaxCompressionRatio: p.Ops.MaxCompressionRatio},
 	}
