@@ -30,3 +30,16 @@ func TestDecodeAllocations(t *testing.T) {
 	})
 	assert.LessOrEqual(t, allocs, 3.0, "plus the payload buffer; the inflater is pooled")
 }
+
+// TestMemoDecodeAllocations: an envelope a Memo remembers decodes without
+// allocating, the codec id included.
+func TestMemoDecodeAllocations(t *testing.T) {
+	b := readHex(t, "v2_positive")
+	m := envelope.NewMemo(4)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := m.Decode(b, lim); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
+}

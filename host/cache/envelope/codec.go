@@ -322,7 +322,7 @@ func decode(b []byte, lim Limits, m *Memo) (Envelope, error) {
 	}
 	e := Envelope{
 		EnvelopeVersion:   version,
-		CodecID:           string(id),
+		CodecID:           m.codecID(id),
 		PayloadVersion:    payloadVersion,
 		Negative:          flags&flagNegative != 0,
 		Compressed:        flags&flagCompressed != 0,

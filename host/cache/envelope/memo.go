@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"hash/maphash"
+	"sync/atomic"
 
 	"github.com/caphost/caphost/runtime/keys/memo"
 )
@@ -19,6 +20,9 @@ import (
 type Memo struct {
 	seed1, seed2 maphash.Seed
 	t            *memo.Table[struct{}]
+	// id is the codec id of the last envelope decoded: a region's entries
+	// share one, which Decode then hands out without allocating it again.
+	id atomic.Pointer[string]
 }
 
 // NewMemo returns a memo of 1<<bits envelopes (see memo.New).
@@ -49,4 +53,18 @@ func (m *Memo) remember(h1, h2 uint64) {
 	if m != nil {
 		m.t.Store(h1, h2, struct{}{})
 	}
+}
+
+// codecID returns id as a string, the one m returned last when it is the
+// same id.
+func (m *Memo) codecID(id []byte) string {
+	if m == nil {
+		return string(id)
+	}
+	if p := m.id.Load(); p != nil && *p == string(id) {
+		return *p
+	}
+	s := string(id)
+	m.id.Store(&s)
+	return s
 }
