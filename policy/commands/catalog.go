@@ -186,8 +186,13 @@ func (e Entry) ChannelPositions(args []any) ([]int, error) {
 }
 
 // Catalog is an immutable, validated command catalog.
+//
+// Lookup hands out pointers to the catalog's own entries (copying a ~240-byte
+// Entry twice per command showed in profiles). An Entry reached through a
+// Catalog is shared by every caller and must never be written, nor its
+// slices (Lanes, TTLOptions) appended to or modified.
 type Catalog struct {
-	entries map[string]Entry
+	entries map[string]*Entry
 	// parents holds command names that have subcommand entries: for them the
 	// lookup key is COMMAND|SUBCOMMAND and the bare name is never an entry.
 	parents map[string]bool
@@ -208,8 +213,8 @@ func (c *Catalog) index() {
 			continue
 		}
 		e := c.entries[name]
-		c.exact[name] = &e
-		c.exact[strings.ToLower(name)] = &e
+		c.exact[name] = e
+		c.exact[strings.ToLower(name)] = e
 	}
 }
 
@@ -221,8 +226,10 @@ func (c *Catalog) Names() []string { return slices.Clone(c.names) }
 
 // Entry returns the entry with the canonical name (e.g. "CONFIG|GET").
 func (c *Catalog) Entry(name string) (Entry, bool) {
-	e, ok := c.entries[name]
-	return e, ok
+	if e, ok := c.entries[name]; ok {
+		return *e, true
+	}
+	return Entry{}, false
 }
 
 // maxNameLen bounds a command token; longer tokens cannot be in the catalog,
@@ -233,29 +240,32 @@ const maxNameLen = 40
 // entry: COMMAND|SUBCOMMAND when the command has subcommand entries,
 // otherwise COMMAND. A subcommand without its own entry is unknown: there is
 // no fall-back to the parent.
-func (c *Catalog) Lookup(args []any) (Entry, bool) {
+//
+// The entry is the catalog's own (nil when unknown): read it, never write it
+// (see Catalog).
+func (c *Catalog) Lookup(args []any) (*Entry, bool) {
 	if c == nil || len(args) == 0 {
-		return Entry{}, false
+		return nil, false
 	}
 	if s, ok := args[0].(string); ok {
 		if e, ok := c.exact[s]; ok {
-			return *e, true
+			return e, true
 		}
 	}
 	var buf [2*maxNameLen + 1]byte
 	n, ok := appendUpper(buf[:0], args[0])
 	if !ok {
-		return Entry{}, false
+		return nil, false
 	}
 	name := n
 	if c.parents[string(name)] {
 		if len(args) < 2 {
-			return Entry{}, false
+			return nil, false
 		}
 		name = append(name, '|')
 		name, ok = appendUpper(name, args[1])
 		if !ok {
-			return Entry{}, false
+			return nil, false
 		}
 	}
 	e, found := c.entries[string(name)] // no allocation: map index with string(bytes)

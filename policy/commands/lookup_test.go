@@ -39,7 +39,7 @@ func TestLookupIndexAgreesWithFolding(t *testing.T) {
 			}
 			got, ok := c.Lookup(append(args, "k"))
 			require.True(t, ok, "%v", args)
-			require.Equal(t, want, got, "%v", args)
+			require.Equal(t, want, *got, "%v", args)
 		}
 		if hasSub {
 			// A parent alone is never an entry, on either path.

@@ -261,7 +261,7 @@ func (p *parser) catalog(doc *yaml.Node) *Catalog {
 		p.add(commandsNode.Line, "", "commands", "must be a non-empty mapping")
 		return nil
 	}
-	c := &Catalog{entries: map[string]Entry{}, parents: map[string]bool{}}
+	c := &Catalog{entries: map[string]*Entry{}, parents: map[string]bool{}}
 	lines := map[string]int{}
 	for i := 0; i+1 < len(commandsNode.Content); i += 2 {
 		k, v := commandsNode.Content[i], commandsNode.Content[i+1]
@@ -278,7 +278,7 @@ func (p *parser) catalog(doc *yaml.Node) *Catalog {
 		lines[name] = k.Line
 		e, ok := p.entry(name, v)
 		if ok {
-			c.entries[name] = e
+			c.entries[name] = &e
 		}
 	}
 	for name := range lines {

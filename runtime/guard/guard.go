@@ -206,10 +206,9 @@ func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			// the node client carrying (or redirecting) the same command.
 			return next(ctx, cmd)
 		}
-		// e stays on this stack frame: the helpers take *Entry so the
-		// ~240-byte entry is copied once (out of the catalog), not per step.
-		var e commands.Entry
-		if rej := g.check(ctx, &e, cmd.Args()); rej != nil {
+		// e is the catalog's own entry, never copied (and never written).
+		e, rej := g.check(ctx, cmd.Args())
+		if rej != nil {
 			g.obs.Rejected(g.lane, rej.Command, rej.Reason)
 			cmd.SetErr(rej)
 			return rej
@@ -219,7 +218,7 @@ func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			ctx = context.WithValue(ctx, admittedKey{g}, &admission{one: cmd})
 		}
 		err := next(ctx, cmd)
-		if rej := g.checkReply(&e, cmd); rej != nil {
+		if rej := g.checkReply(e, cmd); rej != nil {
 			return rej
 		}
 		return err
@@ -233,14 +232,16 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		if g.cluster && len(cmds) > 0 && g.admittedAll(ctx, cmds) {
 			return next(ctx, cmds)
 		}
-		entries := make([]commands.Entry, len(cmds))
+		entries := make([]*commands.Entry, len(cmds))
 		var first *Rejection
 		bad := -1
 		for i, cmd := range cmds {
-			if rej := g.check(ctx, &entries[i], cmd.Args()); rej != nil {
+			e, rej := g.check(ctx, cmd.Args())
+			if rej != nil {
 				first, bad = rej, i
 				break
 			}
+			entries[i] = e
 		}
 		if first != nil {
 			g.obs.Rejected(g.lane, first.Command, first.Reason)
@@ -252,10 +253,10 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				// Collateral commands carry the cause; nothing was sent.
 				// Commands after the bad one were not checked: label them by
 				// lookup only (still a bounded catalog name or "unknown").
-				label := commandLabel(&entries[i])
+				label := commandLabel(entries[i])
 				if i > bad {
 					e, _ := g.catalog.Lookup(cmd.Args())
-					label = commandLabel(&e)
+					label = commandLabel(e)
 				}
 				cmd.SetErr(&Rejection{Deployment: g.deployment, Lane: g.lane, Command: label,
 					Reason: first.Reason, Detail: fmt.Sprintf("pipeline command %d (%s) was rejected; none sent", bad, first.Command)})
@@ -271,7 +272,7 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		var replyErr error
 		for i, cmd := range cmds {
-			if rej := g.checkReply(&entries[i], cmd); rej != nil && replyErr == nil {
+			if rej := g.checkReply(entries[i], cmd); rej != nil && replyErr == nil {
 				replyErr = rej
 			}
 		}
@@ -282,16 +283,18 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
+// commandLabel is e's name, or UnknownCommand for nil (not in the catalog).
 func commandLabel(e *commands.Entry) string {
-	if e.Name == "" {
+	if e == nil {
 		return UnknownCommand
 	}
 	return e.Name
 }
 
+// reject builds a rejection of e (nil: not in the catalog).
 func (g *Guard) reject(e *commands.Entry, reason Reason, format string, a ...any) *Rejection {
 	return &Rejection{Deployment: g.deployment, Lane: g.lane, Command: commandLabel(e), Reason: reason,
-		Detail: fmt.Sprintf(format, a...), ReadOnly: e.ReadOnly}
+		Detail: fmt.Sprintf(format, a...), ReadOnly: e != nil && e.ReadOnly}
 }
 
 // Check runs the pre-send admission on args (go-redis cmd.Args()) without
@@ -302,23 +305,27 @@ func (g *Guard) reject(e *commands.Entry, reason Reason, format string, a ...any
 // Checks each one before sending it. Check carries no replica-wait grant:
 // it refuses WAIT.
 func (g *Guard) Check(args []any) error {
-	var e commands.Entry
-	if rej := g.check(context.Background(), &e, args); rej != nil {
+	if _, rej := g.check(context.Background(), args); rej != nil {
 		return rej
 	}
 	return nil
 }
 
-// check is the admission order. Keep it in the documented order. It fills
-// *e with the catalog entry (the zero Entry for an unknown command). ctx is
-// read only for WAIT (its replica-wait grant).
-func (g *Guard) check(ctx context.Context, e *commands.Entry, args []any) *Rejection {
+// check is the admission order. Keep it in the documented order. It
+// returns the catalog's entry for args (nil for an unknown command; shared,
+// never to be written) and the rejection, if any. ctx is read only for WAIT
+// (its replica-wait grant).
+func (g *Guard) check(ctx context.Context, args []any) (*commands.Entry, *Rejection) {
 	// 1. catalog lookup: unknown → reject (default-deny).
-	var ok bool
-	*e, ok = g.catalog.Lookup(args)
+	e, ok := g.catalog.Lookup(args)
 	if !ok {
-		return g.reject(e, ReasonUnknownCommand, "not in the command catalog")
+		return nil, g.reject(nil, ReasonUnknownCommand, "not in the command catalog")
 	}
+	return e, g.checkEntry(ctx, e, args)
+}
+
+// checkEntry is check's steps 2 onwards for the known entry e.
+func (g *Guard) checkEntry(ctx context.Context, e *commands.Entry, args []any) *Rejection {
 	// 2. blocked / support.
 	if e.Blocked() {
 		return g.reject(e, ReasonBlocked, "blocked by the catalog")
