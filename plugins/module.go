@@ -375,7 +375,9 @@ func (m *Module) end(p *pending, err error) error {
 	}
 	m.release(p.inst, healthy)
 	p.inst, p.frame = nil, nil
-	stats.Duration = m.since(p.start)
+	if m.eng.timed {
+		stats.Duration = m.since(p.start)
+	}
 	m.eng.obs.CallDone(stats)
 	return err
 }
