@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -103,6 +104,18 @@ type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *os.File
+}
+
+// exited reports whether the process ended and was reaped, after which
+// its pid may belong to another process. os.Process knows (through a
+// pidfd where the kernel has one) even before done is closed.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	return errors.Is(p.cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone)
 }
 
 // StartStandalone starts one standalone redis-server and registers its cleanup.
@@ -321,13 +334,17 @@ func (s *Server) checkOwnProcess(ctx context.Context, p *process) error {
 }
 
 // Kill sends SIGKILL to the process group and waits for the process to exit.
-// It is a no-op when the server is not running.
+// It is a no-op when the server is not running, and sends nothing to a
+// process that already exited: its pid (and so its group id) was freed
+// when it was reaped, and on a busy machine (pid_max 32768, several test
+// runs) the kernel hands that number to another process, another run's
+// redis-server included, which a signal would then hit.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	p := s.proc
 	s.proc = nil
 	s.mu.Unlock()
-	if p == nil {
+	if p == nil || p.exited() {
 		return
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
@@ -355,7 +372,7 @@ func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc != nil {
+	if s.proc != nil && !s.proc.exited() {
 		_ = syscall.Kill(s.proc.cmd.Process.Pid, sig)
 	}
 }
