@@ -85,6 +85,12 @@ func (c guestCodec) decode(ctx context.Context, version uint32, payload []byte) 
 		resp, err = plugins.CodecDecode(ctx, g, &abi.CodecDecodeRequest{Schema: c.schema, StoredVersion: version, Payload: payload})
 		return err
 	})
+	return c.decoded(resp, err)
+}
+
+// decoded maps a decode call's answer: the value, errSchema, errPayload or
+// a *CodecError.
+func (c guestCodec) decoded(resp *abi.CodecDecodeResponse, err error) ([]byte, error) {
 	switch {
 	case err == nil:
 		return resp.Value, nil

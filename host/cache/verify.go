@@ -231,21 +231,11 @@ func judge(err error, cpu plugins.CallCPU, share float64) string {
 }
 
 // decodeMeasured is decode with the guest call's CPU time written to cpu.
-// It maps the answer as decode does; decode keeps its own copy so that the
-// lookup's path is not one call longer.
 func (c guestCodec) decodeMeasured(ctx context.Context, version uint32, payload []byte, cpu *plugins.CallCPU) ([]byte, error) {
 	var resp *abi.CodecDecodeResponse
 	err := c.call(ctx, c.module, func(g plugins.Guest) (err error) {
 		resp, err = plugins.CodecDecodeMeasured(ctx, g, &abi.CodecDecodeRequest{Schema: c.schema, StoredVersion: version, Payload: payload}, cpu)
 		return err
 	})
-	switch {
-	case err == nil:
-		return resp.Value, nil
-	case errors.Is(err, abi.CodeSchemaMismatch):
-		return nil, errSchema
-	case errors.Is(err, abi.CodeCorrupt):
-		return nil, errPayload
-	}
-	return nil, &CodecError{Region: c.region, Op: "decode", Err: err}
+	return c.decoded(resp, err)
 }
