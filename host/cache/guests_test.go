@@ -155,13 +155,20 @@ func TestGuestRegionsAndCodec(t *testing.T) {
 // host) would, through the same program.
 func rawPut(t testing.TB, in *instance, region string, key Key, env envelope.Envelope) {
 	t.Helper()
+	b, err := envelope.Encode(env, in.c.state.Load().regions[region].lim)
+	require.NoError(t, err)
+	rawPutBytes(t, in, region, key, b)
+}
+
+// rawPutBytes stores b, envelope or not, as key's entry in the current
+// generation, through the same program.
+func rawPutBytes(t testing.TB, in *instance, region string, key Key, b []byte) {
+	t.Helper()
 	ctx := ctxT(t)
 	rg := in.c.state.Load().regions[region]
 	loc, err := in.c.locate(ctx, rg, key)
 	require.NoError(t, err)
 	ref, err := in.c.currentRef(ctx, rg, loc)
-	require.NoError(t, err)
-	b, err := envelope.Encode(env, rg.lim)
 	require.NoError(t, err)
 	res, err := in.c.exec.CachePut(ctx, rg.layout.AnchorOf(loc), ref.entry, programs.CachePutRequest{
 		Captured: ref.gen, Value: b, TTL: time.Minute, Condition: programs.CacheConditionAny})
@@ -169,8 +176,8 @@ func rawPut(t testing.TB, in *instance, region string, key Key, env envelope.Env
 	require.Equal(t, programs.CachePutStored, res.Status)
 }
 
-// rawGet reads key's stored envelope.
-func rawGet(t testing.TB, in *instance, region string, key Key) envelope.Envelope {
+// rawBytes reads key's stored entry as it is.
+func rawBytes(t testing.TB, in *instance, region string, key Key) []byte {
 	t.Helper()
 	ctx := ctxT(t)
 	rg := in.c.state.Load().regions[region]
@@ -181,7 +188,13 @@ func rawGet(t testing.TB, in *instance, region string, key Key) envelope.Envelop
 	rd, err := in.c.dep.ReadScoped(ctx, rg.layout.AnchorOf(loc), ref.entry, rg.readBound)
 	require.NoError(t, err)
 	require.True(t, rd.Found)
-	env, err := envelope.Decode(rd.Value, rg.lim)
+	return rd.Value
+}
+
+// rawGet reads key's stored envelope.
+func rawGet(t testing.TB, in *instance, region string, key Key) envelope.Envelope {
+	t.Helper()
+	env, err := envelope.Decode(rawBytes(t, in, region, key), in.c.state.Load().regions[region].lim)
 	require.NoError(t, err)
 	return env
 }

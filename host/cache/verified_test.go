@@ -3,14 +3,12 @@ package cache
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/internal/redistest"
 	"github.com/caphost/caphost/policy"
-	"github.com/caphost/caphost/runtime/programs"
 )
 
 // TestLookupChecksTheDigestOfChangedBytes: a region remembers the
@@ -33,20 +31,9 @@ func TestLookupChecksTheDigestOfChangedBytes(t *testing.T) {
 		assert.Equal(t, value, lk.Value)
 	}
 
-	rg := in.c.state.Load().regions["items"]
-	loc, err := in.c.locate(ctx, rg, Parts("k"))
-	require.NoError(t, err)
-	ref, err := in.c.currentRef(ctx, rg, loc)
-	require.NoError(t, err)
-	rd, err := in.c.dep.ReadScoped(ctx, rg.layout.AnchorOf(loc), ref.entry, rg.readBound)
-	require.NoError(t, err)
-	require.True(t, rd.Found)
-	flipped := bytes.Clone(rd.Value)
+	flipped := bytes.Clone(rawBytes(t, in, "items", Parts("k")))
 	flipped[len(flipped)-1] ^= 0x01
-	res, err := in.c.exec.CachePut(ctx, rg.layout.AnchorOf(loc), ref.entry, programs.CachePutRequest{
-		Captured: ref.gen, Value: flipped, TTL: time.Minute, Condition: programs.CacheConditionAny})
-	require.NoError(t, err)
-	require.Equal(t, programs.CachePutStored, res.Status)
+	rawPutBytes(t, in, "items", Parts("k"), flipped)
 
 	_, err = r.Lookup(ctx, Parts("k"))
 	require.ErrorIs(t, err, ErrCorrupt)
