@@ -332,11 +332,38 @@ func pendingStream(t *testing.T, c *redis.Client) string {
 // quarantined at once; a valid entry delivered MaxDeliveries times (its
 // consumers kept dying) is quarantined with its record, never sent.
 func TestPoisonMessagesAreQuarantined(t *testing.T) {
-	srv, s := standalone(t, 1)
 	ctx := ctxT(t)
-	tr := newScripted("primary", accepted)
-	sub, stream, _ := twoPoisonEntries(ctx, t, srv, s, "k")
+	p := quarantineTwo(ctx, t, "k")
+	assert.Empty(t, p.tr.Calls(), "a poison message is never sent")
+	st, err := p.s.Get(ctx, p.sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, intent.Quarantined, st.State)
+	assert.Zero(t, p.srv.Admin().XPending(ctx, p.stream, p.s.Group()).Val().Count)
+	q := p.srv.Admin().Keys(ctx, "*:notify:*:quarantine").Val()
+	require.Len(t, q, 1)
+	assert.Equal(t, int64(2), p.srv.Admin().XLen(ctx, q[0]).Val())
+}
 
+// quarantined is what quarantineTwo set up and ran.
+type quarantined struct {
+	srv    *redistest.Server
+	s      *intent.Store
+	tr     *scripted
+	sub    intent.Submission
+	stream string
+	forged string // the undecodable entry's id
+	d      *Dispatcher
+}
+
+// quarantineTwo puts twoPoisonEntries under key on a standalone server
+// and polls a dispatcher (MaxDeliveries 3, consumers that crash) until
+// both are quarantined: the valid one for its deliveries, the forged one
+// as undecodable, each once.
+func quarantineTwo(ctx context.Context, t *testing.T, key string) quarantined {
+	t.Helper()
+	srv, s := standalone(t, 1)
+	tr := newScripted("primary", accepted)
+	sub, stream, forged := twoPoisonEntries(ctx, t, srv, s, key)
 	obs := &counting{}
 	cfg := crashConfig(obs, 1, tr)
 	cfg.MaxDeliveries = 3
@@ -346,16 +373,9 @@ func TestPoisonMessagesAreQuarantined(t *testing.T) {
 		_, err := d.Poll(ctx, 0)
 		return err == nil && obs.Get("quarantined:deliveries")+obs.Get("quarantined:undecodable") == 2
 	}, 20*time.Second, 10*time.Millisecond)
-	assert.Empty(t, tr.Calls(), "a poison message is never sent")
-	assert.Equal(t, 1, obs.Get("quarantined:deliveries"))
-	assert.Equal(t, 1, obs.Get("quarantined:undecodable"))
-	st, err := s.Get(ctx, sub.ID)
-	require.NoError(t, err)
-	assert.Equal(t, intent.Quarantined, st.State)
-	assert.Zero(t, srv.Admin().XPending(ctx, stream, s.Group()).Val().Count)
-	q := srv.Admin().Keys(ctx, "*:notify:*:quarantine").Val()
-	require.Len(t, q, 1)
-	assert.Equal(t, int64(2), srv.Admin().XLen(ctx, q[0]).Val())
+	require.Equal(t, 1, obs.Get("quarantined:deliveries"))
+	require.Equal(t, 1, obs.Get("quarantined:undecodable"))
+	return quarantined{srv: srv, s: s, tr: tr, sub: sub, stream: stream, forged: forged, d: d}
 }
 
 // twoPoisonEntries submits an intent under key and appends an entry

@@ -25,22 +25,10 @@ import (
 //  5. fix the cause (here: nothing crashes any more), then submit a new
 //     intent under a new idempotency key: it is delivered, once.
 func TestQuarantineRunbook(t *testing.T) {
-	srv, s := standalone(t, 1)
 	ctx := ctxT(t)
-	admin := srv.Admin()
-	tr := newScripted("primary", accepted)
-	sub, _, forged := twoPoisonEntries(ctx, t, srv, s, "order-42")
-	obs := &counting{}
-	cfg := crashConfig(obs, 1, tr)
-	cfg.MaxDeliveries = 3
-	d, err := New(s, cfg)
-	require.NoError(t, err)
-
-	// 1. The metric.
-	require.Eventually(t, func() bool {
-		_, err := d.Poll(ctx, 0)
-		return err == nil && obs.Get("quarantined:deliveries") == 1 && obs.Get("quarantined:undecodable") == 1
-	}, 20*time.Second, 10*time.Millisecond)
+	// 1. The metric (quarantineTwo waits until it counts each entry once).
+	p := quarantineTwo(ctx, t, "order-42")
+	admin, s, tr, sub, forged, d := p.srv.Admin(), p.s, p.tr, p.sub, p.forged, p.d
 
 	// 2. The quarantine streams.
 	qs, _, err := admin.Scan(ctx, 0, "*:notify:*:quarantine", 1000).Result()
