@@ -827,10 +827,10 @@ func waitOnPrimaries(ctx context.Context, script redis.UniversalClient, p Replic
 		out []waitResult
 	)
 	wait := func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
 		n, err := c.Wait(ctx, p.Acks, probeWaitTimeout).Result()
+		mu.Lock()
 		out = append(out, waitResult{n: n, err: err})
+		mu.Unlock()
 		return nil
 	}
 	var err error
