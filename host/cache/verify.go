@@ -11,6 +11,7 @@ import (
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/plugins"
+	"github.com/caphost/caphost/runtime/keys/memo"
 )
 
 // A codec guest that runs into its deadline on an entry fails the lookup
@@ -48,8 +49,10 @@ const verifyCPUShare = 0.9
 // not verified again.
 const verifyCooldown = 30 * time.Second
 
-// maxVerified bounds the entries remembered for the cooldown.
-const maxVerified = 256
+// verifiedBits sizes the table of entries in their cooldown: 1<<8 slots,
+// a store replacing one at random when both of an entry's are taken (an
+// entry forgotten early is only verified again, one at a time).
+const verifiedBits = 8
 
 // verifyWait bounds a verification's wait for a guest instance (its call
 // runs under the module's own deadline, at most plugins.HardCaps'), and
@@ -78,7 +81,9 @@ type verifier struct {
 
 	mu     sync.Mutex
 	closed bool
-	recent map[verifyID]time.Time // entry → verified at (healthy, inconclusive)
+	// recent: entry → verified at (healthy, inconclusive), keyed by the
+	// two halves of its verifyID.
+	recent *memo.Table[time.Time]
 }
 
 // verifyID identifies a stored entry: its key (which holds the generation)
@@ -89,7 +94,7 @@ type verifyID [sha256.Size]byte
 func newVerifier() *verifier {
 	ctx, stop := context.WithCancel(context.Background())
 	return &verifier{slot: make(chan struct{}, 1), ctx: ctx, stop: stop, cooldown: verifyCooldown,
-		cpuShare: verifyCPUShare, recent: map[verifyID]time.Time{}}
+		cpuShare: verifyCPUShare, recent: memo.New[time.Time](verifiedBits)}
 }
 
 // close cancels a running verification and refuses new ones; a Cache's
@@ -138,7 +143,7 @@ func (c *Cache) verify(r *region, obs observation, version uint32, payload []byt
 	}
 	id := idOf(obs)
 	v.mu.Lock()
-	at, seen := v.recent[id]
+	at, seen := v.recent.Lookup(id.halves())
 	if v.closed || (seen && time.Since(at) < v.cooldown) {
 		v.mu.Unlock()
 		<-v.slot
@@ -160,29 +165,18 @@ func (c *Cache) verify(r *region, obs observation, version uint32, payload []byt
 	}()
 }
 
-// remember starts id's cooldown, forgetting expired entries (or, when
-// all are recent, the oldest) to stay within maxVerified. The cooldown is
-// a rate bound, so it runs on the process's clock, not the host's (which
-// judges freshness, and which tests move).
+// remember starts id's cooldown. The cooldown is a rate bound, so it runs
+// on the process's clock, not the host's (which judges freshness, and
+// which tests move).
 func (v *verifier) remember(id verifyID) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	now := time.Now()
-	if len(v.recent) >= maxVerified {
-		var oldest verifyID
-		var oldestAt time.Time
-		for k, at := range v.recent {
-			if now.Sub(at) >= v.cooldown {
-				delete(v.recent, k)
-			} else if oldestAt.IsZero() || at.Before(oldestAt) {
-				oldest, oldestAt = k, at
-			}
-		}
-		if len(v.recent) >= maxVerified {
-			delete(v.recent, oldest)
-		}
-	}
-	v.recent[id] = now
+	h1, h2 := id.halves()
+	v.recent.Store(h1, h2, time.Now())
+}
+
+// halves is id as the two 64-bit hashes a memo.Table is keyed by: id is a
+// SHA-256, so 128 matching bits mean the same entry.
+func (id verifyID) halves() (uint64, uint64) {
+	return binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:16])
 }
 
 // verifyEntry decodes the payload again, measured, and quarantines the
