@@ -110,10 +110,9 @@ type SandboxLevel struct {
 	// netlink) by a seccomp filter: no Multipath TCP, which Landlock's
 	// TCP rules do not cover, no unix, SCTP or other socket, no io_uring,
 	// and no change of a file's mode, owner, times or extended
-	// attributes, which Landlock does not cover either (Linux on amd64
-	// and arm64); a sandbox without WriteDirs cannot read a path's
-	// metadata either (stat, readlink, access, getxattr, O_PATH). Without
-	// it, TCP is not a boundary.
+	// attributes, which Landlock does not cover either, and no reading of
+	// a path's metadata (stat, readlink, access, getxattr, O_PATH)
+	// (Linux on amd64 and arm64). Without it, TCP is not a boundary.
 	Sockets bool
 }
 
@@ -225,8 +224,8 @@ func (sb Sandbox) ports() string {
 
 // confine applies sb to the whole calling process with the strongest
 // Landlock ABI the kernel has (up to maxLandlockABI), then restricts the
-// kinds of socket it may open and, when sb writes nowhere, the reading of
-// file metadata (restrictSockets), and reports the level
+// kinds of socket it may open, the changing and the reading of file
+// metadata (restrictSockets), and reports the level
 // reached; a kernel without Landlock or seccomp leaves that part
 // unrestricted. What Landlock handles and sb does not grant is denied:
 // every file, TCP connect and bind, UDP where the ABI restricts it, and
@@ -244,9 +243,7 @@ func confine(sb Sandbox) (SandboxLevel, error) {
 		}
 		level = levelFor(abi)
 	}
-	// A sandbox that writes nowhere needs no path's metadata; one that
-	// writes creates and renames files in place, which stats paths.
-	if level.Sockets, err = restrictSockets(len(sb.WriteDirs) == 0); err != nil {
+	if level.Sockets, err = restrictSockets(); err != nil {
 		return SandboxLevel{}, err
 	}
 	return level, nil

@@ -170,13 +170,12 @@ func TestSandboxRefusesMetadataChanges(t *testing.T) {
 }
 
 // TestSandboxHidesMetadata: Landlock restricts opening a file, not
-// reading its metadata, so a sandbox that writes nowhere (every network
-// transport) also refuses the calls that read a path's metadata without
-// opening it — stat, readlink, access, an O_PATH open, getxattr, chdir —
-// on a file of its host's, outside every grant, and inside a directory it
-// may read (where opening and reading the file still work). A sandbox
-// with a writable directory (the file sink) keeps them: creating a file
-// in place needs them.
+// reading its metadata, so every sandbox also refuses the calls that read
+// a path's metadata without opening it — stat, readlink, access, an
+// O_PATH open, getxattr, chdir — on a file of its host's, outside every
+// grant, and inside a directory it may read (where opening and reading
+// the file still work) or write (the file sink's, which writes without
+// a stat: TestFileSinkPluginStaysInItsDirectory delivers through it).
 func TestSandboxHidesMetadata(t *testing.T) {
 	requireLandlock(t)
 	allowed := t.TempDir()
@@ -213,8 +212,12 @@ func TestSandboxHidesMetadata(t *testing.T) {
 	assert.Equal(t, "read-ok."+roots, probe(t, p, [2]string{"read", inside}, [2]string{"roots", ""}))
 	assert.Equal(t, "connect-ok", probe(t, p, [2]string{"connect", "localhost:" + port}))
 
+	// A sandbox that writes (the file sink's) hides them too, even in
+	// its own directory.
 	w := launchProbe(t, map[string]string{"allow-dir": allowed, "write-dir": allowed}, nil)
-	assert.Equal(t, "stat-ok.readlink-ok.access-ok.opath-ok.getxattr-ok.chdir-ok", probes(w, inside))
+	for _, f := range []string{host, inside} {
+		assert.Equal(t, hidden, probes(w, f), f)
+	}
 }
 
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the
@@ -249,6 +252,9 @@ func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
 	require.NoError(t, os.Mkdir(elsewhere, 0o700))
 	p, _ := launchFile(t, dir, nil)
 	require.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+	// A redelivery finds the name taken without a stat (which the sandbox
+	// refuses).
+	require.Equal(t, "file-exists", p.Deliver(context.Background(), message(t, "intent-1")).Code)
 
 	require.NoError(t, os.Rename(dir, dir+".moved"))
 	require.NoError(t, os.Symlink(elsewhere, dir))

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/caphost/caphost/plugins/transport"
 )
@@ -54,7 +55,9 @@ func (s *Sink) Close() error { return nil }
 // directory's own fsync) and nothing else: no other file, no network.
 // The grant follows the directory itself, not its path: a directory
 // moved away and replaced by a link elsewhere after launch is not
-// followed.
+// followed. Like every sandbox, it cannot read a path's metadata (stat,
+// readlink, access, xattrs): Deliver opens, creates, links and removes
+// names without a stat.
 func (s *Sink) Sandbox() transport.Sandbox {
 	return transport.Sandbox{WriteDirs: []string{s.dir}}
 }
@@ -78,7 +81,7 @@ func (s *Sink) Deliver(ctx context.Context, m transport.Message) transport.Recei
 	name := m.IntentID + ".json"
 	final := filepath.Join(s.dir, name)
 	accepted := transport.Receipt{Outcome: transport.Accepted, Code: "file-written", ProviderRef: name}
-	if _, err := os.Lstat(final); err == nil {
+	if exists(final) {
 		accepted.Code = "file-exists"
 		return accepted
 	}
@@ -114,6 +117,21 @@ func (s *Sink) Deliver(ctx context.Context, m transport.Message) transport.Recei
 		return transport.Receipt{Outcome: transport.Indeterminate, Code: "dir-sync-failed"}
 	}
 	return accepted
+}
+
+// exists reports whether name is taken in the directory. It opens the
+// name rather than stat it: the sandbox refuses every call that reads a
+// path's metadata. O_NOFOLLOW makes a symlink count as taken (ELOOP)
+// without following it; O_NONBLOCK keeps a FIFO from blocking the open.
+// Any other failure answers false, and the link below stays the
+// authority: it refuses an existing name whatever this said.
+func exists(name string) bool {
+	f, err := os.OpenFile(name, os.O_RDONLY|probeFlags, 0)
+	if err == nil {
+		_ = f.Close()
+		return true
+	}
+	return errors.Is(err, syscall.ELOOP)
 }
 
 func syncDir(dir string) error {
