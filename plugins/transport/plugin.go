@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,11 +146,19 @@ func ValidName(name string) bool { return validToken(name, MaxNameBytes, false) 
 // instance is one running plugin process.
 type instance struct {
 	client *plugin.Client
+	broker *broker
 	conn   *grpc.ClientConn
 	pid    int
 	// overdue counts consecutive calls left unanswered past the host's
 	// deadline; any reply resets it (see Config.WedgedAfter).
 	overdue atomic.Int32
+}
+
+// kill ends the process and its broker (whose goroutines end with the
+// process anyway, at its end of the socket pair).
+func (i *instance) kill() {
+	i.client.Kill()
+	i.broker.close()
 }
 
 // Plugin is a transport running as a go-plugin process. It implements
@@ -199,12 +210,20 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
-// start launches one instance and configures it.
+// start launches one instance and configures it. Each process gets a
+// fresh broker socket pair, its end passed as descriptor 3
+// (exec.Cmd.ExtraFiles, which go-plugin leaves as they are).
 func (p *Plugin) start(ctx context.Context) (*instance, error) {
+	b, child, err := newBroker(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
+	}
+	cmd := exec.Command(p.cfg.Path)
+	cmd.ExtraFiles = []*os.File{child}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  handshake(),
 		Plugins:          plugin.PluginSet{pluginKey: &grpcPlugin{}},
-		Cmd:              exec.Command(p.cfg.Path),
+		Cmd:              cmd,
 		SecureConfig:     &plugin.SecureConfig{Checksum: p.sum, Hash: sha256.New()},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		SkipHostEnv:      true,
@@ -214,8 +233,12 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 			grpc.MaxCallRecvMsgSize(MaxReplyBytes+1<<10), grpc.MaxCallSendMsgSize(maxRequestBytes+1<<10))},
 	})
 	rpc, err := client.Client()
+	// The child has its copy (or never started): the host keeps none, so
+	// the broker reads end of file when the process is gone.
+	_ = child.Close()
+	inst := &instance{client: client, broker: b}
 	if err != nil {
-		client.Kill()
+		inst.kill()
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			return nil, fmt.Errorf("%w: %s", ErrChecksumMismatch, p.cfg.Name)
 		}
@@ -224,41 +247,68 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	raw, err := rpc.Dispense(pluginKey)
 	conn, ok := raw.(*grpc.ClientConn)
 	if err != nil || !ok {
-		client.Kill()
+		inst.kill()
 		return nil, fmt.Errorf("%w: %s: dispense: %v", ErrLaunch, p.cfg.Name, err)
 	}
-	inst := &instance{client: client, conn: conn}
+	inst.conn = conn
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
-	level, err := p.configure(ctx, inst)
+	level, dial, err := p.configure(ctx, inst)
 	if err != nil {
-		client.Kill()
+		inst.kill()
 		return nil, err
 	}
+	b.freeze(dial)
+	b.start()
 	p.sandbox.Store(&level)
 	return inst, nil
 }
 
-func (p *Plugin) configure(ctx context.Context, inst *instance) (SandboxLevel, error) {
+// configure sends the settings and returns the sandbox the plugin
+// reported and the broker targets it declared, each of whose hosts must
+// appear in one of the settings (case-insensitively): a plugin names
+// only servers its operator configured.
+func (p *Plugin) configure(ctx context.Context, inst *instance) (SandboxLevel, []string, error) {
 	req, err := encodeConfigure(p.cfg.Settings)
 	if err != nil {
-		return SandboxLevel{}, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, nil, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	out := new(wrapperspb.BytesValue)
 	if err := inst.conn.Invoke(ctx, methodConfigure, wrapperspb.Bytes(req), out); err != nil {
-		return SandboxLevel{}, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, nil, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	w, err := decodeConfigured(out.GetValue())
 	if err != nil {
-		return SandboxLevel{}, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
+		return SandboxLevel{}, nil, fmt.Errorf("%w: %s: configure: %w", ErrLaunch, p.cfg.Name, err)
 	}
 	if !w.OK {
-		return SandboxLevel{}, fmt.Errorf("%w: %s: setting %s: %s", ErrSettingsRefused, p.cfg.Name, w.Key, w.Code)
+		return SandboxLevel{}, nil, fmt.Errorf("%w: %s: setting %s: %s", ErrSettingsRefused, p.cfg.Name, w.Key, w.Code)
 	}
-	return w.level(), nil
+	for i, t := range w.Dial {
+		if !hostInSettings(t, p.cfg.Settings) {
+			p.log.Warn("transport broker refused a dial target", slog.Int("target", i), slog.String("reason", "not-in-settings"))
+			return SandboxLevel{}, nil, fmt.Errorf("%w: %s: sandbox: dial target %d not in the settings", ErrLaunch, p.cfg.Name, i)
+		}
+	}
+	return w.level(), w.Dial, nil
+}
+
+// hostInSettings: target's host appears in one of settings' values.
+func hostInSettings(target string, settings map[string]string) bool {
+	host, _, err := net.SplitHostPort(target)
+	if err != nil || host == "" {
+		return false
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, v := range settings {
+		if strings.Contains(strings.ToLower(v), host) {
+			return true
+		}
+	}
+	return false
 }
 
 // Name returns the configured transport name.
@@ -367,7 +417,7 @@ func (p *Plugin) Close() error {
 	close(p.done)
 	p.wg.Wait()
 	if inst != nil {
-		inst.client.Kill()
+		inst.kill()
 	}
 	return nil
 }
@@ -404,7 +454,7 @@ func (p *Plugin) supervise() {
 		}
 		p.cur = nil
 		p.mu.Unlock()
-		inst.client.Kill()
+		inst.kill()
 		if !p.restart(cause) {
 			return
 		}
@@ -485,7 +535,7 @@ func (p *Plugin) restart(cause RestartCause) bool {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			inst.client.Kill()
+			inst.kill()
 			return false
 		}
 		p.cur = inst

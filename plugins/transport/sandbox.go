@@ -12,12 +12,19 @@ import (
 )
 
 // Sandbox is what a transport's plugin process may still do once it is
-// configured. The plugin confines itself with Linux Landlock (see
-// docs/transports.md) right after its Factory built the transport and
-// before it answers the host: from then on it can open no file and make
-// no TCP connection outside what its Sandbox names, and bind no TCP port
-// at all. Descriptors already open (go-plugin's socket and stdio) keep
-// working. Paths must be absolute and exist when the sandbox is applied.
+// configured. The plugin confines itself with Linux Landlock and a
+// seccomp filter (see docs/transports.md) right after its Factory built
+// the transport and before it answers the host: from then on it can open
+// no file and reach no server outside what its Sandbox names, and bind no
+// TCP port at all. Descriptors already open (go-plugin's socket, stdio,
+// the broker socket) keep working. Paths must be absolute and exist when
+// the sandbox is applied.
+//
+// A network transport declares Dial: its connections are then made by
+// the host's connect broker (see Dial, the function), and the plugin may
+// make no internet socket of its own. ConnectTCP is the older, weaker
+// form (ports, not hosts) for a transport that must make its own
+// sockets; a Sandbox has one or the other.
 type Sandbox struct {
 	// ReadDirs are file hierarchies whose files the plugin may read and
 	// whose directories it may list.
@@ -30,16 +37,30 @@ type Sandbox struct {
 	// executing, symlinks and special files, and linking or renaming a
 	// file from one directory to another.
 	WriteDirs []string
-	// ConnectTCP are the TCP ports the plugin may connect to, on any
-	// address: Landlock restricts ports, not hosts.
+	// Dial are the "host:port" targets (ValidDialTarget, at most
+	// MaxDialTargets) the host's connect broker dials for the plugin,
+	// taken from the transport's settings. The host records them from
+	// the Configure reply, once per process: no target can be added
+	// later. Each host must appear in one of the transport's settings
+	// (the host checks). Without ConnectTCP, the plugin may make no
+	// internet socket (socket(2) for AF_INET and AF_INET6, and connect(2),
+	// fail with EACCES where the seccomp filter is installed), so it
+	// needs no name resolution: the host resolves.
+	Dial []string
+	// ConnectTCP are the TCP ports the plugin may connect to itself, on
+	// any address: Landlock restricts ports, not hosts. Only a sandbox
+	// with ConnectTCP may make internet sockets (TCP and UDP); UDP is
+	// then unrestricted below Landlock ABI 10.
 	ConnectTCP []uint16
-	// Network adds what name resolution and TLS verification need, each
-	// path ignored when missing: reading /etc/resolv.conf, /etc/hosts,
-	// /etc/nsswitch.conf, /etc/gai.conf, the CA bundles and directories
-	// crypto/x509 reads on Linux and the trust stores they link into
-	// (not /etc/ssl/private or /etc/pki/tls/private); connecting to TCP
-	// port 53; and, on kernels that restrict UDP (Landlock ABI 10 and
-	// later), sending to UDP port 53 from an ephemeral port.
+	// Network adds what TLS verification needs, each path ignored when
+	// missing: reading the CA bundles and directories crypto/x509 reads
+	// on Linux and the trust stores they link into (not /etc/ssl/private
+	// or /etc/pki/tls/private). With ConnectTCP it also adds what the
+	// plugin's own name resolution needs: reading /etc/resolv.conf,
+	// /etc/hosts, /etc/nsswitch.conf, /etc/gai.conf and
+	// /run/systemd/resolve, connecting to TCP port 53 and, on kernels
+	// that restrict UDP (Landlock ABI 10 and later), sending to UDP port
+	// 53 from an ephemeral port.
 	Network bool
 }
 
@@ -50,14 +71,22 @@ type Sandboxed interface {
 	Sandbox() Sandbox
 }
 
+// resolverReadFiles are the files a sandbox that resolves names itself
+// (Sandbox.Network with ConnectTCP) may read, each ignored when missing:
+// Go's resolver configuration (its pure-Go resolver reads resolv.conf,
+// hosts and nsswitch.conf; gai.conf is glibc's). resolverReadDirs is
+// systemd-resolved's directory (a resolv.conf linked there is replaced
+// in it).
+var (
+	resolverReadFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf"}
+	resolverReadDirs  = []string{"/run/systemd/resolve"}
+)
+
 // networkReadFiles are the files a network transport's sandbox may read
-// (Sandbox.Network), each ignored when missing: Go's resolver
-// configuration (its pure-Go resolver reads resolv.conf, hosts and
-// nsswitch.conf; gai.conf is glibc's) and the CA bundles crypto/x509
-// looks for on Linux. A bundle that is a symlink is granted at its
-// target.
+// (Sandbox.Network), each ignored when missing: the CA bundles
+// crypto/x509 looks for on Linux. A bundle that is a symlink is granted
+// at its target.
 var networkReadFiles = []string{
-	"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf",
 	"/etc/ssl/certs/ca-certificates.crt",                // Debian, Ubuntu, Gentoo, Arch (a link into /etc/ca-certificates)
 	"/etc/pki/tls/certs/ca-bundle.crt",                  // Fedora, RHEL 6
 	"/etc/ssl/ca-bundle.pem",                            // openSUSE
@@ -68,17 +97,17 @@ var networkReadFiles = []string{
 
 // networkReadDirs are the directories a network transport's sandbox may
 // read, each ignored when missing: the CA directories crypto/x509 reads
-// on Linux and the distributions' trust stores their entries link to,
-// and systemd-resolved's directory (a resolv.conf linked there is
-// replaced in it). /etc/ssl and /etc/pki as a whole are not granted:
-// their private/ directories hold TLS keys.
+// on Linux and the distributions' trust stores their entries link to.
+// /etc/ssl and /etc/pki as a whole are not granted: their private/
+// directories hold TLS keys.
 var networkReadDirs = []string{
 	"/etc/ssl/certs", "/etc/pki/tls/certs", "/etc/pki/ca-trust",
 	"/etc/ca-certificates", "/usr/share/ca-certificates", "/usr/local/share/ca-certificates",
-	"/usr/local/share/certs", "/run/systemd/resolve",
+	"/usr/local/share/certs",
 }
 
-// dnsPort is the one port every network sandbox may connect to.
+// dnsPort is the port a network sandbox that resolves names itself may
+// connect to.
 const dnsPort = 53
 
 // Access rights of Sandbox's read and write entries; see Sandbox.
@@ -114,6 +143,11 @@ type SandboxLevel struct {
 	// a path's metadata (stat, readlink, access, getxattr, O_PATH)
 	// (Linux on amd64 and arm64). Without it, TCP is not a boundary.
 	Sockets bool
+	// Hosts: the plugin may make no internet socket of its own and call
+	// no connect(2) (the seccomp filter, so only with Sockets): it reaches
+	// only the host:port targets the host's connect broker dials for it
+	// (Sandbox.Dial), over TCP, and no UDP at all.
+	Hosts bool
 }
 
 // String is the Landlock ABI and what is restricted, for example
@@ -127,14 +161,14 @@ func (l SandboxLevel) String() string {
 }
 
 // Restricted lists what is restricted, a bounded label value: "fs",
-// "tcp", "udp" and "sockets" in that order, joined by commas, or
-// "none".
+// "tcp", "udp", "sockets" and "hosts" in that order, joined by commas,
+// or "none".
 func (l SandboxLevel) Restricted() string {
 	var r []string
 	for _, x := range []struct {
 		on   bool
 		name string
-	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}, {l.Sockets, "sockets"}} {
+	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}, {l.Sockets, "sockets"}, {l.Hosts, "hosts"}} {
 		if x.on {
 			r = append(r, x.name)
 		}
@@ -152,6 +186,8 @@ func (l SandboxLevel) complete() bool { return l.FS && l.TCP && l.Sockets }
 func (l SandboxLevel) valid() bool {
 	switch {
 	case l.LandlockABI < 0 || l.LandlockABI > 255:
+		return false
+	case l.Hosts && !l.Sockets:
 		return false
 	case l.LandlockABI == 0:
 		return !l.FS && !l.TCP && !l.UDP
@@ -171,14 +207,54 @@ func levelFor(abi int) SandboxLevel {
 // errSandbox wraps a sandbox that could not be applied.
 var errSandbox = errors.New("transport: sandbox")
 
-// rules turns sb into Landlock rules; a relative path is an error.
-func (sb Sandbox) rules() ([]landlock.Rule, error) {
+// direct: the plugin makes its own internet sockets (ConnectTCP).
+func (sb Sandbox) direct() bool { return len(sb.ConnectTCP) > 0 }
+
+// check refuses a relative path, a malformed, duplicate or excess Dial
+// target, and Dial with ConnectTCP.
+func (sb Sandbox) check() error {
 	for _, p := range [][]string{sb.ReadDirs, sb.ReadFiles, sb.WriteDirs} {
 		for _, path := range p {
 			if !filepath.IsAbs(path) {
-				return nil, fmt.Errorf("%w: path not absolute", errSandbox)
+				return fmt.Errorf("%w: path not absolute", errSandbox)
 			}
 		}
+	}
+	if err := checkDialTargets(sb.Dial); err != nil {
+		return fmt.Errorf("%w: %w", errSandbox, err)
+	}
+	if len(sb.Dial) > 0 && sb.direct() {
+		return fmt.Errorf("%w: dial targets and tcp ports together", errSandbox)
+	}
+	return nil
+}
+
+// checkDialTargets: at most MaxDialTargets valid, distinct targets.
+func checkDialTargets(ts []string) error {
+	if len(ts) > MaxDialTargets {
+		return fmt.Errorf("dial: more than %d targets", MaxDialTargets)
+	}
+	for i, t := range ts {
+		if !ValidDialTarget(t) {
+			return fmt.Errorf("dial: target %d not host:port", i)
+		}
+		for _, u := range ts[:i] {
+			if u == t {
+				return fmt.Errorf("dial: target %d repeated", i)
+			}
+		}
+	}
+	return nil
+}
+
+// rules turns sb into Landlock rules; sb must pass check. Without
+// ConnectTCP no TCP connect or bind and (from ABI 10) no UDP is granted
+// at all: a brokered socket is connected already, and a plugin that
+// disconnected one (connect with AF_UNSPEC) could not connect it
+// elsewhere.
+func (sb Sandbox) rules() ([]landlock.Rule, error) {
+	if err := sb.check(); err != nil {
+		return nil, err
 	}
 	var rules []landlock.Rule
 	if len(sb.ReadDirs) > 0 {
@@ -196,7 +272,12 @@ func (sb Sandbox) rules() ([]landlock.Rule, error) {
 	if sb.Network {
 		rules = append(rules,
 			landlock.PathAccess(ll.AccessFSReadFile, networkReadFiles...).IgnoreIfMissing(),
-			landlock.PathAccess(accessRead, networkReadDirs...).IgnoreIfMissing(),
+			landlock.PathAccess(accessRead, networkReadDirs...).IgnoreIfMissing())
+	}
+	if sb.Network && sb.direct() {
+		rules = append(rules,
+			landlock.PathAccess(ll.AccessFSReadFile, resolverReadFiles...).IgnoreIfMissing(),
+			landlock.PathAccess(accessRead, resolverReadDirs...).IgnoreIfMissing(),
 			landlock.ConnectTCP(dnsPort),
 			// Honoured from ABI 10 on: a UDP socket is bound to an
 			// ephemeral port when it first sends (bind port 0 covers
@@ -213,7 +294,7 @@ func (sb Sandbox) ports() string {
 	for _, p := range sb.ConnectTCP {
 		ps = append(ps, strconv.Itoa(int(p)))
 	}
-	if sb.Network {
+	if sb.Network && sb.direct() {
 		ps = append(ps, strconv.Itoa(dnsPort))
 	}
 	if len(ps) == 0 {
@@ -224,9 +305,10 @@ func (sb Sandbox) ports() string {
 
 // confine applies sb to the whole calling process with the strongest
 // Landlock ABI the kernel has (up to maxLandlockABI), then restricts the
-// kinds of socket it may open, the changing and the reading of file
-// metadata (restrictSockets), and reports the level
-// reached; a kernel without Landlock or seccomp leaves that part
+// kinds of socket it may open (none of the internet's without
+// ConnectTCP), the changing and the reading of file metadata
+// (restrictSockets), and reports the level reached; a kernel without
+// Landlock or seccomp leaves that part
 // unrestricted. What Landlock handles and sb does not grant is denied:
 // every file, TCP connect and bind, UDP where the ABI restricts it, and
 // (ABI 6+) signals and abstract unix sockets reaching outside the
@@ -243,8 +325,9 @@ func confine(sb Sandbox) (SandboxLevel, error) {
 		}
 		level = levelFor(abi)
 	}
-	if level.Sockets, err = restrictSockets(); err != nil {
+	if level.Sockets, err = restrictSockets(!sb.direct()); err != nil {
 		return SandboxLevel{}, err
 	}
+	level.Hosts = level.Sockets && !sb.direct()
 	return level, nil
 }

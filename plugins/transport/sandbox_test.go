@@ -221,8 +221,10 @@ func TestSandboxHidesMetadata(t *testing.T) {
 }
 
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the
-// resolver configuration and the system CA pool, which a sandbox
-// without the network base does not.
+// system CA pool, which a sandbox without the network base does not. The
+// resolver configuration is granted only to a sandbox that makes its own
+// sockets (ConnectTCP): one whose connections the host's broker dials
+// needs none.
 func TestSandboxNetworkBase(t *testing.T) {
 	requireLandlock(t)
 	// What the host sees unconfined is what the plugin must see.
@@ -232,9 +234,12 @@ func TestSandboxNetworkBase(t *testing.T) {
 	if pool, err := x509.SystemCertPool(); err != nil || pool.Equal(x509.NewCertPool()) {
 		roots = "roots-empty"
 	}
+	_, port := listen(t)
 
-	net := launchProbe(t, map[string]string{"network": "true"}, nil)
-	assert.Equal(t, "read-ok."+roots, probe(t, net, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
+	direct := launchProbe(t, map[string]string{"network": "true", "allow-port": port}, nil)
+	assert.Equal(t, "read-ok."+roots, probe(t, direct, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
+	brokered := launchProbe(t, map[string]string{"network": "true", "dial": "127.0.0.1:" + port}, nil)
+	assert.Equal(t, "read-denied."+roots, probe(t, brokered, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
 	bare := launchProbe(t, map[string]string{}, nil)
 	assert.Equal(t, "read-denied.roots-denied", probe(t, bare, [2]string{"read", "/etc/resolv.conf"}, [2]string{"roots", ""}))
 }
@@ -264,4 +269,92 @@ func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries)
 	assert.FileExists(t, filepath.Join(dir+".moved", "intent-1.json"))
+}
+
+// listenOn is listen on a given loopback address.
+func listenOn(t *testing.T, addr string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestSandboxBrokerDialsOnlyDeclaredHosts: a sandbox with broker targets
+// (Sandbox.Dial) makes no internet socket of its own — not TCP to the
+// declared target itself, not Multipath TCP, not UDP to any port — and
+// the host's broker dials the declared host:port only: not the declared
+// port on another loopback address, not another local port (a stand-in
+// for Redis), not a name it was never given. The refusals are logged
+// without the address.
+func TestSandboxBrokerDialsOnlyDeclaredHosts(t *testing.T) {
+	abi := requireLandlock(t)
+	declared := listenOn(t, "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(declared)
+	require.NoError(t, err)
+	sameport := listenOn(t, "127.0.0.2:"+port)
+	redis := listenOn(t, "127.0.0.1:0")
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = udp.Close() })
+
+	var buf logtest.Buffer
+	p := launchProbe(t, map[string]string{"dial": declared, "network": "true"}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	assert.Equal(t, "broker-ok.broker-denied.broker-denied", probe(t, p,
+		[2]string{"broker", declared}, [2]string{"broker", sameport}, [2]string{"broker", redis}))
+	assert.Equal(t, "broker-denied.broker-denied.broker-ok", probe(t, p,
+		[2]string{"broker", "localhost:" + port}, [2]string{"broker", "[::1]:" + port}, [2]string{"broker", declared}))
+	assert.Equal(t, "connect-denied.mptcp-denied.udp-denied", probe(t, p,
+		[2]string{"connect", declared}, [2]string{"mptcp", redis}, [2]string{"udp", udp.LocalAddr().String()}))
+	assert.Equal(t, "udp-denied.udp-denied.bind-denied", probe(t, p,
+		[2]string{"udp", "127.0.0.1:53"}, [2]string{"udp", "8.8.8.8:53"}, [2]string{"bind", "127.0.0.1:0"}))
+	// No resolver configuration: the host resolves for it.
+	assert.Equal(t, "read-denied.read-denied", probe(t, p,
+		[2]string{"read", "/etc/resolv.conf"}, [2]string{"read", "/etc/hosts"}))
+
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Hosts: true}
+	assert.Equal(t, want, p.Sandboxed())
+	assert.Equal(t, "fs,tcp,sockets,hosts", transport.SandboxLevel{FS: true, TCP: true, Sockets: true, Hosts: true}.Restricted())
+	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
+	assert.Contains(t, buf.String(), `"plugin_dial_targets":"1"`)
+	assert.Contains(t, buf.String(), `"msg":"transport broker refused a dial"`)
+	assert.Contains(t, buf.String(), `"reason":"not-declared"`)
+	assert.NotContains(t, buf.String(), "127.0.0.2")
+	assert.NotContains(t, buf.String(), redis)
+}
+
+// TestSandboxBrokerDNS: a declared target whose name does not resolve
+// fails as a DNS failure, resolved by the host (the plugin reads no
+// resolver configuration); a target refusing the connection is refused.
+func TestSandboxBrokerDNS(t *testing.T) {
+	requireLandlock(t)
+	_, closed := listen(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := l.Addr().String()
+	require.NoError(t, l.Close())
+	_ = closed
+	p := launchProbe(t, map[string]string{"dial": "no-such-host.invalid:443," + refused}, nil)
+	assert.Equal(t, "broker-dns.broker-refused", probe(t, p,
+		[2]string{"broker", "no-such-host.invalid:443"}, [2]string{"broker", refused}))
+}
+
+// TestSandboxBrokerTargetsFromSettings: a plugin may declare only
+// targets whose host its operator configured: one naming a host no
+// setting mentions is refused at launch, and nothing keeps running.
+func TestSandboxBrokerTargetsFromSettings(t *testing.T) {
+	path, sum := pluginBin(t, "misbehaving")
+	_, err := transport.Launch(context.Background(), transport.Config{Name: "probe", Path: path, SHA256: sum,
+		Settings: map[string]string{"mode": "probe", "dial-unlisted": "true"}})
+	require.ErrorIs(t, err, transport.ErrLaunch)
+	assert.Contains(t, err.Error(), "dial target 0 not in the settings")
 }

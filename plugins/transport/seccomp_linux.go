@@ -36,12 +36,17 @@ type filterRules struct {
 	// and fstat of it reads the metadata); openat2, whose flags sit in a
 	// struct the filter cannot read, then fails with ENOSYS.
 	opath []pathOpen
+	// noInet refuses socket(2) altogether (netlink and internet
+	// sockets included) and connect(2), with EACCES: the plugin's
+	// connections come from the host's broker, connected.
+	noInet bool
 }
 
-// sandboxRules are the rules of every sandbox's filter: no change of a
-// file's metadata and no reading of a path's.
-func sandboxRules() filterRules {
-	return filterRules{refuse: append(metadataSyscalls(), metadataReadSyscalls()...), opath: pathOpens()}
+// sandboxRules are the rules of a sandbox's filter: no change of a
+// file's metadata and no reading of a path's in every sandbox, and with
+// noInet (a brokered sandbox) no socket(2) or connect(2) at all.
+func sandboxRules(noInet bool) filterRules {
+	return filterRules{refuse: append(metadataSyscalls(), metadataReadSyscalls()...), opath: pathOpens(), noInet: noInet}
 }
 
 // sandboxFilter is the classic BPF program restrictSockets installs for
@@ -73,6 +78,9 @@ func sandboxFilter(arch uint32, r filterRules) ([]unix.SockFilter, error) {
 	}
 	for _, nr := range r.refuse {
 		p = append(p, insn{code: jeq, k: nr, jt: "eacces"})
+	}
+	if r.noInet {
+		p = append(p, insn{code: jeq, k: unix.SYS_SOCKET, jt: "eacces"}, insn{code: jeq, k: unix.SYS_CONNECT, jt: "eacces"})
 	}
 	for i, o := range r.opath {
 		p = append(p, insn{code: jeq, k: o.nr, jt: "open" + strconv.Itoa(i)})
@@ -160,6 +168,11 @@ func nativeAudit() uint32 {
 //     IPPROTO_TCP or IPPROTO_UDP, and for AF_NETLINK (interface
 //     lookups); any other family (unix, SMC, vsock…) or protocol
 //     (Multipath TCP, SCTP…) fails with EACCES;
+//   - with noInet (a sandbox without ConnectTCP: its connections come
+//     from the host's connect broker), socket(2) and connect(2) fail with
+//     EACCES whatever their arguments: no internet socket, so neither a
+//     host nor a UDP port the broker did not choose. socketpair(2) stays
+//     (it reaches nothing);
 //   - io_uring_setup, io_uring_enter and io_uring_register fail with
 //     ENOSYS: io_uring creates sockets without socket(2);
 //   - the calls that change a file's mode, owner, times or extended
@@ -185,7 +198,7 @@ func nativeAudit() uint32 {
 // The filter is sandboxFilter, installed on every thread of the process
 // (SECCOMP_FILTER_FLAG_TSYNC; threads started later inherit it). It
 // reports false, nil where the kernel has no seccomp filters.
-func restrictSockets() (bool, error) {
+func restrictSockets(noInet bool) (bool, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	// seccomp needs no_new_privs on the calling thread; TSYNC sets it on
@@ -193,7 +206,7 @@ func restrictSockets() (bool, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return false, fmt.Errorf("%w: prctl(PR_SET_NO_NEW_PRIVS): %w", errSandbox, err)
 	}
-	prog, err := sandboxFilter(nativeAudit(), sandboxRules())
+	prog, err := sandboxFilter(nativeAudit(), sandboxRules(noInet))
 	if err != nil {
 		return false, err
 	}

@@ -14,12 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestSandboxFilter runs the installed filter (sandboxFilter over
+// TestSandboxFilter runs the installed filters (sandboxFilter over
 // sandboxRules) in x/net/bpf's interpreter over seccomp_data records: the
 // families and protocols a transport uses pass, every other socket,
 // io_uring, foreign ABIs and every call that changes a file's metadata do
 // not; every call that reads a path's metadata, an O_PATH open and
-// openat2 are refused while plain opens and the fd forms pass.
+// openat2 are refused while plain opens and the fd forms pass. Without
+// internet sockets (a brokered sandbox) socket(2) and connect(2) are
+// refused whatever their arguments.
 // (TestSandboxClosesSocketGaps, TestSandboxRefusesMetadataChanges and
 // TestSandboxHidesMetadata show the installed filter at work.)
 func TestSandboxFilter(t *testing.T) {
@@ -112,7 +114,25 @@ func TestSandboxFilter(t *testing.T) {
 		}
 		return out
 	}
-	run(t, sandboxRules(), slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
+	t.Run("direct", func(t *testing.T) {
+		run(t, sandboxRules(false), slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
+	})
+	t.Run("no inet", func(t *testing.T) {
+		// A brokered sandbox: every socket(2), whatever its family, and
+		// every connect(2) are refused; the rest is as before.
+		var calls []call
+		for _, c := range sockets {
+			if c.nr == unix.SYS_SOCKET || c.nr == unix.SYS_CONNECT {
+				c.want = eacces
+			}
+			calls = append(calls, c)
+		}
+		calls = append(calls, call{name: "socketpair", arch: native, nr: unix.SYS_SOCKETPAIR, domain: unix.AF_UNIX, want: allow},
+			call{name: "sendmsg", arch: native, nr: unix.SYS_SENDMSG, want: allow},
+			call{name: "recvmsg", arch: native, nr: unix.SYS_RECVMSG, want: allow})
+		calls = slices.Concat(calls, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
+		run(t, sandboxRules(true), calls)
+	})
 }
 
 // TestAssembleRefusesBadJumps: a jump backwards, past 255 instructions

@@ -30,9 +30,13 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // the host's handshake) it prints a notice and exits with status 1.
 //
 // The process confines itself once the host has configured it: see
-// Sandbox. Name resolution uses Go's own resolver, never the C library's,
-// whose modules the sandbox would not let it load.
+// Sandbox. Its transport's connections go through the host's connect
+// broker (Dial), on the descriptor the host passed as 3. Name resolution
+// in a sandbox with its own sockets (Sandbox.ConnectTCP) uses Go's own
+// resolver, never the C library's, whose modules the sandbox would not
+// let it load.
 func Serve(f Factory) {
+	startPluginBroker()
 	go exitWithParent(os.Getppid(), time.Second)
 	net.DefaultResolver.PreferGo = true
 	// JSON lines on stderr: the host parses them, bounds them and logs
@@ -96,13 +100,14 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 	}
 	if level.complete() {
 		s.log.Info("transport sandbox applied", "landlock_abi", level.LandlockABI,
-			"restricted", level.Restricted(), "tcp_connect", sb.ports())
+			"restricted", level.Restricted(), "tcp_connect", sb.ports(), "dial_targets", len(sb.Dial))
 	} else {
 		s.log.Warn("transport sandbox incomplete: this kernel cannot restrict all of files, TCP ports and sockets",
-			"landlock_abi", level.LandlockABI, "restricted", level.Restricted(), "tcp_connect", sb.ports())
+			"landlock_abi", level.LandlockABI, "restricted", level.Restricted(), "tcp_connect", sb.ports(),
+			"dial_targets", len(sb.Dial))
 	}
 	s.impl = impl
-	return reply(configuredOK(level))
+	return reply(configuredOK(level, sb.Dial))
 }
 
 func (s *server) deliver(ctx context.Context, req []byte) ([]byte, error) {

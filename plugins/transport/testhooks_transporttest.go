@@ -19,6 +19,7 @@ import (
 // Deliver reply bytes are whatever reply returns, unvalidated: the
 // misbehaving plugin. Only builds with the transporttest tag contain it.
 func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map[string]string, req []byte) []byte) {
+	startPluginBroker()
 	net.DefaultResolver.PreferGo = true
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{

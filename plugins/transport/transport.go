@@ -1,7 +1,10 @@
 // Package transport owns caphost's notification transports: the
 // submission-certainty vocabulary (Outcome, Receipt), the Transport
-// interface the dispatcher calls, and the host side of the out-of-process
-// transports that run as hashicorp go-plugin processes over gRPC.
+// interface the dispatcher calls, the host side of the out-of-process
+// transports that run as hashicorp go-plugin processes over gRPC, the
+// sandbox those processes apply to themselves (Sandbox), and the connect
+// broker through which the host dials a plugin's declared targets for it
+// (Sandbox.Dial, Dial).
 //
 // A transport never returns an error from Deliver: every failure is a
 // Receipt whose Outcome states what is known about the send. Only

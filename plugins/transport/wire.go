@@ -92,17 +92,21 @@ type wireConfigured struct {
 	SandboxTCP  bool   `json:"sandbox_tcp,omitzero"`
 	SandboxUDP  bool   `json:"sandbox_udp,omitzero"`
 	SandboxSock bool   `json:"sandbox_sockets,omitzero"`
+	SandboxHost bool   `json:"sandbox_hosts,omitzero"`
+	// Dial are the Sandbox's broker targets, which the host records
+	// once for the process.
+	Dial []string `json:"dial,omitzero"`
 }
 
-func configuredOK(l SandboxLevel) wireConfigured {
+func configuredOK(l SandboxLevel, dial []string) wireConfigured {
 	return wireConfigured{OK: true, LandlockABI: uint8(l.LandlockABI), SandboxFS: l.FS, SandboxTCP: l.TCP,
-		SandboxUDP: l.UDP, SandboxSock: l.Sockets}
+		SandboxUDP: l.UDP, SandboxSock: l.Sockets, SandboxHost: l.Hosts, Dial: dial}
 }
 
 // level is the sandbox the reply reports.
 func (w wireConfigured) level() SandboxLevel {
 	return SandboxLevel{LandlockABI: int(w.LandlockABI), FS: w.SandboxFS, TCP: w.SandboxTCP, UDP: w.SandboxUDP,
-		Sockets: w.SandboxSock}
+		Sockets: w.SandboxSock, Hosts: w.SandboxHost}
 }
 
 // ValidateMessage checks m against the wire bounds; the error names the
@@ -374,7 +378,10 @@ func decodeConfigured(b []byte) (wireConfigured, error) {
 		if !w.level().valid() {
 			return wireConfigured{}, fmt.Errorf("%w: configure reply: sandbox claims more than its landlock_abi restricts", ErrInvalidReply)
 		}
-	case !w.OK && validToken(w.Key, MaxSettingKeyBytes, true) && ValidCode(w.Code) && w.level() == (SandboxLevel{}):
+		if err := checkDialTargets(w.Dial); err != nil {
+			return wireConfigured{}, fmt.Errorf("%w: configure reply: %w", ErrInvalidReply, err)
+		}
+	case !w.OK && validToken(w.Key, MaxSettingKeyBytes, true) && ValidCode(w.Code) && w.level() == (SandboxLevel{}) && len(w.Dial) == 0:
 	default:
 		return wireConfigured{}, fmt.Errorf("%w: configure reply: ok (and its sandbox), or a key and a code", ErrInvalidReply)
 	}

@@ -44,16 +44,17 @@ func FuzzDecodeConfigured(f *testing.F) {
 func TestDecodeConfiguredSandbox(t *testing.T) {
 	for doc, want := range map[string]SandboxLevel{
 		`{"ok":true}`: {},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                        {LandlockABI: 7, FS: true, TCP: true},
-		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                           {LandlockABI: 3, FS: true},
-		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`:    {LandlockABI: 10, FS: true, TCP: true, UDP: true},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`: {LandlockABI: 7, FS: true, TCP: true, Sockets: true},
-		`{"ok":true,"sandbox_sockets":true}`:                                                       {Sockets: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                                             {LandlockABI: 7, FS: true, TCP: true},
+		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                                                {LandlockABI: 3, FS: true},
+		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`:                         {LandlockABI: 10, FS: true, TCP: true, UDP: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`:                      {LandlockABI: 7, FS: true, TCP: true, Sockets: true},
+		`{"ok":true,"sandbox_sockets":true}`:                                                                            {Sockets: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true}`: {LandlockABI: 7, FS: true, TCP: true, Sockets: true, Hosts: true},
 	} {
 		w, err := decodeConfigured([]byte(doc))
 		require.NoError(t, err, doc)
 		require.Equal(t, want, w.level(), doc)
-		b, err := jsonMarshal(configuredOK(want))
+		b, err := jsonMarshal(configuredOK(want, nil))
 		require.NoError(t, err)
 		require.JSONEq(t, doc, string(b), "what the plugin side writes")
 	}
@@ -68,10 +69,21 @@ func TestDecodeConfiguredSandbox(t *testing.T) {
 		`{"key":"dir","code":"x","landlock_abi":7}`,
 		`{"key":"dir","code":"x","sandbox_sockets":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_fs":true}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_hosts":true}`,
+		`{"ok":true,"dial":["example.com"]}`,
+		`{"ok":true,"dial":["example.com:443","example.com:443"]}`,
+		`{"ok":true,"dial":["a:1","b:1","c:1","d:1","e:1","f:1","g:1","h:1","i:1"]}`,
+		`{"ok":true,"dial":["example.com:0443"]}`,
+		`{"ok":true,"dial":["exa mple.com:443"]}`,
+		`{"ok":true,"dial":[null]}`,
+		`{"key":"dir","code":"x","dial":["example.com:443"]}`,
 	} {
 		_, err := decodeConfigured([]byte(doc))
 		require.ErrorIs(t, err, ErrInvalidReply, doc)
 	}
+	w, err := decodeConfigured([]byte(`{"ok":true,"dial":["example.com:443","[::1]:25"]}`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"example.com:443", "[::1]:25"}, w.Dial)
 }
 
 // FuzzLogBridge: whatever a plugin writes to stderr, the host logs at

@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -66,13 +67,20 @@ func build(settings map[string]string) (transport.Transport, error) {
 		}
 		sb.ConnectTCP = []uint16{uint16(n)}
 	}
+	if d := settings["dial"]; d != "" {
+		sb.Dial = strings.Split(d, ",")
+	}
+	if settings["dial-unlisted"] == "true" {
+		sb.Dial = append(sb.Dial, "redis.internal:6379") // a host no setting names
+	}
 	return &probe{sb: sb}, nil
 }
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
 // writable directory ("write-dir"), one
-// TCP port ("allow-port") and, with "network" = "true", the network base
-// set. Each Deliver runs one probe per message part, in order, named by
+// TCP port ("allow-port"), broker targets ("dial", host:port joined by
+// commas; "dial-unlisted" = "true" adds one no setting names) and, with
+// "network" = "true", the network base set. Each Deliver runs one probe per message part, in order, named by
 // the part's name up to a "." (parts are named "read.1", "connect.2"…:
 // names are unique) with the part's body as its argument, and answers
 // ACCEPTED with the results joined by "." as its code, for example
@@ -83,6 +91,10 @@ func build(settings map[string]string) (transport.Transport, error) {
 //   - write <path>: create the file: write-ok, write-denied, write-failed;
 //   - connect <host:port>: a TCP connection: connect-ok, connect-denied,
 //     connect-refused, connect-failed;
+//   - broker <host:port>: a TCP connection through the host's connect
+//     broker (transport.Dial), reading until the server closes it:
+//     broker-ok, broker-denied (the broker refused the target),
+//     broker-refused, broker-dns, broker-failed;
 //   - mptcp <ipv4:port>: the same with a raw Multipath TCP socket, as
 //     code getting around the sandbox would: mptcp-…;
 //   - unix <path>: connect to a unix socket: unix-…;
@@ -152,6 +164,18 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 			}
 		case "chdir":
 			err = syscall.Chdir(arg)
+		case "broker":
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var c net.Conn
+			if c, err = transport.Dial(dctx, "tcp", arg); err == nil {
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				_, err = c.Read(make([]byte, 1)) // the test's listener closes at once
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				_ = c.Close()
+			}
+			cancel()
 		case "connect":
 			d := &net.Dialer{Timeout: 5 * time.Second}
 			var c net.Conn
@@ -185,6 +209,8 @@ func result(err error) string {
 		return "ok"
 	case errors.Is(err, fs.ErrPermission):
 		return "denied"
+	case errors.As(err, new(*net.DNSError)):
+		return "dns"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
 	case errors.Is(err, syscall.ENOSYS):

@@ -1,0 +1,357 @@
+//go:build linux
+
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/caphost/caphost/internal/logtest"
+)
+
+// testBroker is a host broker and the raw plugin end of its socket.
+type testBroker struct {
+	b      *broker
+	plugin *net.UnixConn
+	log    *logtest.Buffer
+}
+
+func newTestBroker(t testing.TB, dial func(ctx context.Context, network, addr string) (net.Conn, error), targets ...string) *testBroker {
+	t.Helper()
+	var buf logtest.Buffer
+	b, child, err := newBroker(slog.New(slog.NewJSONHandler(&buf, nil)))
+	require.NoError(t, err)
+	if dial != nil {
+		b.dial = dial
+	}
+	c, err := net.FileConn(child)
+	require.NoError(t, err)
+	require.NoError(t, child.Close())
+	if targets != nil {
+		b.freeze(targets)
+	}
+	b.start()
+	tb := &testBroker{b: b, plugin: c.(*net.UnixConn), log: &buf}
+	t.Cleanup(func() {
+		_ = tb.plugin.Close()
+		b.close()
+	})
+	return tb
+}
+
+// roundTrip sends req and reads one reply: its id, status and
+// descriptors.
+func (tb *testBroker) roundTrip(t *testing.T, req, rights []byte) (uint32, dialStatus, []int) {
+	t.Helper()
+	_, _, err := tb.plugin.WriteMsgUnix(req, rights, nil)
+	require.NoError(t, err)
+	return tb.read(t)
+}
+
+func (tb *testBroker) read(t *testing.T) (uint32, dialStatus, []int) {
+	t.Helper()
+	buf, oob := make([]byte, 64), make([]byte, unix.CmsgSpace(16))
+	require.NoError(t, tb.plugin.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, oobn, _, _, err := tb.plugin.ReadMsgUnix(buf, oob)
+	require.NoError(t, err)
+	id, s, err := decodeDialReply(buf[:n])
+	require.NoError(t, err)
+	return id, s, rightsIn(oob[:oobn])
+}
+
+func request(id uint32, timeout time.Duration, addr string) []byte {
+	return encodeDialRequest(dialRequest{id: id, timeout: timeout, addr: addr})
+}
+
+// blockingDial blocks until its context ends, counting the dials running.
+func blockingDial(running *atomic.Int32) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		running.Add(1)
+		defer running.Add(-1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+}
+
+// TestBrokerRefusesMalformedRequests: every malformed request is refused
+// (addressed to its id when it has one), the broker keeps serving, and
+// no dial is attempted.
+func TestBrokerRefusesMalformedRequests(t *testing.T) {
+	var dials atomic.Int32
+	tb := newTestBroker(t, func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		return nil, errors.New("no")
+	}, "example.com:443")
+	good := request(7, time.Second, "example.com:443")
+	withOp := func(op byte) []byte { b := bytes.Clone(good); b[0] = op; return b }
+	withLen := func(n byte) []byte { b := bytes.Clone(good); b[9] = n; return b }
+	for name, tc := range map[string]struct {
+		req    []byte
+		wantID uint32
+	}{
+		"one byte":        {[]byte{dialOp}, 0},
+		"short header":    {good[:8], 7},
+		"unknown op":      {withOp(2), 7},
+		"zero id":         {request(0, time.Second, "example.com:443"), 0},
+		"zero timeout":    {request(7, 0, "example.com:443"), 7},
+		"timeout too big": {request(7, maxDialTimeout+time.Millisecond, "example.com:443"), 7},
+		"length short":    {withLen(3), 7},
+		"length long":     {withLen(200), 7},
+		"zero length":     {withLen(0), 7},
+		"trailing byte":   {append(bytes.Clone(good), 'x'), 7},
+		"no port":         {request(7, time.Second, "example.com"), 7},
+		"port zero":       {request(7, time.Second, "example.com:0"), 7},
+		"leading zero":    {request(7, time.Second, "example.com:0443"), 7},
+		"space":           {request(7, time.Second, "exa mple.com:443"), 7},
+		"nul":             {request(7, time.Second, "example.com\x00:443"), 7},
+		"zone":            {request(7, time.Second, "[fe80::1%eth0]:443"), 7},
+		"oversized":       {bytes.Repeat([]byte{dialOp}, 4096), 0},
+	} {
+		id, s, fds := tb.roundTrip(t, tc.req, nil)
+		assert.Equal(t, dialInvalid, s, name)
+		assert.Equal(t, tc.wantID, id, name)
+		assert.Empty(t, fds, name)
+	}
+	assert.Zero(t, dials.Load())
+	assert.Contains(t, tb.log.String(), `"reason":"malformed"`)
+	// Logged at the 1st, 2nd, 4th, 8th, 16th… refusal: bounded.
+	assert.Equal(t, 5, strings.Count(tb.log.String(), "transport broker refused a dial"))
+	assert.NotContains(t, tb.log.String(), "example.com")
+}
+
+// TestBrokerClosesDescriptorsSent: a descriptor a plugin sends the host
+// is closed there at once and the request refused.
+func TestBrokerClosesDescriptorsSent(t *testing.T) {
+	tb := newTestBroker(t, nil, "example.com:443")
+	f, err := os.Open("/dev/null")
+	require.NoError(t, err)
+	defer f.Close()
+	before := openFDs(t)
+	_, s, _ := tb.roundTrip(t, request(3, time.Second, "example.com:443"), unix.UnixRights(int(f.Fd()), int(f.Fd())))
+	assert.Equal(t, dialInvalid, s)
+	assert.Equal(t, before, openFDs(t), "the host keeps none of them")
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(es)
+}
+
+// TestBrokerDialsOnlyFrozenTargets: before the targets are frozen
+// nothing is dialled; afterwards exactly the frozen ones are, and a
+// second freeze adds nothing.
+func TestBrokerDialsOnlyFrozenTargets(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	target := l.Addr().String()
+	tb := newTestBroker(t, nil)
+	_, s, _ := tb.roundTrip(t, request(1, time.Second, target), nil)
+	assert.Equal(t, dialNotDeclared, s, "nothing before configure")
+	tb.b.freeze([]string{target})
+	tb.b.freeze([]string{"127.0.0.1:6379"})
+	id, s, fds := tb.roundTrip(t, request(2, time.Second, target), nil)
+	require.Equal(t, dialOK, s)
+	assert.Equal(t, uint32(2), id)
+	require.Len(t, fds, 1)
+	f := os.NewFile(uintptr(fds[0]), "got")
+	c, err := net.FileConn(f)
+	require.NoError(t, err)
+	_ = f.Close()
+	assert.Equal(t, target, c.RemoteAddr().String())
+	_ = c.Close()
+	for _, other := range []string{"127.0.0.1:6379", "localhost:" + target[len("127.0.0.1:"):]} {
+		_, s, fds = tb.roundTrip(t, request(3, time.Second, other), nil)
+		assert.Equal(t, dialNotDeclared, s, other)
+		assert.Empty(t, fds)
+	}
+}
+
+// TestBrokerBoundsDialsInFlight: past maxDialsInFlight running dials, a
+// request is answered busy at once; a dial's own deadline ends it with
+// a timeout; closing the plugin's end (its process exited) ends the
+// broker and every dial it was running.
+func TestBrokerBoundsDialsInFlight(t *testing.T) {
+	var running atomic.Int32
+	tb := newTestBroker(t, blockingDial(&running), "example.com:443")
+	for i := range maxDialsInFlight {
+		_, _, err := tb.plugin.WriteMsgUnix(request(uint32(i+1), 30*time.Second, "example.com:443"), nil, nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return running.Load() == maxDialsInFlight }, 5*time.Second, time.Millisecond)
+	start := time.Now()
+	id, s, _ := tb.roundTrip(t, request(99, 30*time.Second, "example.com:443"), nil)
+	assert.Equal(t, dialBusy, s)
+	assert.Equal(t, uint32(99), id)
+	assert.Less(t, time.Since(start), time.Second)
+
+	require.NoError(t, tb.plugin.Close())
+	select {
+	case <-tb.b.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the broker kept reading after the plugin's end closed")
+	}
+	require.Eventually(t, func() bool { return running.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"the dials in flight end with the plugin")
+	waited := make(chan struct{})
+	go func() { tb.b.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("broker goroutines outlived the plugin")
+	}
+}
+
+// TestBrokerDialDeadline: the host honours the request's timeout.
+func TestBrokerDialDeadline(t *testing.T) {
+	var running atomic.Int32
+	tb := newTestBroker(t, blockingDial(&running), "example.com:443")
+	start := time.Now()
+	_, s, _ := tb.roundTrip(t, request(5, 50*time.Millisecond, "example.com:443"), nil)
+	assert.Equal(t, dialTimeout, s)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// TestBrokerClient: the plugin side over a real broker: a connection to
+// the declared target; net's error shapes for a refused target, a
+// refused connection, a name that does not resolve and a deadline; and
+// ErrBrokerUnavailable for every dial, waiting or new, once the host end
+// is gone.
+func TestBrokerClient(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := dead.Addr().String()
+	require.NoError(t, dead.Close())
+	var running atomic.Int32
+	slow := blockingDial(&running)
+	tb := newTestBroker(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == "slow.example:443" {
+			return slow(ctx, network, addr)
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}, l.Addr().String(), closed, "no-such-host.invalid:443", "slow.example:443")
+	c := newBrokerClient(tb.plugin)
+	ctx := context.Background()
+
+	conn, err := c.dial(ctx, "tcp", l.Addr().String())
+	require.NoError(t, err)
+	assert.IsType(t, &net.TCPConn{}, conn)
+	_ = conn.Close()
+
+	_, err = c.dial(ctx, "tcp", "127.0.0.1:6379")
+	assert.ErrorIs(t, err, ErrDialRefused)
+	assert.ErrorIs(t, err, syscall.EACCES)
+	_, err = c.dial(ctx, "tcp", closed)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	_, err = c.dial(ctx, "tcp", "no-such-host.invalid:443")
+	var de *net.DNSError
+	require.ErrorAs(t, err, &de)
+	assert.True(t, de.IsNotFound)
+	_, err = c.dial(ctx, "udp", l.Addr().String())
+	assert.Error(t, err)
+
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = c.dial(dctx, "tcp", "slow.example:443")
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.dial(ctx, "tcp", "slow.example:443")
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool { return running.Load() >= 1 }, 5*time.Second, time.Millisecond)
+	tb.b.close() // the host end is gone
+	select {
+	case err := <-waiting:
+		assert.ErrorIs(t, err, ErrBrokerUnavailable)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting dial outlived the host end")
+	}
+	_, err = c.dial(ctx, "tcp", l.Addr().String())
+	assert.ErrorIs(t, err, ErrBrokerUnavailable)
+}
+
+// FuzzDecodeDialRequest: whatever a plugin sends, the host's decoder
+// either refuses it or returns a request within every bound that
+// encodes back to exactly the bytes received.
+func FuzzDecodeDialRequest(f *testing.F) {
+	f.Add(request(1, time.Second, "example.com:443"))
+	f.Add(request(0xffffffff, maxDialTimeout, "[::1]:25"))
+	f.Add([]byte{dialOp, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeDialRequest(b)
+		if err != nil {
+			require.ErrorIs(t, err, errDialRequest)
+			require.Empty(t, r.addr)
+			return
+		}
+		require.NotZero(t, r.id)
+		require.Positive(t, r.timeout)
+		require.LessOrEqual(t, r.timeout, maxDialTimeout)
+		require.True(t, ValidDialTarget(r.addr))
+		require.LessOrEqual(t, len(b), maxDialRequest)
+		require.Equal(t, b, encodeDialRequest(r))
+	})
+}
+
+// BenchmarkDial compares a loopback connection dialled through the
+// broker (a request over the socket pair, the host's dial, the socket
+// passed back and wrapped) with a direct one.
+func BenchmarkDial(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	target := l.Addr().String()
+	ctx := context.Background()
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", target)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = c.Close()
+		}
+	})
+	b.Run("broker", func(b *testing.B) {
+		tb := newTestBroker(b, nil, target)
+		c := newBrokerClient(tb.plugin)
+		for b.Loop() {
+			conn, err := c.dial(ctx, "tcp", target)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = conn.Close()
+		}
+	})
+}
