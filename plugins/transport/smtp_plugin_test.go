@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http/httptest"
 	"net/mail"
 	"strings"
 	"sync"
@@ -60,4 +61,31 @@ func TestSMTPThroughPlugin(t *testing.T) {
 	msg, err := mail.ReadMessage(strings.NewReader(string(box.msgs[0])))
 	require.NoError(t, err)
 	assert.Equal(t, "<smtp-intent-1@caphost.invalid>", msg.Header.Get("Message-ID"))
+}
+
+// TestSMTPPluginStartTLSThroughBroker: STARTTLS runs in the plugin over
+// the socket the host's broker dialled; a server certificate the system
+// pool does not trust fails it before MAIL FROM, definitely, and nothing
+// is delivered.
+func TestSMTPPluginStartTLSThroughBroker(t *testing.T) {
+	requireLandlock(t)
+	box := &mailbox{}
+	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(*gosmtp.Conn) (gosmtp.Session, error) { return mailSession{box}, nil }))
+	srv.Domain = "localhost"
+	hs := httptest.NewTLSServer(nil) // only for its certificate
+	srv.TLSConfig = hs.TLS
+	hs.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+
+	p, _ := launchPlugin(t, "smtp", "smtp", map[string]string{"host": "127.0.0.1", "port": port, "from": "caphost@example.com"}, nil)
+	assert.True(t, p.Sandboxed().Hosts)
+	r := p.Deliver(context.Background(), message(t, "smtp-tls"))
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "smtp-io-before-data-end"}, r)
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	assert.Empty(t, box.msgs)
 }

@@ -1,10 +1,14 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -115,4 +119,62 @@ func TestAcceptedThenSilentIsIndeterminate(t *testing.T) {
 	n, bad := h.count()
 	assert.Equal(t, 1, n, "no second send")
 	assert.Zero(t, bad)
+}
+
+// TestWebhookPluginThroughBroker: the webhook plugin makes no socket of
+// its own; the host's broker dials its URL's host and port. A delivery
+// is accepted; a name that does not resolve (resolved by the host) is
+// still a definite DNS failure, a refused port a definite refusal; and
+// an HTTPS receiver's untrusted certificate fails the handshake the
+// plugin runs over the brokered socket, before anything was sent.
+func TestWebhookPluginThroughBroker(t *testing.T) {
+	requireLandlock(t)
+	h := &holdingReceiver{arrived: make(chan struct{}, 8), release: make(chan struct{})}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	p, _ := launchWebhook(t, srv.URL+"/hook?token=x", 5*time.Second)
+	assert.True(t, p.Sandboxed().Hosts, p.Sandboxed().String())
+	assert.Equal(t, transport.Receipt{Outcome: transport.Accepted, Code: "http-200"}, p.Deliver(context.Background(), message(t, "via-broker")))
+	n, bad := h.count()
+	assert.Equal(t, 1, n)
+	assert.Zero(t, bad)
+
+	dns, _ := launchWebhook(t, "https://no-such-host.invalid/hook", 5*time.Second)
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "dns-failed"}, dns.Deliver(context.Background(), message(t, "dns")))
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + l.Addr().String() + "/hook"
+	require.NoError(t, l.Close())
+	refused, _ := launchWebhook(t, closed, 5*time.Second)
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "connect-refused"}, refused.Deliver(context.Background(), message(t, "refused")))
+
+	var tlsLog syncBuffer
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.ErrorLog = log.New(&tlsLog, "", 0)
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	tp, _ := launchWebhook(t, ts.URL+"/hook", 5*time.Second)
+	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "connect-failed"}, tp.Deliver(context.Background(), message(t, "tls")))
+	require.Eventually(t, func() bool { return strings.Contains(tlsLog.String(), "TLS handshake error") }, 5*time.Second, 10*time.Millisecond)
+	n, _ = h.count()
+	assert.Equal(t, 1, n, "nothing reached a receiver but the first delivery")
+}
+
+// syncBuffer is a bytes.Buffer safe for a server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -29,7 +29,6 @@ import (
 // Sender submits messages to one SMTP server.
 type Sender struct {
 	addr, host  string
-	port        uint16
 	from        string
 	helo        string
 	starttls    bool
@@ -70,7 +69,10 @@ func New(settings map[string]string) (transport.Transport, error) {
 	if err != nil || port == 0 {
 		return nil, &transport.SettingError{Key: "port", Code: "invalid"}
 	}
-	s.addr, s.port = net.JoinHostPort(s.host, strconv.FormatUint(port, 10)), uint16(port)
+	s.addr = net.JoinHostPort(s.host, strconv.FormatUint(port, 10))
+	if !transport.ValidDialTarget(s.addr) {
+		return nil, &transport.SettingError{Key: "host", Code: "invalid"}
+	}
 	from, err := mail.ParseAddress(settings["from"])
 	if err != nil {
 		return nil, &transport.SettingError{Key: "from", Code: "invalid"}
@@ -104,12 +106,12 @@ func (s *Sender) Name() string { return "smtp" }
 // Close does nothing: each attempt has its own connection.
 func (s *Sender) Close() error { return nil }
 
-// Sandbox is what the SMTP plugin process may do: connect to the
-// configured port (on any address: Landlock restricts ports, not hosts)
-// and resolve names and verify the STARTTLS certificate
-// (transport.Sandbox.Network). No other file, no other port.
+// Sandbox is what the SMTP plugin process may do: have the host's
+// connect broker dial the configured host and port (resolved by the
+// host) and verify the STARTTLS certificate (transport.Sandbox.Network).
+// No other file, host or port, no socket of its own.
 func (s *Sender) Sandbox() transport.Sandbox {
-	return transport.Sandbox{ConnectTCP: []uint16{s.port}, Network: true}
+	return transport.Sandbox{Dial: []string{s.addr}, Network: true}
 }
 
 // MessageID is the Message-ID of every attempt of intentID: the same for
@@ -144,7 +146,7 @@ func (s *Sender) Deliver(ctx context.Context, m transport.Message) transport.Rec
 	if code != "" {
 		return definite(code)
 	}
-	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.addr)
+	conn, err := transport.Dial(ctx, "tcp", s.addr)
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):

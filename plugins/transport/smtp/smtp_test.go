@@ -210,10 +210,16 @@ func TestStartTLSRequiredByDefault(t *testing.T) {
 	s.mu.Unlock()
 }
 
-// TestSandboxIsTheServerPort: the plugin may connect to the configured
-// port only, plus the network base.
-func TestSandboxIsTheServerPort(t *testing.T) {
+// TestSandboxIsTheServer: the broker may dial the configured host and
+// port only, plus the network base; a host the broker could not name is
+// refused.
+func TestSandboxIsTheServer(t *testing.T) {
 	tr, err := New(map[string]string{"host": "mail.example", "port": "587", "from": "a@example.com"})
 	require.NoError(t, err)
-	assert.Equal(t, transport.Sandbox{ConnectTCP: []uint16{587}, Network: true}, tr.(transport.Sandboxed).Sandbox())
+	assert.Equal(t, transport.Sandbox{Dial: []string{"mail.example:587"}, Network: true}, tr.(transport.Sandboxed).Sandbox())
+	tr, err = New(map[string]string{"host": "::1", "port": "25", "from": "a@example.com"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"[::1]:25"}, tr.(transport.Sandboxed).Sandbox().Dial)
+	_, err = New(map[string]string{"host": "mail..example", "port": "25", "from": "a@example.com"})
+	assert.Equal(t, &transport.SettingError{Key: "host", Code: "invalid"}, err)
 }

@@ -48,7 +48,7 @@ const (
 // Webhook posts each message to one URL.
 type Webhook struct {
 	url    string
-	port   uint16 // the URL's, or its scheme's default
+	target string // "host:port": the URL's host and its port, or its scheme's default
 	secret []byte
 	client *http.Client
 	now    func() time.Time
@@ -79,8 +79,11 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Fragment != "":
 		return nil, &transport.SettingError{Key: "url", Code: "invalid"}
 	}
+	// The broker's target is what http.Transport dials: the URL's host
+	// and port as written, or the scheme's default port.
 	port, err := urlPort(u)
-	if err != nil {
+	target := net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port)))
+	if err != nil || !transport.ValidDialTarget(target) || u.Port() != "" && u.Port() != strconv.Itoa(int(port)) {
 		return nil, &transport.SettingError{Key: "url", Code: "invalid"}
 	}
 	secret := settings["secret"]
@@ -89,7 +92,7 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 	}
 	return &Webhook{
 		url:    u.String(),
-		port:   port,
+		target: target,
 		secret: []byte(secret),
 		now:    now,
 		client: &http.Client{
@@ -99,9 +102,13 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 			// A fresh connection also makes "nothing was sent" provable:
 			// no connection, no byte.
 			Transport: &http.Transport{
-				DisableKeepAlives:      true,
-				Proxy:                  nil,
-				DialContext:            (&net.Dialer{}).DialContext,
+				DisableKeepAlives: true,
+				Proxy:             nil,
+				// In the plugin, the host's connect broker dials the
+				// declared target; http.Transport asks for exactly it
+				// (the URL's host and port) as no redirect is followed
+				// and there is no proxy.
+				DialContext:            transport.Dial,
 				MaxResponseHeaderBytes: 16 << 10,
 				ForceAttemptHTTP2:      false,
 			},
@@ -130,13 +137,13 @@ func urlPort(u *url.URL) (uint16, error) {
 // Name returns "webhook".
 func (w *Webhook) Name() string { return "webhook" }
 
-// Sandbox is what the webhook's plugin process may do: connect to the
-// URL's port (on any address: Landlock restricts ports, not hosts) and
-// resolve names and verify TLS (transport.Sandbox.Network). No other
-// file, no other port: redirects are never followed and there is no
+// Sandbox is what the webhook's plugin process may do: have the host's
+// connect broker dial the URL's host and port (resolved by the host) and
+// verify TLS (transport.Sandbox.Network). No other file, host or port,
+// no socket of its own: redirects are never followed and there is no
 // proxy.
 func (w *Webhook) Sandbox() transport.Sandbox {
-	return transport.Sandbox{ConnectTCP: []uint16{w.port}, Network: true}
+	return transport.Sandbox{Dial: []string{w.target}, Network: true}
 }
 
 // Close releases idle connections (there are none: keep-alive is off).

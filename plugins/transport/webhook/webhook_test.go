@@ -162,14 +162,16 @@ func TestSettingsRefused(t *testing.T) {
 	}
 }
 
-// TestSandboxIsTheURLPort: the plugin may connect to its URL's port
-// only, plus the network base.
-func TestSandboxIsTheURLPort(t *testing.T) {
-	for url, port := range map[string]uint16{"http://hooks.example/x": 80, "https://hooks.example/x": 443,
-		"http://127.0.0.1:8080/x": 8080, "https://[::1]:8443": 8443} {
-		assert.Equal(t, transport.Sandbox{ConnectTCP: []uint16{port}, Network: true}, newT(t, url).Sandbox(), url)
+// TestSandboxIsTheURLHost: the broker may dial the URL's host and port
+// only (what http.Transport asks for), plus the network base.
+func TestSandboxIsTheURLHost(t *testing.T) {
+	for url, target := range map[string]string{"http://hooks.example/x": "hooks.example:80",
+		"https://hooks.example/x?q=1": "hooks.example:443", "http://127.0.0.1:8080/x": "127.0.0.1:8080",
+		"https://[::1]:8443": "[::1]:8443", "https://Hooks.Example:8443/a/b": "Hooks.Example:8443"} {
+		assert.Equal(t, transport.Sandbox{Dial: []string{target}, Network: true}, newT(t, url).Sandbox(), url)
 	}
-	for _, url := range []string{"http://hooks.example:0/x", "http://hooks.example:65536/x"} {
+	for _, url := range []string{"http://hooks.example:0/x", "http://hooks.example:65536/x",
+		"http://hooks.example:080/x", "http://[fe80::1%25eth0]/x", "http://a..b/x"} {
 		_, err := New(map[string]string{"url": url, "secret": secret})
 		var se *transport.SettingError
 		require.ErrorAs(t, err, &se, url)
