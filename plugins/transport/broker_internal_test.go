@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -354,4 +355,76 @@ func BenchmarkDial(b *testing.B) {
 			_ = conn.Close()
 		}
 	})
+}
+
+// TestBrokerClientDistrustsReplies: the plugin side takes a socket only
+// from a well-formed ok reply to a dial it is waiting for; a reply with
+// a socket and a failure status, an ok without one, or a socket for an
+// id nobody waits for is refused and its descriptors closed.
+func TestBrokerClientDistrustsReplies(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "end")
+		c, err := net.FileConn(f)
+		require.NoError(t, err)
+		_ = f.Close()
+		return c.(*net.UnixConn)
+	}
+	host, plugin := conn(fds[0]), conn(fds[1])
+	defer host.Close()
+	c := newBrokerClient(plugin)
+	defer plugin.Close()
+	null, err := os.Open("/dev/null")
+	require.NoError(t, err)
+	defer null.Close()
+	nullFD := int(null.Fd())
+	rights, two := unix.UnixRights(nullFD), unix.UnixRights(nullFD, nullFD)
+	// The socket is no synchronisation the race detector sees: wait for
+	// the fake host's goroutines before the deferred closes.
+	var served sync.WaitGroup
+	defer served.Wait()
+
+	// The fake host answers each request with the reply reply makes.
+	serve := func(reply func(id uint32) ([]byte, []byte)) {
+		defer served.Done()
+		buf := make([]byte, 512)
+		n, _, _, _, err := host.ReadMsgUnix(buf, nil)
+		if err != nil {
+			return
+		}
+		r, err := decodeDialRequest(buf[:n])
+		if err != nil {
+			return
+		}
+		b, oob := reply(r.id)
+		_, _, _ = host.WriteMsgUnix(b, oob, nil)
+	}
+	before := openFDs(t)
+	for name, reply := range map[string]func(uint32) ([]byte, []byte){
+		"socket with a failure": func(id uint32) ([]byte, []byte) { return encodeDialReply(id, dialDNS), rights },
+		"ok without a socket":   func(id uint32) ([]byte, []byte) { return encodeDialReply(id, dialOK), nil },
+		"two sockets": func(id uint32) ([]byte, []byte) {
+			return encodeDialReply(id, dialOK), two
+		},
+	} {
+		served.Add(1)
+		go serve(reply)
+		_, err := c.dial(context.Background(), "tcp", "example.com:443")
+		assert.Error(t, err, name)
+		var de *net.DNSError
+		assert.False(t, errors.As(err, &de), name)
+	}
+	// A socket for an id nobody waits for, then garbage, then the real
+	// reply's failure: the dial sees only its own.
+	served.Add(1)
+	go serve(func(id uint32) ([]byte, []byte) {
+		_, _, _ = host.WriteMsgUnix(encodeDialReply(id+100, dialOK), rights, nil)
+		_, _, _ = host.WriteMsgUnix([]byte("garbage"), rights, nil)
+		return encodeDialReply(id, dialRefused), nil
+	})
+	_, err = c.dial(context.Background(), "tcp", "example.com:443")
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Eventually(t, func() bool { return openFDs(t) == before }, 5*time.Second, 10*time.Millisecond,
+		"every descriptor the fake host sent was closed")
 }

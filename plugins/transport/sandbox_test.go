@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -357,4 +359,35 @@ func TestSandboxBrokerTargetsFromSettings(t *testing.T) {
 		Settings: map[string]string{"mode": "probe", "dial-unlisted": "true"}})
 	require.ErrorIs(t, err, transport.ErrLaunch)
 	assert.Contains(t, err.Error(), "dial target 0 not in the settings")
+}
+
+// brokerGoroutines counts the host broker goroutines reading a plugin's
+// socket in this process.
+func brokerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "transport.(*broker).serve(")
+}
+
+// TestSandboxBrokerAcrossRestart: a restarted plugin gets a fresh broker
+// socket pair and its declared target again; the killed process's
+// broker goroutines are gone, and so are the last one's once the plugin
+// is closed.
+func TestSandboxBrokerAcrossRestart(t *testing.T) {
+	requireLandlock(t)
+	_, port := listen(t)
+	target := "127.0.0.1:" + port
+	before := brokerGoroutines()
+	p, rec := launchPlugin(t, "misbehaving", "probe", map[string]string{"mode": "probe", "dial": target}, nil)
+	assert.Equal(t, "broker-ok", probe(t, p, [2]string{"broker", target}))
+	assert.Equal(t, before+1, brokerGoroutines())
+
+	pid := transport.PluginPID(p)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	wait(t, rec.restarts)
+	require.NoError(t, wait(t, rec.launches))
+	assert.Equal(t, "broker-ok.broker-denied", probe(t, p, [2]string{"broker", target}, [2]string{"broker", "127.0.0.1:6379"}))
+	assert.True(t, p.Sandboxed().Hosts)
+	assert.Equal(t, before+1, brokerGoroutines(), "the killed process's broker ended")
+	require.NoError(t, p.Close())
+	assert.Equal(t, before, brokerGoroutines())
 }
