@@ -380,12 +380,14 @@ func (b *broker) dialFor(req dialRequest) {
 	_ = rc.Control(func(fd uintptr) { b.reply(req.id, dialOK, unix.UnixRights(int(fd))) })
 }
 
-// dialErrStatus classifies a failed dial.
+// dialErrStatus classifies a failed dial. Any resolution failure, a
+// resolver timeout included, is dialDNS: the plugin's own resolver gave
+// the webhook dns-failed for each before the broker.
 func dialErrStatus(ctx context.Context, err error) dialStatus {
 	var de *net.DNSError
 	var ne net.Error
 	switch {
-	case errors.As(err, &de) && !de.IsTimeout:
+	case errors.As(err, &de):
 		return dialDNS
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return dialRefused

@@ -218,6 +218,27 @@ func TestBrokerBoundsDialsInFlight(t *testing.T) {
 	}
 }
 
+// TestBrokerDialErrStatus: how the host classifies a failed dial.
+func TestBrokerDialErrStatus(t *testing.T) {
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want dialStatus
+	}{
+		{ctx, &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}, dialDNS},
+		{done, &net.OpError{Op: "dial", Err: &net.DNSError{Err: "i/o timeout", IsTimeout: true}}, dialDNS},
+		{ctx, &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, dialRefused},
+		{done, context.Canceled, dialTimeout},
+		{ctx, &net.OpError{Op: "dial", Err: timeoutError{}}, dialTimeout},
+		{ctx, &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}, dialFailed},
+	} {
+		assert.Equal(t, tc.want, dialErrStatus(tc.ctx, tc.err), tc.err.Error())
+	}
+}
+
 // TestBrokerDialDeadline: the host honours the request's timeout.
 func TestBrokerDialDeadline(t *testing.T) {
 	var running atomic.Int32
