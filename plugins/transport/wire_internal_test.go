@@ -18,7 +18,9 @@ func FuzzDecodeConfigured(f *testing.F) {
 	for _, s := range []string{`{"ok":true}`, `{"key":"dir","code":"not-a-directory"}`, `{"ok":true,"key":"x"}`,
 		`{"ok":false}`, `{"key":"Dir","code":"x"}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`, `{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`,
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`} {
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true,"dial":["hooks.example:443"]}`,
+		`{"ok":true,"dial":["[::1]:25","a:1"]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -30,8 +32,13 @@ func FuzzDecodeConfigured(f *testing.F) {
 		if w.OK {
 			require.Empty(t, w.Key+w.Code)
 			require.True(t, w.level().valid())
+			require.LessOrEqual(t, len(w.Dial), MaxDialTargets)
+			for _, d := range w.Dial {
+				require.True(t, ValidDialTarget(d))
+			}
 			return
 		}
+		require.Empty(t, w.Dial)
 		require.True(t, validToken(w.Key, MaxSettingKeyBytes, true))
 		require.True(t, ValidCode(w.Code))
 		require.Zero(t, w.level())
