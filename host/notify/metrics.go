@@ -34,21 +34,22 @@ func submitOutcomes() []string {
 // configuration, shard indexes, quarantine reasons. A recipient, a
 // parameter or rendered content is never a label.
 type metrics struct {
-	intents     *prometheus.CounterVec // outcome
-	bestEffort  *prometheus.CounterVec // outcome
-	dispatched  *prometheus.CounterVec // transport, outcome
-	retries     *prometheus.CounterVec // transport
-	quarantined *prometheus.CounterVec // reason
-	unopened    prometheus.Counter
-	final       *prometheus.CounterVec   // state
-	backlog     *prometheus.GaugeVec     // shard, kind
-	reclaimed   *prometheus.CounterVec   // shard
-	reclaimRTT  *prometheus.CounterVec   // shard
-	reclaimLaps *prometheus.CounterVec   // shard
-	restarts    *prometheus.CounterVec   // transport, cause
-	launches    *prometheus.CounterVec   // transport, result
-	callSeconds *prometheus.HistogramVec // transport, outcome
-	sandboxes   *sandboxCollector        // transport, restricted
+	intents       *prometheus.CounterVec // outcome
+	bestEffort    *prometheus.CounterVec // outcome
+	dispatched    *prometheus.CounterVec // transport, outcome
+	retries       *prometheus.CounterVec // transport
+	quarantined   *prometheus.CounterVec // reason
+	unopened      prometheus.Counter
+	final         *prometheus.CounterVec   // state
+	backlog       *prometheus.GaugeVec     // shard, kind
+	reclaimed     *prometheus.CounterVec   // shard
+	reclaimRTT    *prometheus.CounterVec   // shard
+	reclaimLaps   *prometheus.CounterVec   // shard
+	restarts      *prometheus.CounterVec   // transport, cause
+	launches      *prometheus.CounterVec   // transport, result
+	brokerRefused *prometheus.CounterVec   // transport, reason
+	callSeconds   *prometheus.HistogramVec // transport, outcome
+	sandboxes     *sandboxCollector        // transport, restricted
 }
 
 func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*metrics, error) {
@@ -72,6 +73,9 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 		reclaimLaps: prometheus.NewCounterVec(opts("reclaim_laps_total", "Per shard: reclaim scans that reached the end of the pending entries list (a lap of the PEL ended; the cursor went back to its start)."), []string{"shard"}),
 		restarts:    prometheus.NewCounterVec(opts("transport_restarts_total", "Transport plugin restarts by cause."), []string{"transport", "cause"}),
 		launches:    prometheus.NewCounterVec(opts("transport_launches_total", "Transport plugin launches (first and restarts) by result."), []string{"transport", "result"}),
+		brokerRefused: prometheus.NewCounterVec(opts("transport_broker_refused_total",
+			"Dial requests a transport plugin's connect broker refused, by reason (not-declared: a target the plugin did not declare at configure)."),
+			[]string{"transport", "reason"}),
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "notify",
 			Name: "transport_call_seconds", Help: "Transport plugin call latency by transport and submission certainty.",
 			Buckets: prometheus.ExponentialBuckets(250e-6, 4, 10)}, []string{"transport", "outcome"}),
@@ -90,6 +94,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 			m.dispatched.WithLabelValues(t, o.String())
 		}
 		m.retries.WithLabelValues(t)
+		m.brokerRefused.WithLabelValues(t, "not-declared") // the one to alert on
 	}
 	for _, r := range []string{intent.ReasonDeliveries, intent.ReasonUndecodable} {
 		m.quarantined.WithLabelValues(r)
@@ -107,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.intents, m.bestEffort, m.dispatched, m.retries, m.quarantined,
 			m.unopened, m.final, m.backlog, m.reclaimed, m.reclaimRTT, m.reclaimLaps, m.restarts, m.launches,
-			m.callSeconds, m.sandboxes} {
+			m.brokerRefused, m.callSeconds, m.sandboxes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -142,8 +147,11 @@ func (o dispatchObserver) Reclaimed(shard, entries, trips int, wrapped bool) {
 	}
 }
 
-// transportObserver turns a plugin's lifecycle and calls into metrics.
+// transportObserver turns a plugin's lifecycle, calls and connect
+// broker refusals into metrics.
 type transportObserver struct{ m *metrics }
+
+var _ transport.BrokerObserver = transportObserver{}
 
 func (o transportObserver) Restarting(name string, cause transport.RestartCause, _ time.Duration) {
 	o.m.restarts.WithLabelValues(name, string(cause)).Inc()
@@ -159,6 +167,12 @@ func (o transportObserver) Launched(name string, err error) {
 
 func (o transportObserver) Delivered(name string, out transport.Outcome, took time.Duration) {
 	o.m.callSeconds.WithLabelValues(name, out.String()).Observe(took.Seconds())
+}
+
+// BrokerRefused counts a dial request the plugin's connect broker
+// refused (transport.BrokerObserver).
+func (o transportObserver) BrokerRefused(name, reason string) {
+	o.m.brokerRefused.WithLabelValues(name, reason).Inc()
 }
 
 // sandboxCollector reports, at each scrape, the sandbox every launched

@@ -43,3 +43,22 @@ func TestReclaimMetrics(t *testing.T) {
 		assert.Equal(t, c.want, got.GetCounter().GetValue())
 	}
 }
+
+// TestBrokerRefusedMetric: a transport's connect broker refusals are
+// counted by reason; not-declared exists at zero from the start.
+func TestBrokerRefusedMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, []string{"webhook"}, 1)
+	require.NoError(t, err)
+	var got dto.Metric
+	require.NoError(t, m.brokerRefused.WithLabelValues("webhook", "not-declared").Write(&got))
+	assert.Zero(t, got.GetCounter().GetValue())
+	o := transportObserver{m}
+	o.BrokerRefused("webhook", "not-declared")
+	o.BrokerRefused("webhook", "not-declared")
+	o.BrokerRefused("webhook", "busy")
+	require.NoError(t, m.brokerRefused.WithLabelValues("webhook", "not-declared").Write(&got))
+	assert.Equal(t, 2.0, got.GetCounter().GetValue())
+	require.NoError(t, m.brokerRefused.WithLabelValues("webhook", "busy").Write(&got))
+	assert.Equal(t, 1.0, got.GetCounter().GetValue())
+}

@@ -220,6 +220,9 @@ type broker struct {
 	log  *slog.Logger
 	conn *net.UnixConn
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// onRefuse is told each refusal's reason (a BrokerObserver); nil
+	// tells nobody.
+	onRefuse func(reason string)
 
 	targetsMu sync.Mutex
 	targets   map[string]bool // nil until frozen
@@ -228,7 +231,7 @@ type broker struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	refused   atomic.Int64
+	nRefused  atomic.Int64
 	done      chan struct{}
 }
 
@@ -306,7 +309,7 @@ func (b *broker) serve() {
 		if oobn > 0 {
 			// A plugin has no descriptor to give the host: close any it sent.
 			closeFDs(rightsIn(oob[:oobn]))
-			b.refuse(0, dialInvalid, "descriptors sent")
+			b.refuse(0, dialInvalid, "descriptors-sent")
 			continue
 		}
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
@@ -342,7 +345,10 @@ func (b *broker) serve() {
 // operator's configuration). Logged at 1, 2, 4, 8… refusals, so a
 // hostile plugin cannot flood the log.
 func (b *broker) refuse(id uint32, s dialStatus, reason string) {
-	if n := b.refused.Add(1); n&(n-1) == 0 {
+	if b.onRefuse != nil {
+		b.onRefuse(reason)
+	}
+	if n := b.nRefused.Add(1); n&(n-1) == 0 {
 		b.log.Warn("transport broker refused a dial", slog.String("reason", reason), slog.Int64("refused", n))
 	}
 	b.reply(id, s, nil)

@@ -29,6 +29,16 @@ type Observer interface {
 	Delivered(name string, outcome Outcome, took time.Duration)
 }
 
+// BrokerObserver is implemented by an Observer that also counts the
+// dial requests a plugin's connect broker refused. reason is a closed set:
+// "not-declared" (a target the plugin did not declare at configure),
+// "malformed", "oversized", "descriptors-sent" (a request carrying
+// descriptors, which the host closes) and "busy" (the in-flight bound).
+// Called from the broker's goroutine; must not block.
+type BrokerObserver interface {
+	BrokerRefused(name, reason string)
+}
+
 // NopObserver ignores every event.
 type NopObserver struct{}
 

@@ -64,7 +64,8 @@ type Config struct {
 	// Logger receives the host side's lines and the plugin's own log
 	// lines, bounded and sanitised; nil discards them.
 	Logger *slog.Logger
-	// Observer receives restarts, launches and calls; nil ignores them.
+	// Observer receives restarts, launches and calls (and the connect
+	// broker's refusals when it is a BrokerObserver); nil ignores them.
 	Observer Observer
 }
 
@@ -217,6 +218,9 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	b, child, err := newBroker(p.log)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
+	}
+	if o, ok := p.cfg.Observer.(BrokerObserver); ok {
+		b.onRefuse = func(reason string) { o.BrokerRefused(p.cfg.Name, reason) }
 	}
 	cmd := exec.Command(p.cfg.Path)
 	cmd.ExtraFiles = []*os.File{child}

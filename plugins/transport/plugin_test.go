@@ -31,16 +31,28 @@ type recorder struct {
 	launches chan error
 	mu       sync.Mutex
 	calls    map[transport.Outcome]int
+	refused  map[string]int // the broker's refusals by reason
 }
 
 func newRecorder() *recorder {
-	return &recorder{restarts: make(chan restartEvent, 64), launches: make(chan error, 64), calls: map[transport.Outcome]int{}}
+	return &recorder{restarts: make(chan restartEvent, 64), launches: make(chan error, 64), calls: map[transport.Outcome]int{}, refused: map[string]int{}}
 }
 
 func (r *recorder) Restarting(_ string, c transport.RestartCause, d time.Duration) {
 	r.restarts <- restartEvent{c, d}
 }
 func (r *recorder) Launched(_ string, err error) { r.launches <- err }
+func (r *recorder) BrokerRefused(_ string, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused[reason]++
+}
+
+func (r *recorder) refusals(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused[reason]
+}
 func (r *recorder) Delivered(_ string, o transport.Outcome, _ time.Duration) {
 	r.mu.Lock()
 	r.calls[o]++

@@ -310,7 +310,8 @@ func TestSandboxBrokerDialsOnlyDeclaredHosts(t *testing.T) {
 	t.Cleanup(func() { _ = udp.Close() })
 
 	var buf logtest.Buffer
-	p := launchProbe(t, map[string]string{"dial": declared, "network": "true"}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	p, rec := launchPlugin(t, "misbehaving", "probe", map[string]string{"mode": "probe", "dial": declared, "network": "true"},
+		func(c *transport.Config) { c.Logger = slog.New(slog.NewJSONHandler(&buf, nil)) })
 	assert.Equal(t, "broker-ok.broker-denied.broker-denied", probe(t, p,
 		[2]string{"broker", declared}, [2]string{"broker", sameport}, [2]string{"broker", redis}))
 	assert.Equal(t, "broker-denied.broker-denied.broker-ok", probe(t, p,
@@ -330,6 +331,7 @@ func TestSandboxBrokerDialsOnlyDeclaredHosts(t *testing.T) {
 	assert.Contains(t, buf.String(), `"plugin_dial_targets":"1"`)
 	assert.Contains(t, buf.String(), `"msg":"transport broker refused a dial"`)
 	assert.Contains(t, buf.String(), `"reason":"not-declared"`)
+	assert.Equal(t, 4, rec.refusals("not-declared"), "counted for the metrics")
 	assert.NotContains(t, buf.String(), "127.0.0.2")
 	assert.NotContains(t, buf.String(), redis)
 }
