@@ -223,7 +223,9 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 		b.onRefuse = func(reason string) { o.BrokerRefused(p.cfg.Name, reason) }
 	}
 	cmd := exec.Command(p.cfg.Path)
-	cmd.ExtraFiles = []*os.File{child}
+	if child != nil { // nil where there is no broker (not unix)
+		cmd.ExtraFiles = []*os.File{child}
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  handshake(),
 		Plugins:          plugin.PluginSet{pluginKey: &grpcPlugin{}},
@@ -239,7 +241,9 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	rpc, err := client.Client()
 	// The child has its copy (or never started): the host keeps none, so
 	// the broker reads end of file when the process is gone.
-	_ = child.Close()
+	if child != nil {
+		_ = child.Close()
+	}
 	inst := &instance{client: client, broker: b}
 	if err != nil {
 		inst.kill()
