@@ -14,6 +14,9 @@ import (
 // targets it declares are not enforced.
 type broker struct{ onRefuse func(reason string) }
 
+// brokerRequired: there is no broker here.
+const brokerRequired = false
+
 func newBroker(*slog.Logger) (*broker, *os.File, error) { return &broker{}, nil, nil }
 
 func (*broker) freeze([]string) {}

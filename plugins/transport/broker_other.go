@@ -8,6 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// brokerRequired: no sandbox here needs the broker, and some systems
+// (macOS) have no unix SOCK_SEQPACKET: a host that cannot make the pair
+// launches the plugin without one, and the plugin dials for itself.
+const brokerRequired = false
+
 // seqpacketPair makes a close-on-exec unix SOCK_SEQPACKET socket pair;
 // without SOCK_CLOEXEC, the fork lock keeps a concurrent exec from
 // inheriting it.

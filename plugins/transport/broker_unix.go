@@ -62,9 +62,15 @@ func newBroker(log *slog.Logger) (*broker, *os.File, error) {
 	return b, os.NewFile(uintptr(fds[1]), "broker-plugin"), nil
 }
 
+// A nil *broker (no socket pair on a system that does not require one,
+// brokerRequired) does nothing.
+
 // freeze records the targets the plugin declared at configure. Only the
 // first call counts: no target can be added later.
 func (b *broker) freeze(targets []string) {
+	if b == nil {
+		return
+	}
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
 	if b.targets != nil {
@@ -84,6 +90,9 @@ func (b *broker) declared(addr string) bool {
 
 // start runs serve on its own goroutine.
 func (b *broker) start() {
+	if b == nil {
+		return
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -94,6 +103,9 @@ func (b *broker) start() {
 
 // close ends serve and every dial in flight and waits for them.
 func (b *broker) close() {
+	if b == nil {
+		return
+	}
 	_ = b.conn.Close()
 	b.cancel()
 	b.wg.Wait()

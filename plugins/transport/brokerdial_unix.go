@@ -52,8 +52,13 @@ type brokerReply struct {
 // SOCK_SEQPACKET socket (the host's broker) and makes Dial use it; any
 // other descriptor there is left alone and dials fail
 // (ErrBrokerUnavailable). Called by Serve before anything else runs.
+//
+// Where the broker is required (brokerRequired: Linux, whose sandbox
+// refuses the plugin sockets of its own) Dial fails closed without it;
+// elsewhere, a host that could not make the socket pair passes none and
+// Dial dials directly.
 func startPluginBroker() {
-	brokered.Store(true)
+	brokered.Store(brokerRequired)
 	if typ, err := unix.GetsockoptInt(brokerFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_SEQPACKET {
 		return
 	}
@@ -69,6 +74,7 @@ func startPluginBroker() {
 	}
 	b := newBrokerClient(c.(*net.UnixConn))
 	pluginBroker.Store(b)
+	brokered.Store(true)
 }
 
 func newBrokerClient(c *net.UnixConn) *brokerClient {

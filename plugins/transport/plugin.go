@@ -216,10 +216,15 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 // (exec.Cmd.ExtraFiles, which go-plugin leaves as they are).
 func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	b, child, err := newBroker(p.log)
-	if err != nil {
+	switch {
+	case err != nil && brokerRequired:
 		return nil, fmt.Errorf("%w: %s: %w", ErrLaunch, p.cfg.Name, err)
+	case err != nil:
+		// No sandbox needs it here (say, macOS, without unix
+		// SOCK_SEQPACKET): the plugin dials for itself.
+		b, child = nil, nil
 	}
-	if o, ok := p.cfg.Observer.(BrokerObserver); ok {
+	if o, ok := p.cfg.Observer.(BrokerObserver); ok && b != nil {
 		b.onRefuse = func(reason string) { o.BrokerRefused(p.cfg.Name, reason) }
 	}
 	cmd := exec.Command(p.cfg.Path)
