@@ -39,7 +39,7 @@ func startWebhook(t *testing.T) (*receiver, transport.Transport, string) {
 	rcv, err := startReceiver(secret)
 	require.NoError(t, err)
 	t.Cleanup(rcv.close)
-	wh, err := webhook.New(map[string]string{"url": rcv.url(), "secret": secret})
+	wh, err := webhook.New(map[string]string{"url": rcv.url(), "secret": secret}, transport.Env{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = wh.Close() })
 	return rcv, wh, secret
@@ -61,7 +61,7 @@ func TestReceiverVerifiesAndCounts(t *testing.T) {
 	assert.Equal(t, "*Hallo Bea,*", firstLine(rcv.got("intent-2")))
 
 	// Another secret, no header, a stale timestamp: forged, never recorded.
-	other, err := webhook.New(map[string]string{"url": rcv.url(), "secret": randomHex(32)})
+	other, err := webhook.New(map[string]string{"url": rcv.url(), "secret": randomHex(32)}, transport.Env{})
 	require.NoError(t, err)
 	defer other.Close()
 	r = other.Deliver(ctx, message(t, "intent-3", "eve@example.com", "forged"))

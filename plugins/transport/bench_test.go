@@ -17,7 +17,7 @@ import (
 // separate instances, the second being the A/A control of the first.
 func BenchmarkDeliverFile(b *testing.B) {
 	inProcess := func(b *testing.B) transport.Transport {
-		s, err := filesink.New(map[string]string{"dir": b.TempDir()})
+		s, err := filesink.New(map[string]string{"dir": b.TempDir()}, transport.Env{})
 		if err != nil {
 			b.Fatal(err)
 		}

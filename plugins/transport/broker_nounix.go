@@ -3,9 +3,7 @@
 package transport
 
 import (
-	"context"
 	"log/slog"
-	"net"
 	"os"
 )
 
@@ -23,9 +21,5 @@ func (*broker) freeze([]string) {}
 func (*broker) start()          {}
 func (*broker) close()          {}
 
-// startPluginBroker leaves Dial dialling directly.
-func startPluginBroker() {}
-
-func brokerDial(_ context.Context, _, address string) (net.Conn, error) {
-	return nil, opError(address, ErrBrokerUnavailable)
-}
+// pluginEnv is the zero Env: a plugin here dials for itself.
+func pluginEnv() Env { return Env{} }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync/atomic"
 	"syscall"
 )
 
@@ -24,24 +23,39 @@ var (
 	ErrBrokerBusy = errors.New("transport: connect broker busy")
 )
 
-// brokered is set by Serve where the broker exists (unix systems): in a
-// plugin process, Dial then always goes through it.
-var brokered atomic.Bool
+// DialFunc connects to address ("host:port") over network ("tcp").
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
-// Dial connects to address ("host:port", network "tcp") for a transport.
-// In a plugin process (one run by Serve) it asks the host's connect
-// broker, which dials only the targets the transport's Sandbox declared
-// (Sandbox.Dial): the sandbox refuses the plugin any internet socket of
-// its own. Outside a plugin (a transport run in process, as in tests) it
-// is net.Dialer's DialContext. Failures keep net's shapes: an unresolved
-// name is a *net.DNSError, a refused connection wraps ECONNREFUSED, a
-// deadline is a timeout net.Error; a target the broker refuses wraps
-// ErrDialRefused. No byte has left when Dial fails.
-func Dial(ctx context.Context, network, address string) (net.Conn, error) {
-	if !brokered.Load() {
+// Env is what a transport's Factory gets from the process it runs in. The
+// zero Env is a transport built in process (tests, benchmarks): it dials
+// directly.
+type Env struct {
+	// Dial makes the transport's connections; nil dials directly
+	// (net.Dialer). In a plugin process (Serve) it asks the host's
+	// connect broker, which dials only the targets the transport's
+	// Sandbox declared (Sandbox.Dial): the sandbox refuses the plugin any
+	// internet socket of its own. Failures keep net's shapes: an
+	// unresolved name is a *net.DNSError, a refused connection wraps
+	// ECONNREFUSED, a deadline is a timeout net.Error; a target the
+	// broker refuses wraps ErrDialRefused; a plugin without its broker
+	// where one is required (Linux) gets ErrBrokerUnavailable. No byte
+	// has left when a dial fails.
+	Dial DialFunc
+}
+
+// DialContext is e.Dial, or net.Dialer's DialContext when e.Dial is nil;
+// its method value fits http.Transport.DialContext.
+func (e Env) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if e.Dial == nil {
 		return (&net.Dialer{}).DialContext(ctx, network, address)
 	}
-	return brokerDial(ctx, network, address)
+	return e.Dial(ctx, network, address)
+}
+
+// unavailable is the Dial of a plugin process that needs a broker and
+// has none.
+func unavailable(_ context.Context, _, address string) (net.Conn, error) {
+	return nil, opError(address, ErrBrokerUnavailable)
 }
 
 // opError wraps err as net's dial errors are; a *net.DNSError stays

@@ -9,25 +9,11 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// pluginBroker is the plugin's broker client, nil when the host passed
-// none.
-var pluginBroker atomic.Pointer[brokerClient]
-
-// brokerDial is Dial in a plugin process.
-func brokerDial(ctx context.Context, network, address string) (net.Conn, error) {
-	b := pluginBroker.Load()
-	if b == nil {
-		return nil, opError(address, ErrBrokerUnavailable)
-	}
-	return b.dial(ctx, network, address)
-}
 
 // brokerClient is the plugin side of the broker socket: requests are
 // multiplexed by id, one reader goroutine hands each reply to its
@@ -48,33 +34,32 @@ type brokerReply struct {
 	fd     int // -1 without a descriptor
 }
 
-// startPluginBroker adopts descriptor brokerFD when it is a unix
-// SOCK_SEQPACKET socket (the host's broker) and makes Dial use it; any
-// other descriptor there is left alone and dials fail
-// (ErrBrokerUnavailable). Called by Serve before anything else runs.
-//
-// Where the broker is required (brokerRequired: Linux, whose sandbox
-// refuses the plugin sockets of its own) Dial fails closed without it;
-// elsewhere, a host that could not make the socket pair passes none and
-// Dial dials directly.
-func startPluginBroker() {
-	brokered.Store(brokerRequired)
+// pluginEnv adopts descriptor brokerFD when it is a unix SOCK_SEQPACKET
+// socket (the host's broker): the Env's Dial then asks the broker. Any
+// other descriptor there is left alone. Without a broker, where one is
+// required (brokerRequired: Linux, whose sandbox refuses the plugin
+// sockets of its own) every dial fails (ErrBrokerUnavailable); elsewhere,
+// a host that could not make the socket pair passes none and the plugin
+// dials directly. Called once by Serve, before anything else runs.
+func pluginEnv() Env {
+	none := Env{}
+	if brokerRequired {
+		none.Dial = unavailable
+	}
 	if typ, err := unix.GetsockoptInt(brokerFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_SEQPACKET {
-		return
+		return none
 	}
 	if !isUnixSocket(brokerFD) {
-		return
+		return none
 	}
 	unix.CloseOnExec(brokerFD)
 	f := os.NewFile(brokerFD, "broker")
 	c, err := net.FileConn(f)
 	_ = f.Close()
 	if err != nil {
-		return
+		return none
 	}
-	b := newBrokerClient(c.(*net.UnixConn))
-	pluginBroker.Store(b)
-	brokered.Store(true)
+	return Env{Dial: newBrokerClient(c.(*net.UnixConn)).dial}
 }
 
 func newBrokerClient(c *net.UnixConn) *brokerClient {

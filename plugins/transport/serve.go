@@ -15,8 +15,8 @@ import (
 
 // Factory builds a transport from its settings inside the plugin process.
 // It is called once per plugin process, by the host's Configure call,
-// before any Deliver.
-type Factory func(settings map[string]string) (Transport, error)
+// before any Deliver, with the process's Env.
+type Factory func(settings map[string]string, env Env) (Transport, error)
 
 // SettingError is a factory's refusal of one setting; Code is a bounded
 // machine code ([a-z0-9.-]) such as "missing" or "not-absolute". The host
@@ -36,7 +36,7 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // resolver, never the C library's, whose modules the sandbox would not
 // let it load.
 func Serve(f Factory) {
-	startPluginBroker()
+	env := pluginEnv()
 	go exitWithParent(os.Getppid(), time.Second)
 	net.DefaultResolver.PreferGo = true
 	// JSON lines on stderr: the host parses them, bounds them and logs
@@ -44,7 +44,7 @@ func Serve(f Factory) {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, env: env, log: log}}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestBytes+1<<10))...)
 		},
@@ -55,6 +55,7 @@ func Serve(f Factory) {
 // server is the plugin side of the wire.
 type server struct {
 	factory Factory
+	env     Env
 	log     hclog.Logger
 	mu      sync.Mutex
 	impl    Transport
@@ -78,7 +79,7 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 	if s.impl != nil {
 		return reply(wireConfigured{Key: "settings", Code: "already-configured"})
 	}
-	impl, err := s.factory(settings)
+	impl, err := s.factory(settings, s.env)
 	if err != nil {
 		var se *SettingError
 		if errors.As(err, &se) && validToken(se.Key, MaxSettingKeyBytes, true) && ValidCode(se.Code) {

@@ -19,12 +19,12 @@ import (
 // Deliver reply bytes are whatever reply returns, unvalidated: the
 // misbehaving plugin. Only builds with the transporttest tag contain it.
 func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map[string]string, req []byte) []byte) {
-	startPluginBroker()
+	env := pluginEnv()
 	net.DefaultResolver.PreferGo = true
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, reply: reply, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, env: env, reply: reply, log: log}}},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          log,
 	})
@@ -32,6 +32,7 @@ func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map
 
 type rawServer struct {
 	build    Factory
+	env      Env
 	reply    func(ctx context.Context, settings map[string]string, req []byte) []byte
 	log      hclog.Logger
 	mu       sync.Mutex
@@ -46,8 +47,8 @@ func (s *rawServer) configure(ctx context.Context, req []byte) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if impl, err := s.build(settings); impl != nil || err != nil {
-		s.real = &server{factory: func(map[string]string) (Transport, error) { return impl, err }, log: s.log}
+	if impl, err := s.build(settings, s.env); impl != nil || err != nil {
+		s.real = &server{factory: func(map[string]string, Env) (Transport, error) { return impl, err }, log: s.log}
 		return s.real.configure(ctx, req)
 	}
 	s.settings = settings

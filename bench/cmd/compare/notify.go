@@ -162,7 +162,7 @@ func notifyRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o
 		return err
 	}
 	defer plug.Close()
-	inproc, err := webhook.New(settings)
+	inproc, err := webhook.New(settings, transport.Env{})
 	if err != nil {
 		return err
 	}

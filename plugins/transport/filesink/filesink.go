@@ -24,8 +24,9 @@ var (
 )
 
 // New builds a sink from its settings: "dir", an absolute path to an
-// existing directory. Any other key is refused.
-func New(settings map[string]string) (transport.Transport, error) {
+// existing directory. Any other key is refused. A sink makes no
+// connection: env is not used.
+func New(settings map[string]string, _ transport.Env) (transport.Transport, error) {
 	for k := range settings {
 		if k != "dir" {
 			return nil, &transport.SettingError{Key: k, Code: "unknown"}

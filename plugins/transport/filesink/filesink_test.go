@@ -24,7 +24,7 @@ func message(t *testing.T, body string) transport.Message {
 // other leave exactly one document, the first linked, and no temp files.
 func TestConcurrentAttemptsWriteOnce(t *testing.T) {
 	dir := t.TempDir()
-	s, err := New(map[string]string{"dir": dir})
+	s, err := New(map[string]string{"dir": dir}, transport.Env{})
 	require.NoError(t, err)
 	const n = 8
 	start := make(chan struct{})
@@ -56,7 +56,7 @@ func TestConcurrentAttemptsWriteOnce(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	dir := t.TempDir()
-	s, err := New(map[string]string{"dir": dir})
+	s, err := New(map[string]string{"dir": dir}, transport.Env{})
 	require.NoError(t, err)
 	m := message(t, "x")
 	m.Parts[0].Body = []byte{0xff}
@@ -73,7 +73,7 @@ func TestRefusals(t *testing.T) {
 		{"dir": dir, "mode": "0600"}:           "mode",
 		{"dir": filepath.Join(dir, "missing")}: "dir",
 	} {
-		_, err := New(*settings)
+		_, err := New(*settings, transport.Env{})
 		var se *transport.SettingError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, key, se.Key)
@@ -84,7 +84,7 @@ func TestRefusals(t *testing.T) {
 // and nothing else, no network.
 func TestSandboxIsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
-	s, err := New(map[string]string{"dir": dir + "/"})
+	s, err := New(map[string]string{"dir": dir + "/"}, transport.Env{})
 	require.NoError(t, err)
 	assert.Equal(t, transport.Sandbox{WriteDirs: []string{dir}}, s.(transport.Sandboxed).Sandbox())
 }

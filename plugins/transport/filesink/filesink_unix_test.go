@@ -21,7 +21,7 @@ import (
 // rather than stats (the sandbox refuses stat).
 func TestTakenNamesAreNotRewritten(t *testing.T) {
 	dir := t.TempDir()
-	s, err := New(map[string]string{"dir": dir})
+	s, err := New(map[string]string{"dir": dir}, transport.Env{})
 	require.NoError(t, err)
 	final := filepath.Join(dir, "intent-7.json")
 	other := filepath.Join(t.TempDir(), "target")

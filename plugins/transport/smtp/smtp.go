@@ -35,6 +35,7 @@ type Sender struct {
 	auth        smtp.Auth
 	msgIDDomain string
 	now         func() time.Time
+	dial        transport.DialFunc
 }
 
 var (
@@ -55,13 +56,16 @@ func knownSetting(k string) bool {
 // "none"; "username" and "password" for AUTH PLAIN (net/smtp sends them
 // only over TLS or to localhost); "helo" (default "localhost");
 // "message-id-domain" (default "caphost.invalid").
-func New(settings map[string]string) (transport.Transport, error) {
+//
+// Its connections are env's (the host's connect broker in a plugin
+// process).
+func New(settings map[string]string, env transport.Env) (transport.Transport, error) {
 	for k := range settings {
 		if !knownSetting(k) {
 			return nil, &transport.SettingError{Key: k, Code: "unknown"}
 		}
 	}
-	s := &Sender{host: settings["host"], helo: settings["helo"], msgIDDomain: settings["message-id-domain"], now: time.Now}
+	s := &Sender{host: settings["host"], helo: settings["helo"], msgIDDomain: settings["message-id-domain"], now: time.Now, dial: env.DialContext}
 	if s.host == "" || strings.ContainsAny(s.host, " /@") {
 		return nil, &transport.SettingError{Key: "host", Code: "invalid"}
 	}
@@ -146,7 +150,7 @@ func (s *Sender) Deliver(ctx context.Context, m transport.Message) transport.Rec
 	if code != "" {
 		return definite(code)
 	}
-	conn, err := transport.Dial(ctx, "tcp", s.addr)
+	conn, err := s.dial(ctx, "tcp", s.addr)
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):

@@ -94,7 +94,7 @@ func (nopLogger) Println(...any)        {}
 
 func sender(t *testing.T, port string) transport.Transport {
 	tr, err := New(map[string]string{"host": "127.0.0.1", "port": port, "from": "caphost@example.com", "tls": "none",
-		"message-id-domain": "notify.example"})
+		"message-id-domain": "notify.example"}, transport.Env{})
 	require.NoError(t, err)
 	return tr
 }
@@ -189,7 +189,7 @@ func TestSettingsRefused(t *testing.T) {
 			s[k] = v
 		}
 		s[key] = bad
-		_, err := New(s)
+		_, err := New(s, transport.Env{})
 		var se *transport.SettingError
 		require.ErrorAs(t, err, &se, key)
 		assert.Equal(t, key, se.Key)
@@ -200,7 +200,7 @@ func TestSettingsRefused(t *testing.T) {
 // STARTTLS gets nothing, not even the envelope.
 func TestStartTLSRequiredByDefault(t *testing.T) {
 	s, port := startServer(t, nil)
-	tr, err := New(map[string]string{"host": "127.0.0.1", "port": port, "from": "caphost@example.com"})
+	tr, err := New(map[string]string{"host": "127.0.0.1", "port": port, "from": "caphost@example.com"}, transport.Env{})
 	require.NoError(t, err)
 	r := tr.Deliver(context.Background(), message(t))
 	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "starttls-unavailable"}, r)
@@ -214,12 +214,12 @@ func TestStartTLSRequiredByDefault(t *testing.T) {
 // port only, plus the network base; a host the broker could not name is
 // refused.
 func TestSandboxIsTheServer(t *testing.T) {
-	tr, err := New(map[string]string{"host": "mail.example", "port": "587", "from": "a@example.com"})
+	tr, err := New(map[string]string{"host": "mail.example", "port": "587", "from": "a@example.com"}, transport.Env{})
 	require.NoError(t, err)
 	assert.Equal(t, transport.Sandbox{Dial: []string{"mail.example:587"}, Network: true}, tr.(transport.Sandboxed).Sandbox())
-	tr, err = New(map[string]string{"host": "::1", "port": "25", "from": "a@example.com"})
+	tr, err = New(map[string]string{"host": "::1", "port": "25", "from": "a@example.com"}, transport.Env{})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"[::1]:25"}, tr.(transport.Sandboxed).Sandbox().Dial)
-	_, err = New(map[string]string{"host": "mail..example", "port": "25", "from": "a@example.com"})
+	_, err = New(map[string]string{"host": "mail..example", "port": "25", "from": "a@example.com"}, transport.Env{})
 	assert.Equal(t, &transport.SettingError{Key: "host", Code: "invalid"}, err)
 }

@@ -61,12 +61,13 @@ var (
 
 // New builds a webhook from its settings: "url" (http or https, absolute,
 // no user info) and "secret" (at least MinSecretBytes bytes). Any other key
-// is refused.
-func New(settings map[string]string) (transport.Transport, error) {
-	return newWebhook(settings, time.Now)
+// is refused. Its connections are env's (the host's connect broker in a
+// plugin process).
+func New(settings map[string]string, env transport.Env) (transport.Transport, error) {
+	return newWebhook(settings, env, time.Now)
 }
 
-func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, error) {
+func newWebhook(settings map[string]string, env transport.Env, now func() time.Time) (*Webhook, error) {
 	for k := range settings {
 		if k != "url" && k != "secret" {
 			return nil, &transport.SettingError{Key: k, Code: "unknown"}
@@ -108,7 +109,7 @@ func newWebhook(settings map[string]string, now func() time.Time) (*Webhook, err
 				// declared target; http.Transport asks for exactly it
 				// (the URL's host and port) as no redirect is followed
 				// and there is no proxy.
-				DialContext:            transport.Dial,
+				DialContext:            env.DialContext,
 				MaxResponseHeaderBytes: 16 << 10,
 				ForceAttemptHTTP2:      false,
 			},

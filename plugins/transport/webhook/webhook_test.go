@@ -64,7 +64,7 @@ func start(t *testing.T, status int, header http.Header) (*receiver, string) {
 }
 
 func newT(t *testing.T, url string) *Webhook {
-	w, err := newWebhook(map[string]string{"url": url, "secret": secret}, time.Now)
+	w, err := newWebhook(map[string]string{"url": url, "secret": secret}, transport.Env{}, time.Now)
 	require.NoError(t, err)
 	return w
 }
@@ -155,7 +155,7 @@ func TestSettingsRefused(t *testing.T) {
 		{map[string]string{"url": "http://x/", "secret": "short"}, "secret"},
 		{map[string]string{"url": "http://x/", "secret": secret, "proxy": "http://p"}, "proxy"},
 	} {
-		_, err := New(tc.settings)
+		_, err := New(tc.settings, transport.Env{})
 		var se *transport.SettingError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, tc.key, se.Key)
@@ -172,7 +172,7 @@ func TestSandboxIsTheURLHost(t *testing.T) {
 	}
 	for _, url := range []string{"http://hooks.example:0/x", "http://hooks.example:65536/x",
 		"http://hooks.example:080/x", "http://[fe80::1%25eth0]/x", "http://a..b/x"} {
-		_, err := New(map[string]string{"url": url, "secret": secret})
+		_, err := New(map[string]string{"url": url, "secret": secret}, transport.Env{})
 		var se *transport.SettingError
 		require.ErrorAs(t, err, &se, url)
 		assert.Equal(t, transport.SettingError{Key: "url", Code: "invalid"}, *se, url)

@@ -49,7 +49,7 @@ func main() {
 }
 
 // build makes the probe for mode "probe", nothing for the raw modes.
-func build(settings map[string]string) (transport.Transport, error) {
+func build(settings map[string]string, env transport.Env) (transport.Transport, error) {
 	if settings["mode"] != "probe" {
 		return nil, nil
 	}
@@ -73,7 +73,7 @@ func build(settings map[string]string) (transport.Transport, error) {
 	if settings["dial-unlisted"] == "true" {
 		sb.Dial = append(sb.Dial, "redis.internal:6379") // a host no setting names
 	}
-	return &probe{sb: sb}, nil
+	return &probe{sb: sb, env: env}, nil
 }
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
@@ -92,7 +92,7 @@ func build(settings map[string]string) (transport.Transport, error) {
 //   - connect <host:port>: a TCP connection: connect-ok, connect-denied,
 //     connect-refused, connect-failed;
 //   - broker <host:port>: a TCP connection through the host's connect
-//     broker (transport.Dial), reading until the server closes it:
+//     broker (its Env's DialContext), reading until the server closes it:
 //     broker-ok, broker-denied (the broker refused the target),
 //     broker-refused, broker-dns, broker-failed;
 //   - mptcp <ipv4:port>: the same with a raw Multipath TCP socket, as
@@ -110,7 +110,10 @@ func build(settings map[string]string) (transport.Transport, error) {
 //   - bind <host:port>: listen on a classic TCP socket: bind-ok, …;
 //   - roots: load the system CA pool: roots-ok, roots-empty,
 //     roots-denied, roots-failed.
-type probe struct{ sb transport.Sandbox }
+type probe struct {
+	sb  transport.Sandbox
+	env transport.Env
+}
 
 func (p *probe) Name() string               { return "probe" }
 func (p *probe) Close() error               { return nil }
@@ -167,7 +170,7 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 		case "broker":
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var c net.Conn
-			if c, err = transport.Dial(dctx, "tcp", arg); err == nil {
+			if c, err = p.env.DialContext(dctx, "tcp", arg); err == nil {
 				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 				_, err = c.Read(make([]byte, 1)) // the test's listener closes at once
 				if errors.Is(err, io.EOF) {
