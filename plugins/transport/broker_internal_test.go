@@ -449,3 +449,25 @@ func TestBrokerClientDistrustsReplies(t *testing.T) {
 	require.Eventually(t, func() bool { return openFDs(t) == before }, 5*time.Second, 10*time.Millisecond,
 		"every descriptor the fake host sent was closed")
 }
+
+// TestHostInSettings: a broker target must be a host a setting names as a
+// whole value, a whole target or a URL's host, never a substring of one.
+func TestHostInSettings(t *testing.T) {
+	settings := map[string]string{"url": "https://Hooks.Example.com:8443/x?y=1", "host": "mail.example.", "relay": "10.0.0.7:2525",
+		"v6": "[::1]:25", "secret": "a-secret-mentioning-redis"}
+	for target, want := range map[string]bool{
+		"hooks.example.com:8443": true,
+		"HOOKS.EXAMPLE.COM:443":  true, // the port is the transport's business; the host is named
+		"mail.example:587":       true,
+		"10.0.0.7:2525":          true,
+		"[::1]:25":               true,
+		"example.com:443":        false, // a suffix of the URL's host
+		"hooks:443":              false,
+		"redis:6379":             false, // a substring of a value
+		"10.0.0.7:6379":          false, // a host:port value names that target only
+		"[::2]:25":               false,
+		"nohost":                 false,
+	} {
+		assert.Equal(t, want, hostInSettings(target, settings), target)
+	}
+}

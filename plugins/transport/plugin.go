@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,9 +280,9 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 }
 
 // configure sends the settings and returns the sandbox the plugin
-// reported and the broker targets it declared, each of whose hosts must
-// appear in one of the settings (case-insensitively): a plugin names
-// only servers its operator configured.
+// reported and the broker targets it declared, each of whose hosts a
+// setting must name (hostInSettings): a plugin names only servers its
+// operator configured.
 func (p *Plugin) configure(ctx context.Context, inst *instance) (SandboxLevel, []string, error) {
 	req, err := encodeConfigure(p.cfg.Settings)
 	if err != nil {
@@ -309,15 +310,23 @@ func (p *Plugin) configure(ctx context.Context, inst *instance) (SandboxLevel, [
 	return w.level(), w.Dial, nil
 }
 
-// hostInSettings: target's host appears in one of settings' values.
+// hostInSettings: target's host is one a setting names, in the form a
+// setting gives it: a value that is the host or the whole target, or a
+// URL whose host it is (case-insensitive, a trailing dot ignored). Not a
+// substring: "a.example" does not name "example".
 func hostInSettings(target string, settings map[string]string) bool {
 	host, _, err := net.SplitHostPort(target)
 	if err != nil || host == "" {
 		return false
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	same := func(a, b string) bool {
+		return a != "" && strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
+	}
 	for _, v := range settings {
-		if strings.Contains(strings.ToLower(v), host) {
+		if same(v, host) || same(v, target) {
+			return true
+		}
+		if u, err := url.Parse(v); err == nil && u.Host != "" && same(u.Hostname(), host) {
 			return true
 		}
 	}

@@ -41,7 +41,7 @@ type Sandbox struct {
 	// MaxDialTargets) the host's connect broker dials for the plugin,
 	// taken from the transport's settings. The host records them from
 	// the Configure reply, once per process: no target can be added
-	// later. Each host must appear in one of the transport's settings
+	// later. Each host must be named by one of the transport's settings
 	// (the host checks). Without ConnectTCP, the plugin may make no
 	// internet socket (socket(2) for AF_INET and AF_INET6, and connect(2),
 	// fail with EACCES where the seccomp filter is installed), so it

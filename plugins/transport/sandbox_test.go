@@ -347,7 +347,7 @@ func TestSandboxBrokerDNS(t *testing.T) {
 	refused := l.Addr().String()
 	require.NoError(t, l.Close())
 	_ = closed
-	p := launchProbe(t, map[string]string{"dial": "no-such-host.invalid:443," + refused}, nil)
+	p := launchProbe(t, map[string]string{"dial": "no-such-host.invalid:443", "dial.2": refused}, nil)
 	assert.Equal(t, "broker-dns.broker-refused", probe(t, p,
 		[2]string{"broker", "no-such-host.invalid:443"}, [2]string{"broker", refused}))
 }

@@ -67,8 +67,10 @@ func build(settings map[string]string, env transport.Env) (transport.Transport, 
 		}
 		sb.ConnectTCP = []uint16{uint16(n)}
 	}
-	if d := settings["dial"]; d != "" {
-		sb.Dial = strings.Split(d, ",")
+	for _, k := range []string{"dial", "dial.2"} {
+		if d := settings[k]; d != "" {
+			sb.Dial = append(sb.Dial, d)
+		}
 	}
 	if settings["dial-unlisted"] == "true" {
 		sb.Dial = append(sb.Dial, "redis.internal:6379") // a host no setting names
@@ -78,8 +80,8 @@ func build(settings map[string]string, env transport.Env) (transport.Transport, 
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
 // writable directory ("write-dir"), one
-// TCP port ("allow-port"), broker targets ("dial", host:port joined by
-// commas; "dial-unlisted" = "true" adds one no setting names) and, with
+// TCP port ("allow-port"), broker targets ("dial" and "dial.2", each one
+// host:port; "dial-unlisted" = "true" adds one no setting names) and, with
 // "network" = "true", the network base set. Each Deliver runs one probe per message part, in order, named by
 // the part's name up to a "." (parts are named "read.1", "connect.2"…:
 // names are unique) with the part's body as its argument, and answers
