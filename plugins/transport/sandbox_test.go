@@ -37,18 +37,7 @@ func requireLandlock(t *testing.T) int {
 // connections until the test ends, and its port.
 func listen(t *testing.T) (net.Listener, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	l := listenAt(t, "127.0.0.1:0")
 	_, port, err := net.SplitHostPort(l.Addr().String())
 	require.NoError(t, err)
 	return l, port
@@ -273,8 +262,9 @@ func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
 	assert.FileExists(t, filepath.Join(dir+".moved", "intent-1.json"))
 }
 
-// listenOn is listen on a given loopback address.
-func listenOn(t *testing.T, addr string) string {
+// listenAt is a TCP listener on addr that accepts and closes connections
+// until the test ends.
+func listenAt(t *testing.T, addr string) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
@@ -288,7 +278,13 @@ func listenOn(t *testing.T, addr string) string {
 			_ = c.Close()
 		}
 	}()
-	return l.Addr().String()
+	return l
+}
+
+// listenOn is listenAt's address.
+func listenOn(t *testing.T, addr string) string {
+	t.Helper()
+	return listenAt(t, addr).Addr().String()
 }
 
 // TestSandboxBrokerDialsOnlyDeclaredHosts: a sandbox with broker targets

@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/caphost/caphost/internal/logtest"
 	"github.com/caphost/caphost/plugins/transport"
 	"github.com/caphost/caphost/plugins/transport/webhook"
 )
@@ -149,7 +149,7 @@ func TestWebhookPluginThroughBroker(t *testing.T) {
 	refused, _ := launchWebhook(t, closed, 5*time.Second)
 	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "connect-refused"}, refused.Deliver(context.Background(), message(t, "refused")))
 
-	var tlsLog syncBuffer
+	var tlsLog logtest.Buffer
 	ts := httptest.NewUnstartedServer(h)
 	ts.Config.ErrorLog = log.New(&tlsLog, "", 0)
 	ts.StartTLS()
@@ -159,22 +159,4 @@ func TestWebhookPluginThroughBroker(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(tlsLog.String(), "TLS handshake error") }, 5*time.Second, 10*time.Millisecond)
 	n, _ = h.count()
 	assert.Equal(t, 1, n, "nothing reached a receiver but the first delivery")
-}
-
-// syncBuffer is a bytes.Buffer safe for a server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
