@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -47,9 +49,10 @@ func benchValue(b *testing.B) []byte {
 	}
 }
 
-// benchGuests loads the codec guest as loadGuests does, with a call
+// benchGuests loads the codec guest (wasm: the Go guest this package's
+// tests build, or its AssemblyScript twin) as loadGuests does, with a call
 // deadline no loaded benchmark machine reaches.
-func benchGuests(b *testing.B) *testGuests {
+func benchGuests(b *testing.B, wasm []byte) *testGuests {
 	b.Helper()
 	ctx := context.Background()
 	eng, err := plugins.NewEngine(plugins.Config{CacheDir: th.CacheDir})
@@ -60,7 +63,7 @@ func benchGuests(b *testing.B) *testGuests {
 	g := &testGuests{mgr: plugins.NewManager(eng, plugins.ManagerOptions{Verify: plugins.AcceptAnyModule}),
 		mods: map[abi.Kind][]string{abi.KindCodec: {"codec"}}}
 	b.Cleanup(func() { _ = g.mgr.Close(ctx) })
-	if err := g.mgr.Load(ctx, "codec", th.Wasm("codec"), plugins.Limits{CallTimeout: 5 * time.Second}); err != nil {
+	if err := g.mgr.Load(ctx, "codec", wasm, plugins.Limits{CallTimeout: 5 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	return g
@@ -71,8 +74,27 @@ func benchGuests(b *testing.B) *testGuests {
 // product schema), both without L1, and "products-l1" (L1, max-age 1 h).
 func benchInstance(b *testing.B) (*instance, []byte) {
 	b.Helper()
+	return benchInstanceWith(b, th.Wasm("codec"))
+}
+
+// codecASWasm is the codec guest's AssemblyScript twin as `make guests`
+// builds it (the compare rows' "in AssemblyScript" host): this package's
+// test run does not build it, as it needs npm and asc.
+func codecASWasm(b *testing.B) []byte {
+	b.Helper()
+	path := filepath.Join("..", "..", "build", "guests", "codec-as.wasm")
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatalf("%s: %v (run `make guests` first)", path, err)
+	}
+	return wasm
+}
+
+// benchInstanceWith is benchInstance with the codec guest wasm.
+func benchInstanceWith(b *testing.B, wasm []byte) (*instance, []byte) {
+	b.Helper()
 	srv := redistest.StartStandalone(b)
-	g := benchGuests(b)
+	g := benchGuests(b, wasm)
 	region := func(id, codec string) policy.CacheRegionDecl {
 		return policy.CacheRegionDecl{ID: id, Source: "config", KeyVersion: 1, Codec: codec, HardTTL: time.Hour, MaxBytes: 16 << 10}
 	}
@@ -174,11 +196,17 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkLookupL2 is an L2 hit through the envelope, with the built-in
-// bytes codec and with the codec guest's product schema.
+// bytes codec, with the codec guest's product schema and with the same
+// schema from the guest's AssemblyScript twin (build/guests/codec-as.wasm,
+// the compare rows' "L2 hit through envelope + codec guest").
 func BenchmarkLookupL2(b *testing.B) {
 	in, _ := benchInstance(b)
 	b.Run("codec=bytes", func(b *testing.B) { benchLookup(b, in, "raw", false) })
 	b.Run("codec=product-guest", func(b *testing.B) { benchLookup(b, in, "products", false) })
+	b.Run("codec=product-as-guest", func(b *testing.B) {
+		as, _ := benchInstanceWith(b, codecASWasm(b))
+		benchLookup(b, as, "products", false)
+	})
 }
 
 // BenchmarkLookupL1 is an L1 hit (hints up), through Lookup (a new copy
