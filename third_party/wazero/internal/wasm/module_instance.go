@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/caphost/caphost/third_party/wazero/api"
 	"github.com/caphost/caphost/third_party/wazero/sys"
@@ -44,7 +45,7 @@ func (m *ModuleInstance) CloseModuleOnCanceledOrTimeout(ctx context.Context) (st
 		return neverDone
 	}
 	if af, ok := ctx.(AfterFuncer); ok {
-		return af.AfterFunc(func() { m.closeOnContextDone(ctx) })
+		return af.AfterFunc(m.afterFuncCloserFor(ctx).close)
 	}
 	// Creating an empty channel in this case is a bit more efficient than
 	// creating a context.Context and canceling it with the same effect. We
@@ -54,6 +55,40 @@ func (m *ModuleInstance) CloseModuleOnCanceledOrTimeout(ctx context.Context) (st
 	cancelChan := make(chan struct{})
 	go m.closeModuleOnCanceledOrTimeout(ctx, cancelChan)
 	return func() bool { close(cancelChan); return true }
+}
+
+// afterFuncCloser is what CloseModuleOnCanceledOrTimeout registers with an AfterFuncer ctx: close sets
+// m's exit code from ctx once ctx is done. It is immutable once built. m keeps the last one it built
+// (ModuleInstance.afterFuncCloser), so that every call with the same context, such as a context an
+// embedder keeps for each module instance, registers the same function instead of allocating a
+// closure per call.
+type afterFuncCloser struct {
+	m     *ModuleInstance
+	ctx   context.Context
+	close func() // closeModule, bound once
+}
+
+func (c *afterFuncCloser) closeModule() { c.m.closeOnContextDone(c.ctx) }
+
+// afterFuncCloserFor returns the afterFuncCloser of m for ctx: the one m keeps if it was built for
+// ctx, else a new one, which m keeps from then on (and with it ctx, until a call with another
+// AfterFuncer context). Concurrent calls with different contexts only build more of them.
+func (m *ModuleInstance) afterFuncCloserFor(ctx context.Context) *afterFuncCloser {
+	if c := m.afterFuncCloser.Load(); c != nil && sameContext(c.ctx, ctx) {
+		return c
+	}
+	c := &afterFuncCloser{m: m, ctx: ctx}
+	c.close = c.closeModule
+	m.afterFuncCloser.Store(c)
+	return c
+}
+
+// sameContext reports whether a and b hold the same dynamic type and the same data word, so that
+// they are the same context. It never compares the values themselves, which panics for a context of
+// an uncomparable type; such a context stored by value gets a new data word at every conversion to
+// an interface, so it is only ever not the same, and gets a new afterFuncCloser.
+func sameContext(a, b context.Context) bool {
+	return *(*[2]unsafe.Pointer)(unsafe.Pointer(&a)) == *(*[2]unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // neverDone is the stop function for a context that is never done: there was nothing to watch.

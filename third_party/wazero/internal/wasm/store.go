@@ -130,6 +130,10 @@ type (
 
 		// CloseNotifier is an experimental hook called once on close.
 		CloseNotifier experimental.CloseNotifier
+
+		// afterFuncCloser is the function last registered with an AfterFuncer context, with that
+		// context (see CloseModuleOnCanceledOrTimeout).
+		afterFuncCloser atomic.Pointer[afterFuncCloser]
 	}
 
 	// DataInstance holds bytes corresponding to the data segment in a module.
