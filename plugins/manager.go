@@ -225,9 +225,12 @@ type kept struct {
 // again as a later one after a rollback; it closes when no generation
 // uses it and it is no longer kept for rollback.
 type held struct {
-	mod  LoadedGuest
-	sha  string
-	decl []string
+	mod LoadedGuest
+	// guest is mod as the Guest Use hands to fn, converted once here
+	// rather than (an itab lookup) at every call.
+	guest Guest
+	sha   string
+	decl  []string
 	// refs counts undrained generations serving mod plus one while it is
 	// kept for rollback. It only rises from a reference someone holds.
 	refs atomic.Int64
@@ -421,7 +424,7 @@ func (m *Manager) swap(ctx context.Context, s *slot, wasm []byte) (SwapResult, e
 	if err := m.checkCandidate(ctx, s.name, mod); err != nil {
 		return m.reject(s, sha, StageCapability, err)
 	}
-	h := &held{mod: mod, sha: sha, decl: decl, done: m.drained}
+	h := &held{mod: mod, guest: mod, sha: sha, decl: decl, done: m.drained}
 	res, err := m.install(s, h, sha, start)
 	if err != nil {
 		return res, err
@@ -592,17 +595,28 @@ func (m *Manager) Use(ctx context.Context, name string, fn func(Guest) error) er
 	if err != nil {
 		return err
 	}
+	g := s.pin()
+	if g == nil {
+		// Still loading, or closed between the lookup and now.
+		return fmt.Errorf("%w: %s", ErrUnknownModule, name)
+	}
+	// Deferred here, not in pin's loop: a defer in a loop is allocated
+	// on the heap at every call.
+	defer g.release()
+	return fn(g.h.guest)
+}
+
+// pin acquires the serving generation, or returns nil if none serves.
+func (s *slot) pin() *generation {
 	for {
 		g := s.cur.Load()
 		if g == nil {
-			// Still loading, or closed between the lookup and now.
-			return fmt.Errorf("%w: %s", ErrUnknownModule, name)
+			return nil
 		}
 		// acquire fails only if g drained after being swapped out; the
 		// slot then already points at its successor.
 		if g.acquire() {
-			defer g.release()
-			return fn(g.h.mod)
+			return g
 		}
 	}
 }
