@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/caphost/caphost/abi"
 	"github.com/caphost/caphost/host/cache/expiry"
@@ -79,13 +80,41 @@ func (c guestCodec) encode(ctx context.Context, value []byte) (uint32, []byte, e
 	return 0, nil, &CodecError{Region: c.region, Op: "encode", Err: err}
 }
 
+// decode runs on every L2 hit of a guest-codec region: its request, answer
+// and the function the call pins the module for come from decodeCalls, so
+// that what it allocates is the value it returns.
 func (c guestCodec) decode(ctx context.Context, version uint32, payload []byte) ([]byte, error) {
-	var resp *abi.CodecDecodeResponse
-	err := c.call(ctx, c.module, func(g plugins.Guest) (err error) {
-		resp, err = plugins.CodecDecode(ctx, g, &abi.CodecDecodeRequest{Schema: c.schema, StoredVersion: version, Payload: payload})
-		return err
-	})
-	return c.decoded(resp, err)
+	dc := decodeCalls.Get().(*decodeCall)
+	dc.ctx = ctx
+	dc.req = abi.CodecDecodeRequest{Schema: c.schema, StoredVersion: version, Payload: payload}
+	err := c.call(ctx, c.module, dc.run)
+	resp := dc.resp
+	// Nothing of this call stays reachable from the pool.
+	dc.ctx, dc.req, dc.resp = nil, abi.CodecDecodeRequest{}, abi.CodecDecodeResponse{}
+	decodeCalls.Put(dc)
+	return c.decoded(&resp, err)
+}
+
+// decodeCall is one guest decode: plugins.CodecDecode's exchange, with
+// the request, the answer and run (exchange, bound once) in one pooled
+// value instead of a closure, a request and an answer allocated per call.
+type decodeCall struct {
+	ctx  context.Context
+	req  abi.CodecDecodeRequest
+	resp abi.CodecDecodeResponse
+	run  func(plugins.Guest) error
+}
+
+var decodeCalls = sync.Pool{New: func() any {
+	dc := new(decodeCall)
+	dc.run = dc.exchange
+	return dc
+}}
+
+// exchange is plugins.CodecDecode into dc.resp: Exchange re-checks the
+// answer (plugins.DecodeResponse) while the instance is held.
+func (dc *decodeCall) exchange(g plugins.Guest) error {
+	return g.Exchange(dc.ctx, abi.ExportCodecDecode, &dc.req, &dc.resp)
 }
 
 // decoded maps a decode call's answer: the value, errSchema, errPayload or
