@@ -102,6 +102,16 @@ test: ensure-redis guests transports
 	# The codec twins' differential corpus runs whole only without it (a tenth under -race,
 	# where it would take minutes and no goroutines race).
 	$(GO) test -count=1 -run '^TestTwinDifferential$$' ./guests/codec/
+	@# Tests that pin allocation counts or process memory hold only without the race detector
+	@# and live in *_norace_test.go files (//go:build !race), which the -race pass above never
+	@# compiles: each such file's tests run here, by name, without it.
+	@set -e; for d in $$(find . -name '*_norace_test.go' -not -path './third_party/*' -not -path './bench/*' \
+			-exec dirname {} \; | sort -u); do \
+		tests=$$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' $$d/*_norace_test.go | paste -sd'|' -); \
+		[ -n "$$tests" ] || continue; \
+		echo "$(GO) test -count=1 -run '^($$tests)$$' $$d/"; \
+		$(GO) test -count=1 -run "^($$tests)\$$" $$d/; \
+	done
 	# The bench module's tests: envoycompat compares caphost serve's Envoy decisions with
 	# envoyproxy/ratelimit's (both daemons built from source by the test, each on a private
 	# redis-server), cmd/failover's timeline unit test. Its benchmarks are make bench.
