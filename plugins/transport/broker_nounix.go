@@ -8,7 +8,7 @@ import (
 )
 
 // broker does nothing where there is no unix socket pair to pass (and
-// no sandbox either): a plugin there dials for itself (Dial) and the
+// no sandbox either): a plugin there dials for itself (the zero Env) and the
 // targets it declares are not enforced.
 type broker struct{ onRefuse func(reason string) }
 

@@ -21,10 +21,10 @@ import (
 // the sandbox is applied.
 //
 // A network transport declares Dial: its connections are then made by
-// the host's connect broker (see Dial, the function), and the plugin may
-// make no internet socket of its own. ConnectTCP is the older, weaker
-// form (ports, not hosts) for a transport that must make its own
-// sockets; a Sandbox has one or the other.
+// the host's connect broker (through the Env its Factory gets), and the
+// plugin may make no internet socket of its own. ConnectTCP is the
+// older, weaker form (ports, not hosts) for a transport that must make
+// its own sockets; a Sandbox has one or the other.
 type Sandbox struct {
 	// ReadDirs are file hierarchies whose files the plugin may read and
 	// whose directories it may list.

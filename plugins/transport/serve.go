@@ -31,7 +31,7 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 //
 // The process confines itself once the host has configured it: see
 // Sandbox. Its transport's connections go through the host's connect
-// broker (Dial), on the descriptor the host passed as 3. Name resolution
+// broker (the Env passed to f), on the descriptor the host passed as 3. Name resolution
 // in a sandbox with its own sockets (Sandbox.ConnectTCP) uses Go's own
 // resolver, never the C library's, whose modules the sandbox would not
 // let it load.
