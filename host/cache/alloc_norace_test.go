@@ -7,28 +7,18 @@
 package cache
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/caphost/caphost/internal/redistest"
-	"github.com/caphost/caphost/policy"
 )
 
 // TestL1HitAllocatesNothing: an L1 hit read into a reused buffer
 // (LookupAppend) allocates nothing.
 func TestL1HitAllocatesNothing(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
-	waitHintsUp(t, in)
-	r := in.region(t, "items")
+	_, r, value := recordedItem(t)
 	ctx := ctxT(t)
-	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
-	_, err := r.Record(ctx, Parts("k"), value, RecordMeta{})
-	require.NoError(t, err)
 	buf := make([]byte, 0, 4096)
 	require.Eventually(t, func() bool { // an L2 hit fills L1
 		lk, err := r.LookupAppend(ctx, Parts("k"), buf[:0])

@@ -12,19 +12,26 @@ import (
 	"github.com/caphost/caphost/policy"
 )
 
+// recordedItem is an instance with L1 on a private Redis whose region
+// "items" holds a 1 KiB value under "k", recorded (so maybe in L1).
+func recordedItem(t *testing.T) (*instance, *Region, []byte) {
+	srv := redistest.StartStandalone(t)
+	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
+	waitHintsUp(t, in)
+	r := in.region(t, "items")
+	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	_, err := r.Record(ctxT(t), Parts("k"), value, RecordMeta{})
+	require.NoError(t, err)
+	return in, r, value
+}
+
 // TestLookupAppend: a hit's value lands after dst's bytes, in dst's array
 // when it has the room; the caller's copy is its own (writing it changes
 // no later hit), and an outcome without a value leaves dst alone.
 // (TestL1HitAllocatesNothing pins its allocations.)
 func TestLookupAppend(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	in := newInstance(t, &policy.Standalone{Endpoint: srv.Addr()}, l1Config(t), newClock(), nil)
-	waitHintsUp(t, in)
-	r := in.region(t, "items")
+	in, r, value := recordedItem(t)
 	ctx := ctxT(t)
-	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
-	_, err := r.Record(ctx, Parts("k"), value, RecordMeta{})
-	require.NoError(t, err)
 
 	// From L2 first: the write may have filled L1.
 	in.c.state.Load().regions["items"].l1.Flush()
