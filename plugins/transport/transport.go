@@ -4,7 +4,7 @@
 // transports that run as hashicorp go-plugin processes over gRPC, the
 // sandbox those processes apply to themselves (Sandbox), and the connect
 // broker through which the host dials a plugin's declared targets for it
-// (Sandbox.Dial, Dial).
+// (Sandbox.Dial, and the Env a transport's Factory gets).
 //
 // A transport never returns an error from Deliver: every failure is a
 // Receipt whose Outcome states what is known about the send. Only
