@@ -1,10 +1,12 @@
 package transport_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -52,4 +54,36 @@ func ExampleLaunch() {
 	// Output:
 	// 1 ACCEPTED file-written intent-42.json ***
 	// 2 ACCEPTED file-exists intent-42.json ***
+}
+
+// ExampleEnv is how a transport makes its connections: through the Env its
+// Factory gets. In a plugin process, Serve's Env asks the host's connect
+// broker for one of the targets the transport's Sandbox declared; the
+// zero Env, for a transport built in process (a test, a benchmark), dials
+// directly.
+func ExampleEnv() {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = c.Write([]byte("220 ready\r\n"))
+			_ = c.Close()
+		}
+	}()
+
+	var env transport.Env // in process: a direct dial
+	conn, err := env.DialContext(context.Background(), "tcp", l.Addr().String())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	greeting, err := bufio.NewReader(conn).ReadString('\n')
+	fmt.Printf("%q %v\n", greeting, err)
+	// Output:
+	// "220 ready\r\n" <nil>
 }
