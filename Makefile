@@ -96,13 +96,8 @@ test: ensure-redis guests transports
 	@cd bench && $(VET)
 	cd bench && $(GO) build ./...
 	$(GO) test $(TESTFLAGS) ./...
-	# The swap-under-load test runs its full 100 swaps (and its heap-leak bound) only
-	# without the race detector, whose runtime retains memory per generation.
-	$(GO) test -count=1 -run '^TestManagerSwapUnderLoad$$' ./plugins/
-	# The codec twins' differential corpus runs whole only without it (a tenth under -race,
-	# where it would take minutes and no goroutines race).
-	$(GO) test -count=1 -run '^TestTwinDifferential$$' ./guests/codec/
-	@# Tests that pin allocation counts or process memory hold only without the race detector
+	@# Tests that hold only without the race detector (allocation counts, process memory, the
+	@# 100 swaps under load and their leak bound, the codec twins' whole differential corpus)
 	@# and live in *_norace_test.go files (//go:build !race), which the -race pass above never
 	@# compiles: each such file's tests run here, by name, without it.
 	@set -e; for d in $$(find . -name '*_norace_test.go' -not -path './third_party/*' -not -path './bench/*' \
