@@ -154,7 +154,9 @@ func (c *Cache) verify(r *region, obs observation, version uint32, payload []byt
 	// after the Wait began.
 	c.bg.Add(1)
 	v.mu.Unlock()
-	payload = slices.Clone(payload)
+	// Both point into the read's reply buffer: copied, so the verification
+	// holds 384 bytes and the payload, not the whole reply.
+	obs.prefix, payload = slices.Clone(obs.prefix), slices.Clone(payload)
 	go func() {
 		defer func() { <-v.slot; c.bg.Done() }()
 		verdict := c.verifyEntry(r, gc, obs, version, payload)
