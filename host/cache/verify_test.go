@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,7 +87,8 @@ func TestSpinningCodecEntryIsQuarantined(t *testing.T) {
 		require.LessOrEqual(t, try, tries, "the spinning entry was never quarantined")
 		lk, err := r.Lookup(ctx, key)
 		var ce *CodecError
-		require.ErrorAs(t, err, &ce, "a guest past its deadline fails closed, never a miss (got %v)", lk.Kind)
+		require.ErrorAs(t, err, &ce, "try %d: a guest past its deadline fails closed, never a miss (got %v/%v; %s)",
+			try, lk.Kind, lk.MissReason, quarantineCounts(t, in, "products"))
 		assert.ErrorIs(t, err, plugins.ClassDeadline)
 		awaitJudged(t, in, "products", float64(try))
 	}
@@ -120,7 +123,8 @@ func TestWaitingCodecEntryIsKept(t *testing.T) {
 	for i := range 2 {
 		lk, err := r.Lookup(ctx, key)
 		var ce *CodecError
-		require.ErrorAs(t, err, &ce, "a guest past its deadline fails closed, never a miss (got %v)", lk.Kind)
+		require.ErrorAs(t, err, &ce, "lookup %d: a guest past its deadline fails closed, never a miss (got %v/%v; %s)",
+			i, lk.Kind, lk.MissReason, quarantineCounts(t, in, "products"))
 		assert.ErrorIs(t, err, plugins.ClassDeadline)
 		if i == 0 {
 			awaitJudged(t, in, "products", 1)
@@ -141,6 +145,21 @@ func TestWaitingCodecEntryIsKept(t *testing.T) {
 	lk, err := fin.region(t, "products").Lookup(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, Hit, lk.Kind)
+}
+
+// quarantineCounts describes region's quarantines and verdicts, for a
+// failure message that says which path removed an entry.
+func quarantineCounts(t testing.TB, in *instance, region string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, reason := range []string{"codec-cpu", "codec-failure", "payload"} {
+		fmt.Fprintf(&b, "quarantined %s: %v; ", reason,
+			metric(t, in.reg, "caphost_cache_quarantines_total", map[string]string{"region": region, "reason": reason}))
+	}
+	for _, v := range []string{verdictQuarantined, verdictInconclusive, verdictHealthy, verdictDropped} {
+		fmt.Fprintf(&b, "verified %s: %v; ", v, verifications(t, in, region, v))
+	}
+	return b.String()
 }
 
 // TestVerifierIsBoundedAndStopsOnClose: one verification runs at a time
