@@ -73,8 +73,7 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 		reclaimLaps: prometheus.NewCounterVec(opts("reclaim_laps_total", "Per shard: reclaim scans that reached the end of the pending entries list (a lap of the PEL ended; the cursor went back to its start)."), []string{"shard"}),
 		restarts:    prometheus.NewCounterVec(opts("transport_restarts_total", "Transport plugin restarts by cause."), []string{"transport", "cause"}),
 		launches:    prometheus.NewCounterVec(opts("transport_launches_total", "Transport plugin launches (first and restarts) by result."), []string{"transport", "result"}),
-		brokerRefused: prometheus.NewCounterVec(opts("transport_broker_refused_total",
-			"Dial requests a transport plugin's connect broker refused, by reason (not-declared: a target the plugin did not declare at configure)."),
+		brokerRefused: prometheus.NewCounterVec(opts("transport_broker_refused_total", brokerRefusedHelp),
 			[]string{"transport", "reason"}),
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "caphost", Subsystem: "notify",
 			Name: "transport_call_seconds", Help: "Transport plugin call latency by transport and submission certainty.",
@@ -94,7 +93,8 @@ func newMetrics(reg prometheus.Registerer, transports []string, shards int) (*me
 			m.dispatched.WithLabelValues(t, o.String())
 		}
 		m.retries.WithLabelValues(t)
-		m.brokerRefused.WithLabelValues(t, "not-declared") // the one to alert on
+		m.brokerRefused.WithLabelValues(t, "not-declared") // the two to alert on
+		m.brokerRefused.WithLabelValues(t, "address-class")
 	}
 	for _, r := range []string{intent.ReasonDeliveries, intent.ReasonUndecodable} {
 		m.quarantined.WithLabelValues(r)
@@ -211,3 +211,7 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.LandlockABI), name, l.Restricted())
 	}
 }
+
+const brokerRefusedHelp = "Dial requests a transport plugin's connect broker refused, by reason (not-declared: a target the plugin " +
+	"did not declare at configure; address-class: a declared name resolved to another class of address than at start, " +
+	"as DNS rebinding does)."

@@ -45,14 +45,30 @@ func TestReclaimMetrics(t *testing.T) {
 }
 
 // TestBrokerRefusedMetric: a transport's connect broker refusals are
-// counted by reason; not-declared exists at zero from the start.
+// counted by reason; not-declared and address-class, the two to alert
+// on, exist at zero from the start.
 func TestBrokerRefusedMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg, []string{"webhook"}, 1)
 	require.NoError(t, err)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var series []string
+	for _, mf := range mfs {
+		if mf.GetName() != "caphost_notify_transport_broker_refused_total" {
+			continue
+		}
+		for _, c := range mf.GetMetric() {
+			for _, l := range c.GetLabel() {
+				if l.GetName() == "reason" {
+					series = append(series, l.GetValue())
+				}
+			}
+			assert.Zero(t, c.GetCounter().GetValue())
+		}
+	}
+	assert.ElementsMatch(t, []string{"not-declared", "address-class"}, series, "the series before any refusal")
 	var got dto.Metric
-	require.NoError(t, m.brokerRefused.WithLabelValues("webhook", "not-declared").Write(&got))
-	assert.Zero(t, got.GetCounter().GetValue())
 	o := transportObserver{m}
 	o.BrokerRefused("webhook", "not-declared")
 	o.BrokerRefused("webhook", "not-declared")

@@ -70,6 +70,7 @@ const (
 	dialRefused                       // the server refused the connection
 	dialTimeout                       // the deadline passed before a connection
 	dialFailed                        // any other failure to connect
+	dialAddress                       // the name resolved only to addresses of classes it did not resolve to at configure
 	dialStatusCount
 )
 
@@ -92,6 +93,8 @@ func (s dialStatus) String() string {
 		return "connect-timeout"
 	case dialFailed:
 		return "connect-failed"
+	case dialAddress:
+		return "address-refused"
 	}
 	return "status-" + strconv.Itoa(int(s))
 }

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,17 +35,60 @@ type testBroker struct {
 
 func newTestBroker(t testing.TB, dial func(ctx context.Context, network, addr string) (net.Conn, error), targets ...string) *testBroker {
 	t.Helper()
+	return newTestBrokerNames(t, testNames(), dial, targets...)
+}
+
+// testNames is the names the test brokers resolve: example.com and
+// slow.example to public (documentation) addresses, localhost to
+// loopback; any other name does not resolve.
+func testNames() *testResolver {
+	return &testResolver{names: map[string][]netip.Addr{
+		"example.com":  {netip.MustParseAddr("203.0.113.10")},
+		"slow.example": {netip.MustParseAddr("203.0.113.11")},
+		"localhost":    {netip.MustParseAddr("127.0.0.1")},
+	}}
+}
+
+// testResolver is a broker's lookup over a table the test changes (a DNS
+// zone that answers differently over time).
+type testResolver struct {
+	mu    sync.Mutex
+	names map[string][]netip.Addr
+}
+
+func (r *testResolver) set(name string, addrs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.names[name] = nil
+	for _, a := range addrs {
+		r.names[name] = append(r.names[name], netip.MustParseAddr(a))
+	}
+}
+
+func (r *testResolver) lookup(_ context.Context, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.names[host]; len(a) > 0 {
+		return slices.Clone(a), nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// newTestBrokerNames is newTestBroker resolving names with r.
+func newTestBrokerNames(t testing.TB, r *testResolver, dial func(ctx context.Context, network, addr string) (net.Conn, error), targets ...string) *testBroker {
+	t.Helper()
 	var buf logtest.Buffer
 	b, child, err := newBroker(slog.New(slog.NewJSONHandler(&buf, nil)))
 	require.NoError(t, err)
 	if dial != nil {
 		b.dial = dial
 	}
+	b.lookup = r.lookup
 	c, err := net.FileConn(child)
 	require.NoError(t, err)
 	require.NoError(t, child.Close())
 	if targets != nil {
-		b.freeze(targets)
+		b.freeze(context.Background(), targets)
 	}
 	b.start()
 	tb := &testBroker{b: b, plugin: c.(*net.UnixConn), log: &buf}
@@ -164,8 +210,8 @@ func TestBrokerDialsOnlyFrozenTargets(t *testing.T) {
 	tb := newTestBroker(t, nil)
 	_, s, _ := tb.roundTrip(t, request(1, time.Second, target), nil)
 	assert.Equal(t, dialNotDeclared, s, "nothing before configure")
-	tb.b.freeze([]string{target})
-	tb.b.freeze([]string{"127.0.0.1:6379"})
+	tb.b.freeze(context.Background(), []string{target})
+	tb.b.freeze(context.Background(), []string{"127.0.0.1:6379"})
 	id, s, fds := tb.roundTrip(t, request(2, time.Second, target), nil)
 	require.Equal(t, dialOK, s)
 	assert.Equal(t, uint32(2), id)
@@ -181,6 +227,116 @@ func TestBrokerDialsOnlyFrozenTargets(t *testing.T) {
 		assert.Equal(t, dialNotDeclared, s, other)
 		assert.Empty(t, fds)
 	}
+}
+
+// TestBrokerRefusesRebinding: a declared name connects only to
+// addresses of the classes it resolved to when the targets were frozen.
+// A public name that later resolves to loopback, link-local (a cloud's
+// metadata service) or private addresses, IPv4-mapped ones included, is
+// refused without a dial (address-class, counted and logged); of a mixed
+// answer only the allowed addresses are dialled; a name resolved to
+// loopback at freeze (an internal relay) connects there; a name that did
+// not resolve at freeze may reach public addresses only; an unspecified
+// literal is never dialled.
+func TestBrokerRefusesRebinding(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	at := func(host string) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+	var mu sync.Mutex
+	var dialled []string
+	r := testNames()
+	r.set("hooks.example", "203.0.113.7")
+	r.set("relay.internal", "127.0.0.1")
+	tb := newTestBrokerNames(t, r, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled = append(dialled, addr)
+		mu.Unlock()
+		if strings.HasPrefix(addr, "127.0.0.1:") {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}, at("hooks.example"), at("relay.internal"), at("later.example"), at("0.0.0.0"))
+	var refused atomic.Int32
+	tb.b.onRefuse = func(reason string) {
+		if reason == "address-class" {
+			refused.Add(1)
+		}
+	}
+	dials := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		d := dialled
+		dialled = nil
+		return d
+	}
+	id := uint32(0)
+	try := func(target string) dialStatus {
+		t.Helper()
+		id++
+		_, s, fds := tb.roundTrip(t, request(id, 5*time.Second, target), nil)
+		closeFDs(fds)
+		return s
+	}
+
+	assert.Equal(t, dialRefused, try(at("hooks.example")), "the public address it froze with is dialled")
+	assert.Equal(t, []string{at("203.0.113.7")}, dials())
+	for _, rebound := range [][]string{{"127.0.0.1"}, {"::1"}, {"::ffff:127.0.0.1"}, {"169.254.169.254"}, {"10.0.0.5"},
+		{"100.64.0.1"}, {"fd00::1"}, {"fe80::1"}, {"0.0.0.0"}, {"224.0.0.1"}} {
+		r.set("hooks.example", rebound...)
+		assert.Equal(t, dialAddress, try(at("hooks.example")), "rebound to %v", rebound)
+		assert.Empty(t, dials(), "no dial for %v", rebound)
+	}
+	r.set("hooks.example", "127.0.0.1", "203.0.113.8")
+	assert.Equal(t, dialRefused, try(at("hooks.example")))
+	assert.Equal(t, []string{at("203.0.113.8")}, dials(), "only the allowed address of a mixed answer")
+
+	assert.Equal(t, dialOK, try(at("relay.internal")), "a name that was loopback at freeze stays usable")
+	assert.Equal(t, []string{at("127.0.0.1")}, dials())
+	r.set("relay.internal", "203.0.113.9")
+	assert.Equal(t, dialAddress, try(at("relay.internal")), "and may not leave its class either")
+
+	r.set("later.example", "127.0.0.1")
+	assert.Equal(t, dialAddress, try(at("later.example")), "unresolved at freeze: public only")
+	r.set("later.example", "203.0.113.12")
+	assert.Equal(t, dialRefused, try(at("later.example")))
+	assert.Equal(t, []string{at("203.0.113.12")}, dials())
+
+	assert.Equal(t, dialAddress, try(at("0.0.0.0")), "an unspecified literal reaches the local host")
+	assert.Empty(t, dials())
+
+	assert.Equal(t, int32(13), refused.Load())
+	logged := tb.log.String()
+	assert.Contains(t, logged, `"reason":"address-class"`)
+	assert.Contains(t, logged, `"target":"`+at("later.example")+`"`, "the unresolved target is logged at freeze")
+	for _, addr := range []string{"127.0.0.1", "203.0.113", "169.254"} {
+		assert.NotContains(t, logged, addr, "refusals never log an address")
+	}
+}
+
+// TestBrokerTriesEachAllowedAddress: a name's allowed addresses are
+// dialled one after another, each with a share of the request's
+// deadline, so one that does not answer leaves time for the next.
+func TestBrokerTriesEachAllowedAddress(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	r := testNames()
+	r.set("relay.internal", "10.0.0.9", "127.0.0.1")
+	var running atomic.Int32
+	blackhole := blockingDial(&running)
+	target := net.JoinHostPort("relay.internal", strconv.Itoa(port))
+	tb := newTestBrokerNames(t, r, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "10.0.0.9:") {
+			return blackhole(ctx, network, addr)
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}, target)
+	_, s, fds := tb.roundTrip(t, request(1, 4*time.Second, target), nil)
+	closeFDs(fds)
+	assert.Equal(t, dialOK, s, "the second address connected after the first's share (2 s of 4) ran out")
 }
 
 // TestBrokerBoundsDialsInFlight: past maxDialsInFlight running dials, a
@@ -251,7 +407,8 @@ func TestBrokerDialDeadline(t *testing.T) {
 
 // TestBrokerClient: the plugin side over a real broker: a connection to
 // the declared target; net's error shapes for a refused target, a
-// refused connection, a name that does not resolve and a deadline; and
+// refused connection, a name that does not resolve, a name rebound to
+// another class of address and a deadline; and
 // ErrBrokerUnavailable for every dial, waiting or new, once the host end
 // is gone.
 func TestBrokerClient(t *testing.T) {
@@ -264,12 +421,13 @@ func TestBrokerClient(t *testing.T) {
 	require.NoError(t, dead.Close())
 	var running atomic.Int32
 	slow := blockingDial(&running)
-	tb := newTestBroker(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if addr == "slow.example:443" {
+	names := testNames()
+	tb := newTestBrokerNames(t, names, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == "203.0.113.11:443" { // slow.example
 			return slow(ctx, network, addr)
 		}
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}, l.Addr().String(), closed, "no-such-host.invalid:443", "slow.example:443")
+	}, l.Addr().String(), closed, "no-such-host.invalid:443", "slow.example:443", "example.com:443")
 	c := newBrokerClient(tb.plugin)
 	ctx := context.Background()
 
@@ -289,6 +447,10 @@ func TestBrokerClient(t *testing.T) {
 	assert.True(t, de.IsNotFound)
 	_, err = c.dial(ctx, "udp", l.Addr().String())
 	assert.Error(t, err)
+	names.set("example.com", "127.0.0.1") // rebound
+	_, err = c.dial(ctx, "tcp", "example.com:443")
+	assert.ErrorIs(t, err, ErrDialRefused)
+	assert.ErrorIs(t, err, syscall.EACCES)
 
 	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()

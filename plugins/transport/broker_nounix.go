@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"context"
 	"log/slog"
 	"os"
 )
@@ -17,9 +18,9 @@ const brokerRequired = false
 
 func newBroker(*slog.Logger) (*broker, *os.File, error) { return &broker{}, nil, nil }
 
-func (*broker) freeze([]string) {}
-func (*broker) start()          {}
-func (*broker) close()          {}
+func (*broker) freeze(context.Context, []string) {}
+func (*broker) start()                           {}
+func (*broker) close()                           {}
 
 // pluginEnv is the zero Env: a plugin here dials for itself.
 func pluginEnv() Env { return Env{} }

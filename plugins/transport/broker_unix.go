@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,14 +26,17 @@ import (
 type broker struct {
 	log  *slog.Logger
 	conn *net.UnixConn
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// lookup resolves a declared name (at freeze and for each dial); dial
+	// connects to one "ip:port" it allowed.
+	lookup lookupFunc
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	// onRefuse is told each refusal's reason (a BrokerObserver); nil
 	// tells nobody.
 	onRefuse func(reason string)
 
 	targetsMu sync.Mutex
-	targets   map[string]bool // nil until frozen
-	wmu       sync.Mutex      // one reply written at a time (its deadline)
+	targets   map[string]frozenTarget // nil until frozen
+	wmu       sync.Mutex              // one reply written at a time (its deadline)
 	sem       chan struct{}
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -57,7 +61,7 @@ func newBroker(log *slog.Logger) (*broker, *os.File, error) {
 		return nil, nil, fmt.Errorf("transport: broker socket: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &broker{log: log, conn: c.(*net.UnixConn), dial: (&net.Dialer{}).DialContext,
+	b := &broker{log: log, conn: c.(*net.UnixConn), dial: (&net.Dialer{}).DialContext, lookup: lookupHost,
 		sem: make(chan struct{}, maxDialsInFlight), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	return b, os.NewFile(uintptr(fds[1]), "broker-plugin"), nil
 }
@@ -65,27 +69,47 @@ func newBroker(log *slog.Logger) (*broker, *os.File, error) {
 // A nil *broker (no socket pair on a system that does not require one,
 // brokerRequired) does nothing.
 
-// freeze records the targets the plugin declared at configure. Only the
+// freeze records the targets the plugin declared at configure, each
+// name resolved once (concurrently, within ctx and freezeLookupTimeout)
+// to the classes of addresses it may reach (see frozenTarget). Only the
 // first call counts: no target can be added later.
-func (b *broker) freeze(targets []string) {
+func (b *broker) freeze(ctx context.Context, targets []string) {
 	if b == nil {
 		return
 	}
+	frozen := make([]frozenTarget, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() { frozen[i] = freezeTarget(ctx, b.lookup, t) })
+	}
+	wg.Wait()
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
 	if b.targets != nil {
 		return
 	}
-	b.targets = make(map[string]bool, len(targets))
-	for _, t := range targets {
-		b.targets[t] = true
+	b.targets = make(map[string]frozenTarget, len(targets))
+	for i, t := range targets {
+		b.targets[t] = frozen[i]
+		if !frozen[i].resolved {
+			// The operator's own configuration (a setting names the host),
+			// so the target is logged.
+			b.log.Warn("transport broker could not resolve a target at start: it may reach public addresses only until the plugin restarts",
+				slog.String("target", t))
+		}
 	}
 }
 
-func (b *broker) declared(addr string) bool {
+func (b *broker) declared(addr string) (frozenTarget, bool) {
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
-	return b.targets[addr]
+	ft, ok := b.targets[addr]
+	return ft, ok
+}
+
+// lookupHost is the host resolver's lookup.
+func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
 // start runs serve on its own goroutine.
@@ -135,11 +159,12 @@ func (b *broker) serve() {
 			continue
 		}
 		req, err := decodeDialRequest(buf[:n])
-		switch {
-		case err != nil:
+		if err != nil {
 			b.refuse(req.id, dialInvalid, "malformed")
 			continue
-		case !b.declared(req.addr):
+		}
+		ft, ok := b.declared(req.addr)
+		if !ok {
 			b.refuse(req.id, dialNotDeclared, "not-declared")
 			continue
 		}
@@ -153,7 +178,7 @@ func (b *broker) serve() {
 		go func() {
 			defer b.wg.Done()
 			defer func() { <-b.sem }()
-			b.dialFor(req)
+			b.dialFor(req, ft)
 		}()
 	}
 }
@@ -172,12 +197,15 @@ func (b *broker) refuse(id uint32, s dialStatus, reason string) {
 	b.reply(id, s, nil)
 }
 
-// dialFor dials req.addr (resolving the name here, on the host) within
-// the request's timeout and replies with the socket or the failure.
-func (b *broker) dialFor(req dialRequest) {
+// dialFor resolves req's target here, on the host, and dials the first
+// address of a class the target may reach (ft) that connects, within the
+// request's timeout; it replies with the socket or the failure. A name
+// that resolves only to addresses of other classes is refused
+// (address-class): DNS rebinding.
+func (b *broker) dialFor(req dialRequest, ft frozenTarget) {
 	ctx, cancel := context.WithTimeout(b.ctx, req.timeout)
 	defer cancel()
-	c, err := b.dial(ctx, "tcp", req.addr)
+	c, status := b.dialTarget(ctx, ft)
 	if b.ctx.Err() != nil {
 		// The broker is closing: its plugin is gone or going, and hears
 		// that from the socket's end.
@@ -186,8 +214,12 @@ func (b *broker) dialFor(req dialRequest) {
 		}
 		return
 	}
-	if err != nil {
-		b.reply(req.id, dialErrStatus(ctx, err), nil)
+	switch {
+	case status == dialAddress:
+		b.refuse(req.id, dialAddress, "address-class")
+		return
+	case status != dialOK:
+		b.reply(req.id, status, nil)
 		return
 	}
 	defer c.Close()
@@ -203,6 +235,49 @@ func (b *broker) dialFor(req dialRequest) {
 	}
 	_ = rc.Control(func(fd uintptr) { b.reply(req.id, dialOK, unix.UnixRights(int(fd))) })
 }
+
+// dialTarget connects to ft: its literal address, or the allowed
+// addresses its name resolves to now, one after another (as net.Dialer
+// does without a fallback), each given an equal share of what is left of
+// ctx's deadline, at least minDialShare. The status is dialOK with the
+// connection, or the first failure's.
+func (b *broker) dialTarget(ctx context.Context, ft frozenTarget) (net.Conn, dialStatus) {
+	addrs := []netip.Addr{ft.literal}
+	if ft.host != "" {
+		var err error
+		if addrs, err = b.lookup(ctx, ft.host); err != nil {
+			return nil, dialDNS // any resolution failure, a timeout included
+		}
+	}
+	addrs = ft.allowed(addrs)
+	if len(addrs) == 0 {
+		return nil, dialAddress
+	}
+	var first error
+	for i, a := range addrs {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if d, ok := ctx.Deadline(); ok {
+			share := max(time.Until(d)/time.Duration(len(addrs)-i), minDialShare)
+			actx, cancel = context.WithTimeout(ctx, share)
+		}
+		c, err := b.dial(actx, "tcp", netip.AddrPortFrom(a, ft.port).String())
+		cancel()
+		if err == nil {
+			return c, dialOK
+		}
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, dialErrStatus(ctx, first)
+}
+
+// minDialShare is the least time one address of several gets (net's
+// own minimum for a serial dial).
+const minDialShare = 2 * time.Second
 
 // dialErrStatus classifies a failed dial. Any resolution failure, a
 // resolver timeout included, is dialDNS: the plugin's own resolver gave

@@ -208,7 +208,7 @@ func replyConn(address string, r brokerReply) (net.Conn, error) {
 		return nil, opError(address, timeoutError{})
 	case dialBusy:
 		return nil, opError(address, ErrBrokerBusy)
-	case dialNotDeclared, dialInvalid:
+	case dialNotDeclared, dialInvalid, dialAddress:
 		return nil, opError(address, ErrDialRefused)
 	}
 	return nil, opError(address, errors.New("transport: broker: connect failed"))

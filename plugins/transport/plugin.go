@@ -273,7 +273,7 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 		inst.kill()
 		return nil, err
 	}
-	b.freeze(dial)
+	b.freeze(ctx, dial)
 	b.start()
 	p.sandbox.Store(&level)
 	return inst, nil
