@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -60,7 +61,9 @@ type Sandbox struct {
 	// /etc/hosts, /etc/nsswitch.conf, /etc/gai.conf and
 	// /run/systemd/resolve, connecting to TCP port 53 and, on kernels
 	// that restrict UDP (Landlock ABI 10 and later), sending to UDP port
-	// 53 from an ephemeral port.
+	// 53 from an ephemeral port. Without ConnectTCP and without file
+	// grants, the CA pool is read once when the sandbox is applied, and
+	// the plugin then opens no path at all.
 	Network bool
 }
 
@@ -287,6 +290,15 @@ func (sb Sandbox) rules() ([]landlock.Rule, error) {
 	return rules, nil
 }
 
+// opensNothing reports whether the plugin needs no open of a path once
+// confined: no file granted, and no resolver of its own (a network
+// sandbox with ConnectTCP reads resolv.conf at each lookup). The filter
+// then refuses every open, so that a path that does not exist and one
+// that exists fail alike (Landlock alone answers ENOENT for the first).
+func (sb Sandbox) opensNothing() bool {
+	return len(sb.ReadDirs) == 0 && len(sb.ReadFiles) == 0 && len(sb.WriteDirs) == 0 && !(sb.Network && sb.direct())
+}
+
 // ports is the TCP ports sb may connect to, for a log line: "443,53",
 // or "none".
 func (sb Sandbox) ports() string {
@@ -325,7 +337,14 @@ func confine(sb Sandbox) (SandboxLevel, error) {
 		}
 		level = levelFor(abi)
 	}
-	if level.Sockets, err = restrictSockets(!sb.direct()); err != nil {
+	if sb.opensNothing() && sb.Network {
+		// The system CA pool is read once, now: afterwards the filter
+		// refuses every open (see opensNothing), and crypto/x509 keeps
+		// the pool for the process's life. A failure leaves it empty,
+		// as reading it later would have.
+		_, _ = x509.SystemCertPool()
+	}
+	if level.Sockets, err = restrictSockets(!sb.direct(), sb.opensNothing()); err != nil {
 		return SandboxLevel{}, err
 	}
 	level.Hosts = level.Sockets && !sb.direct()

@@ -211,6 +211,29 @@ func TestSandboxHidesMetadata(t *testing.T) {
 	}
 }
 
+// TestSandboxHidesPathExistence: a sandbox granted no file (the network
+// transports' brokered sandbox, and the bare one) cannot tell a path
+// that exists from one that does not: every open is refused alike.
+// Landlock alone answers ENOENT for a missing path and EACCES for an
+// existing one. The brokered plugin still has the system CA pool, read
+// before the filter went on.
+func TestSandboxHidesPathExistence(t *testing.T) {
+	requireLandlock(t)
+	exists := filepath.Join(t.TempDir(), "secret.key")
+	require.NoError(t, os.WriteFile(exists, []byte("x"), 0o600))
+	missing := filepath.Join(t.TempDir(), "no-such-file")
+	roots := "roots-ok"
+	if pool, err := x509.SystemCertPool(); err != nil || pool.Equal(x509.NewCertPool()) {
+		roots = "roots-empty"
+	}
+	_, port := listen(t)
+	brokered := launchProbe(t, map[string]string{"network": "true", "dial": "127.0.0.1:" + port}, nil)
+	assert.Equal(t, "read-denied.read-denied", probe(t, brokered, [2]string{"read", exists}, [2]string{"read", missing}))
+	assert.Equal(t, "write-denied."+roots, probe(t, brokered, [2]string{"write", missing}, [2]string{"roots", ""}))
+	bare := launchProbe(t, map[string]string{}, nil)
+	assert.Equal(t, "read-denied.read-denied", probe(t, bare, [2]string{"read", exists}, [2]string{"read", missing}))
+}
+
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the
 // system CA pool, which a sandbox without the network base does not. The
 // resolver configuration is granted only to a sandbox that makes its own

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -43,10 +44,15 @@ type filterRules struct {
 }
 
 // sandboxRules are the rules of a sandbox's filter: no change of a
-// file's metadata and no reading of a path's in every sandbox, and with
-// noInet (a brokered sandbox) no socket(2) or connect(2) at all.
-func sandboxRules(noInet bool) filterRules {
-	return filterRules{refuse: append(metadataSyscalls(), metadataReadSyscalls()...), opath: pathOpens(), noInet: noInet}
+// file's metadata and no reading of a path's in every sandbox, with
+// noInet (a brokered sandbox) no socket(2) or connect(2) at all, and
+// with noOpen (a sandbox granted no file) no open of any path either.
+func sandboxRules(noInet, noOpen bool) filterRules {
+	refuse := slices.Concat(metadataSyscalls(), metadataReadSyscalls())
+	if noOpen {
+		refuse = append(refuse, openSyscalls()...)
+	}
+	return filterRules{refuse: refuse, opath: pathOpens(), noInet: noInet}
 }
 
 // sandboxFilter is the classic BPF program restrictSockets installs for
@@ -189,6 +195,13 @@ func nativeAudit() uint32 {
 //     and one that writes must do so without stat: Go's os.Rename,
 //     os.MkdirAll and filepath.Walk stat paths, os.CreateTemp, os.Link
 //     and os.Remove do not;
+//   - with noOpen (a sandbox granted no file: the network transports,
+//     whose CA pool confine loaded before), every open of a path (open,
+//     openat, creat) fails with EACCES. Landlock checks an open only
+//     after the path resolved, so a path that does not exist fails with
+//     ENOENT and one that exists with EACCES: a plugin could map which
+//     files exist (a secret's file, a configuration). Refused before
+//     the lookup, every path answers the same;
 //   - a system call of another ABI (i386 through int 0x80, x32) fails
 //     with ENOSYS: its arguments are not what the filter reads.
 //
@@ -198,7 +211,7 @@ func nativeAudit() uint32 {
 // The filter is sandboxFilter, installed on every thread of the process
 // (SECCOMP_FILTER_FLAG_TSYNC; threads started later inherit it). It
 // reports false, nil where the kernel has no seccomp filters.
-func restrictSockets(noInet bool) (bool, error) {
+func restrictSockets(noInet, noOpen bool) (bool, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	// seccomp needs no_new_privs on the calling thread; TSYNC sets it on
@@ -206,7 +219,7 @@ func restrictSockets(noInet bool) (bool, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return false, fmt.Errorf("%w: prctl(PR_SET_NO_NEW_PRIVS): %w", errSandbox, err)
 	}
-	prog, err := sandboxFilter(nativeAudit(), sandboxRules(noInet))
+	prog, err := sandboxFilter(nativeAudit(), sandboxRules(noInet, noOpen))
 	if err != nil {
 		return false, err
 	}

@@ -115,7 +115,24 @@ func TestSandboxFilter(t *testing.T) {
 		return out
 	}
 	t.Run("direct", func(t *testing.T) {
-		run(t, sandboxRules(false), slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
+		run(t, sandboxRules(false, false), slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
+	})
+	t.Run("no open", func(t *testing.T) {
+		// A sandbox granted no file: every open of a path is refused,
+		// whatever its flags; the fd forms still pass.
+		var calls []call
+		for _, c := range sockets {
+			if slices.Contains(openSyscalls(), c.nr) {
+				c.want = eacces
+			}
+			calls = append(calls, c)
+		}
+		for _, nr := range openSyscalls() {
+			calls = append(calls, call{name: "open " + strconv.Itoa(int(nr)), arch: native, nr: nr, arg1: unix.O_RDONLY, arg2: unix.O_RDONLY, want: eacces})
+		}
+		require.NotEmpty(t, openSyscalls())
+		calls = slices.Concat(calls, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
+		run(t, sandboxRules(false, true), calls)
 	})
 	t.Run("no inet", func(t *testing.T) {
 		// A brokered sandbox: every socket(2), whatever its family, and
@@ -131,7 +148,7 @@ func TestSandboxFilter(t *testing.T) {
 			call{name: "sendmsg", arch: native, nr: unix.SYS_SENDMSG, want: allow},
 			call{name: "recvmsg", arch: native, nr: unix.SYS_RECVMSG, want: allow})
 		calls = slices.Concat(calls, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
-		run(t, sandboxRules(true), calls)
+		run(t, sandboxRules(true, false), calls)
 	})
 }
 
