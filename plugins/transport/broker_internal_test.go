@@ -50,10 +50,12 @@ func testNames() *testResolver {
 }
 
 // testResolver is a broker's lookup over a table the test changes (a DNS
-// zone that answers differently over time).
+// zone that answers differently over time). onRefuse, when set, is the
+// broker's (set before it starts).
 type testResolver struct {
-	mu    sync.Mutex
-	names map[string][]netip.Addr
+	mu       sync.Mutex
+	names    map[string][]netip.Addr
+	onRefuse func(reason string)
 }
 
 func (r *testResolver) set(name string, addrs ...string) {
@@ -83,7 +85,7 @@ func newTestBrokerNames(t testing.TB, r *testResolver, dial func(ctx context.Con
 	if dial != nil {
 		b.dial = dial
 	}
-	b.lookup = r.lookup
+	b.lookup, b.onRefuse = r.lookup, r.onRefuse
 	c, err := net.FileConn(child)
 	require.NoError(t, err)
 	require.NoError(t, child.Close())
@@ -246,9 +248,15 @@ func TestBrokerRefusesRebinding(t *testing.T) {
 	at := func(host string) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 	var mu sync.Mutex
 	var dialled []string
+	var refused atomic.Int32
 	r := testNames()
 	r.set("hooks.example", "203.0.113.7")
 	r.set("relay.internal", "127.0.0.1")
+	r.onRefuse = func(reason string) {
+		if reason == "address-class" {
+			refused.Add(1)
+		}
+	}
 	tb := newTestBrokerNames(t, r, func(ctx context.Context, network, addr string) (net.Conn, error) {
 		mu.Lock()
 		dialled = append(dialled, addr)
@@ -258,12 +266,6 @@ func TestBrokerRefusesRebinding(t *testing.T) {
 		}
 		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	}, at("hooks.example"), at("relay.internal"), at("later.example"), at("0.0.0.0"))
-	var refused atomic.Int32
-	tb.b.onRefuse = func(reason string) {
-		if reason == "address-class" {
-			refused.Add(1)
-		}
-	}
 	dials := func() []string {
 		mu.Lock()
 		defer mu.Unlock()

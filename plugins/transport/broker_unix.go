@@ -94,7 +94,7 @@ func (b *broker) freeze(ctx context.Context, targets []string) {
 		if !frozen[i].resolved {
 			// The operator's own configuration (a setting names the host),
 			// so the target is logged.
-			b.log.Warn("transport broker could not resolve a target at start: it may reach public addresses only until the plugin restarts",
+			b.log.Warn("transport broker could not resolve a target to a usable address at start: it may reach public addresses only until the plugin restarts",
 				slog.String("target", t))
 		}
 	}
