@@ -15,7 +15,7 @@ import (
 // Batcher sends program calls with integer-only replies — rate
 // evaluations (RatePlan calls of any lean rate program), durable
 // notification submits (notify-submit-v2) and efficiency-lease acquires
-// and releases (lease-acquire-v2, lease-release-v2) — that arrive while
+// and releases (lease-{acquire,release}-v2 and -v3) — that arrive while
 // the script lane is busy as one pipeline ("natural batching"); one
 // pipeline may mix programs and policies. A call goes out at once, alone,
 // while fewer than maxFlights sends of this Batcher are in flight;
@@ -178,21 +178,18 @@ func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 	sctx := context.WithoutCancel(ctx)
 	cmds := make([]redis.Cmder, len(batch))
 	for i, c := range batch {
-		cmd := redis.NewIntSliceCmd(sctx, c.args...)
-		cmd.SetFirstKeyPos(3)
-		cmds[i] = cmd
+		cmds[i] = newFastCmd(sctx, c.fp, c.args)
 	}
 	pipe := b.e.client.Pipeline()
 	_ = pipe.BatchProcess(sctx, cmds...)
 	_, _ = pipe.Exec(sctx) // every command carries its own error
 	for i, c := range batch {
-		cmd := cmds[i].(*redis.IntSliceCmd)
-		err := cmd.Err()
+		err := cmds[i].Err()
 		if err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
 			// An exact NOSCRIPT ran nothing: load and send this call alone.
 			c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
 		} else {
-			c.r, c.err = b.e.decodeIntsCmd(c.fp, cmd, err)
+			c.r, c.err = b.e.decodeFastCmd(c.fp, cmds[i], err)
 		}
 		if i > 0 {
 			c.wake <- struct{}{}

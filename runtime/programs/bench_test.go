@@ -214,10 +214,20 @@ func BenchmarkLease(b *testing.B) {
 				_, err := e.LeaseReleaseV2(ctx, k, held)
 				return err
 			}},
+			{"acquire+release-v3", false, reset(false), func(i int) error {
+				if i%2 == 0 {
+					_, err := e.LeaseAcquireV3(ctx, k, held, time.Minute)
+					return err
+				}
+				_, err := e.LeaseReleaseV3(ctx, k, held)
+				return err
+			}},
 			{"replay", false, reset(true), func(int) error { _, err := e.LeaseAcquire(ctx, k, held, time.Minute); return err }},
 			{"replay-v2", false, reset(true), func(int) error { _, err := e.LeaseAcquireV2(ctx, k, held, time.Minute); return err }},
+			{"replay-v3", false, reset(true), func(int) error { _, err := e.LeaseAcquireV3(ctx, k, held, time.Minute); return err }},
 			{"contended", false, reset(true), func(int) error { _, err := e.LeaseAcquire(ctx, k, other, time.Minute); return err }},
 			{"contended-v2", false, reset(true), func(int) error { _, err := e.LeaseAcquireV2(ctx, k, other, time.Minute); return err }},
+			{"contended-v3", false, reset(true), func(int) error { _, err := e.LeaseAcquireV3(ctx, k, other, time.Minute); return err }},
 			{"renew", false, reset(true), func(int) error { _, err := e.LeaseRenew(ctx, k, held, time.Minute); return err }},
 			{"inspect", true, reset(true), func(int) error { _, err := e.LeaseInspect(ctx, k, held); return err }},
 		})

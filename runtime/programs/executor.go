@@ -21,10 +21,11 @@ type Executor struct {
 	// plans are the RatePlan programs prepared for the plan path, by
 	// planProgram (nil: not in the catalog).
 	plans [planPrograms]*fastProgram
-	// notifySubmit, leaseAcquireV2, leaseReleaseV2 and the permit*V3 are
-	// those programs prepared for the integer-only path (nil: not in the
+	// notifySubmit, the lease*V2 and *V3 and the permit*V3 are those
+	// programs prepared for the integer-only path (nil: not in the
 	// catalog).
 	notifySubmit, leaseAcquireV2, leaseReleaseV2    *fastProgram
+	leaseAcquireV3, leaseReleaseV3                  *fastProgram
 	permitAcquireV3, permitRenewV3, permitReleaseV3 *fastProgram
 }
 
@@ -46,6 +47,7 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 	}
 	e.notifySubmit = e.prepare(notifySubmitV2)
 	e.leaseAcquireV2, e.leaseReleaseV2 = e.prepare(leaseAcquireV2), e.prepare(leaseReleaseV2)
+	e.leaseAcquireV3, e.leaseReleaseV3 = e.prepareShort(leaseAcquireV3), e.prepareShort(leaseReleaseV3)
 	e.permitAcquireV3, e.permitRenewV3 = e.prepare(concurrencyAcquireV3), e.prepare(concurrencyRenewV3)
 	e.permitReleaseV3 = e.prepare(concurrencyReleaseV3)
 	return e, nil
@@ -63,6 +65,9 @@ type reply struct {
 	n         int                     // number of result fields
 	ints      [maxResultFields]int64  // integer fields, by position
 	raw       [maxResultFields][]byte // bytes fields, by position
+	// short: the program answered with the bare integer 1, status 1 with
+	// the fields the request implies (see decodeShort).
+	short bool
 }
 
 func (r *reply) int(i int) int64 { return r.ints[i] }

@@ -3,6 +3,7 @@ package programs
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/caphost/caphost/runtime/certainty"
@@ -256,6 +257,66 @@ func leaseAcquireV2Call(ctx context.Context, s intsSender, lease keys.Key, attem
 	return leaseAcquireResult(leaseAcquireV2, &r, ttl)
 }
 
+// The v3 lease programs take the envelope the host built and answer their
+// fast path (ACQUIRED, RELEASED) with the bare integer 1.
+const (
+	leaseAcquireV3 = "lease-acquire-v3"
+	leaseReleaseV3 = "lease-release-v3"
+	// maxLeaseIDBytes bounds the owner and operation ids (the manifest's
+	// maxBytes of v1 and v2; v3's envelope bound follows from it).
+	maxLeaseIDBytes = 128
+)
+
+// LeaseAcquireV3 is LeaseAcquireV2 with lease-acquire-v3: the same key,
+// stored envelope, statuses and result, but the host validates the attempt
+// and the TTL and builds the envelope (an invalid one is INVALID without a
+// send), and a free lease is answered by one SET NX PX and an integer
+// reply. v1, v2 and v3 callers may share a lease key.
+func (e *Executor) LeaseAcquireV3(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
+	return leaseAcquireV3Call(ctx, e, lease, attempt, ttl)
+}
+
+// LeaseAcquireV3 is Executor.LeaseAcquireV3, batched (see
+// Batcher.LeaseAcquire).
+func (b *Batcher) LeaseAcquireV3(ctx context.Context, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
+	return leaseAcquireV3Call(ctx, b, lease, attempt, ttl)
+}
+
+func leaseAcquireV3Call(ctx context.Context, s intsSender, lease keys.Key, attempt LeaseAttempt, ttl time.Duration) (LeaseAcquireResult, error) {
+	env, ok := leaseEnvelope(attempt)
+	ms := ttl.Milliseconds()
+	if !ok || ms < 1 || ms > MaxLeaseTTL.Milliseconds() {
+		// What v1 and v2 answer after sending: rejected, nothing written.
+		return LeaseAcquireResult{Status: LeaseAcquireInvalid}, nil
+	}
+	r, err := sendFast(ctx, s, s.executor().leaseAcquireV3, leaseAcquireV3, []keys.Key{lease}, env, ms)
+	if err != nil {
+		return LeaseAcquireResult{}, err
+	}
+	if r.short {
+		return LeaseAcquireResult{Status: LeaseAcquired, PTTL: time.Duration(ms) * time.Millisecond}, nil
+	}
+	return leaseAcquireResult(leaseAcquireV3, &r, ttl)
+}
+
+// leaseEnvelope builds the value every lease program version stores for
+// the attempt, 'L1:' .. #owner .. ':' .. owner .. ':' .. operationId, or
+// reports that the attempt's ids are outside 1..128 bytes. The v3 programs
+// store and compare it as sent, so it is checked here, before any send.
+func leaseEnvelope(a LeaseAttempt) ([]byte, bool) {
+	no, nop := len(a.Owner), len(a.OperationID)
+	if no < 1 || no > maxLeaseIDBytes || nop < 1 || nop > maxLeaseIDBytes {
+		return nil, false
+	}
+	b := make([]byte, 0, len("L1:128::")+no+nop)
+	b = append(b, "L1:"...)
+	b = strconv.AppendInt(b, int64(no), 10)
+	b = append(b, ':')
+	b = append(b, a.Owner...)
+	b = append(b, ':')
+	return append(b, a.OperationID...), true
+}
+
 // leaseAcquireResult decodes r and checks its PTTL against the status and
 // the TTL sent.
 func leaseAcquireResult(id string, r *reply, ttl time.Duration) (LeaseAcquireResult, error) {
@@ -399,6 +460,36 @@ func leaseReleaseV2Call(ctx context.Context, s intsSender, lease keys.Key, attem
 		return LeaseReleaseResult{}, err
 	}
 	return leaseReleaseResult(leaseReleaseV2, &r)
+}
+
+// LeaseReleaseV3 is LeaseReleaseV2 with lease-release-v3: the same key,
+// statuses and result, but the host validates the attempt and builds the
+// envelope (an invalid one is INVALID without a send), and releasing the
+// caller's own live lease is answered by an integer reply. v1, v2 and v3
+// callers may share a lease key.
+func (e *Executor) LeaseReleaseV3(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
+	return leaseReleaseV3Call(ctx, e, lease, attempt)
+}
+
+// LeaseReleaseV3 is Executor.LeaseReleaseV3, batched (see
+// Batcher.LeaseAcquire).
+func (b *Batcher) LeaseReleaseV3(ctx context.Context, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
+	return leaseReleaseV3Call(ctx, b, lease, attempt)
+}
+
+func leaseReleaseV3Call(ctx context.Context, s intsSender, lease keys.Key, attempt LeaseAttempt) (LeaseReleaseResult, error) {
+	env, ok := leaseEnvelope(attempt)
+	if !ok {
+		return LeaseReleaseResult{Status: LeaseReleaseInvalid}, nil
+	}
+	r, err := sendFast(ctx, s, s.executor().leaseReleaseV3, leaseReleaseV3, []keys.Key{lease}, env)
+	if err != nil {
+		return LeaseReleaseResult{}, err
+	}
+	if r.short {
+		return LeaseReleaseResult{Status: LeaseReleased, Deleted: 1}, nil
+	}
+	return leaseReleaseResult(leaseReleaseV3, &r)
 }
 
 func leaseReleaseResult(id string, r *reply) (LeaseReleaseResult, error) {

@@ -95,6 +95,10 @@ func leaseFacades() map[string]facadeCall {
 		// The v2 programs answer v1's vectors exactly (same arguments,
 		// envelope, statuses and result).
 		"lease-release-v2": release((*Executor).LeaseReleaseV2),
+		// v3 answers v2's vectors, ported: the host builds the envelope
+		// and formats the TTL, so only the arity checks stay raw.
+		"lease-acquire-v3": acquire((*Executor).LeaseAcquireV3),
+		"lease-release-v3": release((*Executor).LeaseReleaseV3),
 	}
 }
 

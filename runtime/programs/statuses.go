@@ -420,13 +420,13 @@ func facadeStatuses(id string) []statusDef {
 		return idemFailStatuses()
 	case "idempotency-release-v1":
 		return idemReleaseStatuses()
-	case "lease-acquire-v1", "lease-acquire-v2":
+	case "lease-acquire-v1", "lease-acquire-v2", "lease-acquire-v3":
 		return leaseAcquireStatuses()
 	case "lease-inspect-v1":
 		return leaseInspectStatuses()
 	case "lease-renew-v1":
 		return leaseRenewStatuses()
-	case "lease-release-v1", "lease-release-v2":
+	case "lease-release-v1", "lease-release-v2", "lease-release-v3":
 		return leaseReleaseStatuses()
 	case "rate-concurrency-acquire-v1", "rate-concurrency-acquire-v2", "rate-concurrency-acquire-v3":
 		return permitAcquireStatuses()

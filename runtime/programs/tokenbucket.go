@@ -169,6 +169,10 @@ type fastProgram struct {
 	program Program
 	command any // "evalsha", "fcall" or "fcall_ro"
 	target  any // sha1 or function name
+	// short: besides the integer tuple, the program may answer the bare
+	// integer 1 (status 1, fields implied by the request: the lease v3
+	// fast paths), so its reply is read untyped (decodeShort).
+	short bool
 }
 
 func (e *Executor) prepare(id string) *fastProgram {
@@ -186,28 +190,48 @@ func (e *Executor) prepare(id string) *fastProgram {
 	return fp
 }
 
+// prepareShort is prepare for a program that may answer the bare integer 1.
+func (e *Executor) prepareShort(id string) *fastProgram {
+	fp := e.prepare(id)
+	if fp != nil {
+		fp.short = true
+	}
+	return fp
+}
+
 // runInts sends args (command, target, numkeys, keys..., ARGV...) for a
 // program whose result fields are all integers and decodes the reply. In
 // evalsha-managed mode an exact NOSCRIPT loads the source on the node the
 // call routes to and sends the same call once more, as evalsha does.
 func (e *Executor) runInts(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
 	id := fp.program.spec.ID
-	cmd := redis.NewIntSliceCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
+	cmd := newFastCmd(ctx, fp, args)
 	err := e.client.Process(ctx, cmd)
 	if err != nil && e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
 		if err := e.loadFor(ctx, fp.program, []string{args[3].(string)}); err != nil {
 			return reply{}, &Error{Program: id, Err: err}
 		}
-		cmd = redis.NewIntSliceCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
+		cmd = newFastCmd(ctx, fp, args)
 		err = e.client.Process(ctx, cmd)
 	}
-	return e.decodeIntsCmd(fp, cmd, err)
+	return e.decodeFastCmd(fp, cmd, err)
 }
 
-// decodeIntsCmd decodes a finished IntSliceCmd of fp whose error is err.
-func (e *Executor) decodeIntsCmd(fp *fastProgram, cmd *redis.IntSliceCmd, err error) (reply, error) {
+// newFastCmd is the command of one call of fp: read as integers, or
+// untyped when the program may answer the bare integer 1.
+func newFastCmd(ctx context.Context, fp *fastProgram, args []any) redis.Cmder {
+	if fp.short {
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		return cmd
+	}
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// decodeFastCmd decodes a finished newFastCmd of fp whose error is err.
+func (e *Executor) decodeFastCmd(fp *fastProgram, cmd redis.Cmder, err error) (reply, error) {
 	id := fp.program.spec.ID
 	if err == redis.Nil {
 		return reply{}, &CompatibilityError{Program: id, Reason: "nil reply, want an array"}
@@ -215,7 +239,48 @@ func (e *Executor) decodeIntsCmd(fp *fastProgram, cmd *redis.IntSliceCmd, err er
 	if err != nil {
 		return reply{}, &Error{Program: id, Err: err}
 	}
-	return decodeInts(&e.cat.manifest, &fp.program.spec, cmd.Val())
+	switch c := cmd.(type) {
+	case *redis.IntSliceCmd:
+		return decodeInts(&e.cat.manifest, &fp.program.spec, c.Val())
+	case *redis.Cmd:
+		return decodeShort(&e.cat.manifest, &fp.program.spec, c.Val())
+	}
+	return reply{}, &CompatibilityError{Program: id, Reason: "unexpected command type"}
+}
+
+// decodeShort decodes the reply of a program that answers its fast path
+// with the bare integer 1 and everything else with the integer tuple. The
+// reply is untrusted: an integer other than 1, a tuple of another arity
+// (checked before any element is read) or with a non-integer element is
+// ErrIncompatible.
+func decodeShort(m *Manifest, spec *ProgramSpec, v any) (reply, error) {
+	bad := func(reason string) (reply, error) {
+		return reply{}, &CompatibilityError{Program: spec.ID, Reason: reason}
+	}
+	switch t := v.(type) {
+	case int64:
+		if t != 1 {
+			return bad("integer reply " + strconv.FormatInt(t, 10) + ", want 1 or a tuple")
+		}
+		if len(spec.Result) > maxResultFields {
+			return bad("too many result fields")
+		}
+		return reply{status: 1, n: len(spec.Result), short: true}, nil
+	case []any:
+		if want := 3 + len(spec.Result); len(t) != want {
+			return bad("reply has " + strconv.Itoa(len(t)) + " elements, want " + strconv.Itoa(want))
+		}
+		var ints [3 + maxResultFields]int64
+		for i, x := range t {
+			n, ok := x.(int64)
+			if !ok {
+				return bad("reply element " + strconv.Itoa(i) + " is not an integer")
+			}
+			ints[i] = n
+		}
+		return decodeInts(m, spec, ints[:len(t)])
+	}
+	return bad("reply is neither the integer 1 nor an array")
 }
 
 // decodeInts is decodeReply for a reply read as integers.
