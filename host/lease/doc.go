@@ -9,8 +9,9 @@
 // resource that checks its token (host/fence), or idempotent execution.
 //
 // The package owns the protocol around the catalog programs
-// lease-acquire-v2, lease-inspect-v1, lease-renew-v1 and lease-release-v2
-// (the v2 programs are v1's in fewer Redis calls, on the same keys):
+// lease-acquire-v3, lease-inspect-v1, lease-renew-v1 and lease-release-v3
+// (the v3 programs are v1's on the same keys and envelope, with the
+// envelope built and checked here and an integer reply on the fast path):
 //
 //   - An Attempt (owner token + operation id) is minted before the first
 //     send, so a retry after a lost reply repeats the same attempt

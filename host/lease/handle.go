@@ -160,7 +160,7 @@ func (h *Handle) Release(ctx context.Context) (ReleaseKind, error) {
 	return res.Kind, nil
 }
 
-// releaseCall sends lease-release-v2, repeating it once after a lost reply
+// releaseCall sends lease-release-v3, repeating it once after a lost reply
 // (release is safe to repeat: ABSENT then means it applied), and counts its
 // outcome under the purpose label.
 func (c *Client) releaseCall(ctx context.Context, key keys.Key, label string, a Attempt) (ReleaseResult, error) {
@@ -176,7 +176,7 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 		lost error // the first send's, when its reply was lost
 	)
 	for try := 0; try < 2; try++ {
-		res, err = c.batch.LeaseRelease(ctx, key, program(a))
+		res, err = c.batch.LeaseReleaseV3(ctx, key, program(a))
 		if err == nil || certainty.Classify(err, true) != certainty.Indeterminate || ctx.Err() != nil {
 			break
 		}
@@ -211,7 +211,7 @@ func (c *Client) releaseTwice(ctx context.Context, key keys.Key, a Attempt) (Rel
 	case programs.LeaseReleaseWrongType:
 		return ReleaseResult{}, ErrCorrupt
 	default:
-		return ReleaseResult{}, fmt.Errorf("lease: lease-release-v2 answered %s to a validated request", res.Status)
+		return ReleaseResult{}, fmt.Errorf("lease: lease-release-v3 answered %s to a validated request", res.Status)
 	}
 	return out, nil
 }

@@ -88,8 +88,8 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // concurrent use.
 type Client struct {
 	exec *programs.Executor
-	// batch pipelines concurrent acquires and releases (lease-acquire-v2,
-	// lease-release-v2): a lone call is sent at once; calls arriving while
+	// batch pipelines concurrent acquires and releases (lease-acquire-v3,
+	// lease-release-v3): a lone call is sent at once; calls arriving while
 	// batchFlights sends are in flight leave together, each its own atomic
 	// call with its own certainty. Validity is measured from before the
 	// call is handed to it, so time spent queued only shortens it.
@@ -340,7 +340,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 	)
 	for {
 		start := c.now()
-		res, err := c.batch.LeaseAcquire(ctx, key, program(r.Attempt), r.TTL)
+		res, err := c.batch.LeaseAcquireV3(ctx, key, program(r.Attempt), r.TTL)
 		out.Attempts++
 		if err != nil {
 			o := certainty.Classify(err, true)
@@ -384,7 +384,7 @@ func (c *Client) acquire(ctx context.Context, key keys.Key, r Request) (Acquisit
 			case programs.LeaseAcquireWrongType:
 				return Acquisition{}, ErrCorrupt
 			default:
-				return Acquisition{}, fmt.Errorf("lease: lease-acquire-v2 answered %s to a validated request", res.Status)
+				return Acquisition{}, fmt.Errorf("lease: lease-acquire-v3 answered %s to a validated request", res.Status)
 			}
 		}
 		// Contended or not sent: retry within the wait (the same attempt,

@@ -130,7 +130,7 @@ func leaseRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o 
 	}
 	fmt.Println(`lease rows: left column = the peer, right = caphost host/lease (target ≥ 1.0×). One op = acquire a
   new resource's lease (TTL 10 s) and release it; every caphost op is checked to be ACQUIRED then RELEASED.
-  caphost: lease-acquire-v2 + lease-release-v2 (owner token + operation id, replay-safe, PTTL reported);
+  caphost: lease-acquire-v3 + lease-release-v3 (owner token + operation id, replay-safe, PTTL reported);
   bsm/redislock v0.9.4: SET NX PX + a release script; redsync v4: SET NX PX + an unlock script, one pool.
   fenced rows: caphost host/lease/fenced (fenced-lease-acquire-v1 + -release-v1: the resource's counter
   incremented, a (epoch, counter) token issued, the registration digest checked) on 64 provisioned
