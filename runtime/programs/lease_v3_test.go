@@ -244,6 +244,17 @@ func TestLeaseV3DecodeShort(t *testing.T) {
 			require.ErrorIs(t, err, ErrIncompatible, "%s %s", id, name)
 		}
 	}
+	// A spec wider than the reply arrays is refused in both forms, never
+	// indexed past them.
+	wide := &ProgramSpec{ID: "wide", Result: make([]ResultField, maxResultFields+1)}
+	tuple := make([]any, 3+maxResultFields+1)
+	for i := range tuple {
+		tuple[i] = int64(1)
+	}
+	for _, v := range []any{int64(1), tuple} {
+		_, err := decodeShort(&cat.manifest, wide, v)
+		require.ErrorIs(t, err, ErrIncompatible)
+	}
 	// The facades derive the fields of a short reply from the request and
 	// check tuples as v2 does.
 	_, err := leaseAcquireResult(leaseAcquireV3, &reply{status: 5, n: 1, ints: [maxResultFields]int64{7}}, time.Minute)

@@ -257,13 +257,14 @@ func decodeShort(m *Manifest, spec *ProgramSpec, v any) (reply, error) {
 	bad := func(reason string) (reply, error) {
 		return reply{}, &CompatibilityError{Program: spec.ID, Reason: reason}
 	}
+	if len(spec.Result) > maxResultFields {
+		// Both forms below index fixed arrays by the spec's arity.
+		return bad("too many result fields")
+	}
 	switch t := v.(type) {
 	case int64:
 		if t != 1 {
 			return bad("integer reply " + strconv.FormatInt(t, 10) + ", want 1 or a tuple")
-		}
-		if len(spec.Result) > maxResultFields {
-			return bad("too many result fields")
 		}
 		return reply{status: 1, n: len(spec.Result), short: true}, nil
 	case []any:
