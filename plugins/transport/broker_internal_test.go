@@ -213,7 +213,10 @@ func TestBrokerDialsOnlyFrozenTargets(t *testing.T) {
 	_, s, _ := tb.roundTrip(t, request(1, time.Second, target), nil)
 	assert.Equal(t, dialNotDeclared, s, "nothing before configure")
 	tb.b.freeze(context.Background(), []string{target})
-	tb.b.freeze(context.Background(), []string{"127.0.0.1:6379"})
+	lookups := 0
+	tb.b.lookup = func(context.Context, string) ([]netip.Addr, error) { lookups++; return nil, errors.New("no") }
+	tb.b.freeze(context.Background(), []string{"127.0.0.1:6379", "example.com:443"})
+	assert.Zero(t, lookups, "a second freeze resolves nothing")
 	id, s, fds := tb.roundTrip(t, request(2, time.Second, target), nil)
 	require.Equal(t, dialOK, s)
 	assert.Equal(t, uint32(2), id)

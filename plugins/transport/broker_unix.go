@@ -74,7 +74,7 @@ func newBroker(log *slog.Logger) (*broker, *os.File, error) {
 // to the classes of addresses it may reach (see frozenTarget). Only the
 // first call counts: no target can be added later.
 func (b *broker) freeze(ctx context.Context, targets []string) {
-	if b == nil {
+	if b == nil || b.frozen() {
 		return
 	}
 	frozen := make([]frozenTarget, len(targets))
@@ -86,7 +86,7 @@ func (b *broker) freeze(ctx context.Context, targets []string) {
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
 	if b.targets != nil {
-		return
+		return // frozen meanwhile
 	}
 	b.targets = make(map[string]frozenTarget, len(targets))
 	for i, t := range targets {
@@ -98,6 +98,14 @@ func (b *broker) freeze(ctx context.Context, targets []string) {
 				slog.String("target", t))
 		}
 	}
+}
+
+// frozen reports whether the targets are recorded already: a later
+// freeze resolves nothing.
+func (b *broker) frozen() bool {
+	b.targetsMu.Lock()
+	defer b.targetsMu.Unlock()
+	return b.targets != nil
 }
 
 func (b *broker) declared(addr string) (frozenTarget, bool) {
