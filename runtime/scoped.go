@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/guard"
+	"github.com/caphost/caphost/runtime/internal/natbatch"
 	"github.com/caphost/caphost/runtime/keys"
 )
 
@@ -93,25 +95,7 @@ type ScopedRead struct {
 // of ReadScoped is the write and read syscalls, which one command would
 // not save.
 func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
-	switch {
-	case anchor.IsZero() || member.IsZero():
-		return ScopedRead{}, errZeroKey
-	case anchor.Slot() != member.Slot():
-		return ScopedRead{}, errScopedCrossSlot
-	case maxBytes < 1 || maxBytes > MaxScopedReadBytes:
-		return ScopedRead{}, errScopedMaxBytes
-	}
-	p := d.regular.client.Pipeline()
-	gen := p.Get(ctx, anchor.Redis())
-	head := p.GetRange(ctx, member.Redis(), 0, int64(maxBytes))
-	// Every command carries its own error (a refusal or a transport
-	// failure is set on each), which scopedResult reads.
-	_, _ = p.Exec(ctx)
-	r, err := scopedResult("read-scoped", gen, head, maxBytes)
-	if err != nil || len(r.Value) <= maxBytes {
-		return r, err
-	}
-	return d.sizeMember(ctx, "read-scoped", member, r)
+	return d.readScoped(ctx, nil, anchor, member, maxBytes)
 }
 
 // ReadMember reads a member as ReadScoped does, bounded the same way, but
@@ -122,18 +106,166 @@ func (d *Deployment) ReadScoped(ctx context.Context, anchor, member keys.Key, ma
 // pipeline's GET is the share of ReadScoped it saves. Anchor and
 // AnchorFound are left zero. Errors are as ReadScoped's.
 func (d *Deployment) ReadMember(ctx context.Context, member keys.Key, maxBytes int) (ScopedRead, error) {
+	return d.readMember(ctx, nil, member, maxBytes)
+}
+
+// ScopedReader is ReadScoped and ReadMember with natural batching: reads
+// that arrive while maxFlights reads of this ScopedReader are in flight
+// leave together as one pipeline when one completes, at most maxBatch
+// reads in it. Nothing waits for a timer or for more reads, so a lone
+// reader's latency is that of the unbatched read; under load the client
+// and the server pay one write and one read syscall per batch instead of
+// per read (what a cache hit mostly costs the client). A read whose
+// context ends while it is queued is never sent; once its batch is taken,
+// it returns at once and the batch completes for the others.
+//
+// Each read keeps its own result and error. The guard refuses a pipeline
+// whole when one command is refused, so a batch refused before sending is
+// sent again read by read: a read is only ever refused for its own
+// commands. A ScopedReader is safe for concurrent use.
+type ScopedReader struct {
+	d *Deployment
+	q *natbatch.Queue[scopedCall]
+}
+
+// NewScopedReader returns a ScopedReader on d's regular lane with at most
+// maxFlights pipelines in flight before reads queue and at most maxBatch
+// reads per pipeline (both at least 1).
+func (d *Deployment) NewScopedReader(maxFlights, maxBatch int) *ScopedReader {
+	return &ScopedReader{d: d, q: natbatch.New(maxFlights, maxBatch, d.sendRead, d.sendReads)}
+}
+
+// ReadScoped is Deployment.ReadScoped, batched.
+func (r *ScopedReader) ReadScoped(ctx context.Context, anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
+	return r.d.readScoped(ctx, r.q, anchor, member, maxBytes)
+}
+
+// ReadMember is Deployment.ReadMember, batched.
+func (r *ScopedReader) ReadMember(ctx context.Context, member keys.Key, maxBytes int) (ScopedRead, error) {
+	return r.d.readMember(ctx, r.q, member, maxBytes)
+}
+
+// scopedCall is one read: the anchor's GET (nil for ReadMember) and the
+// member's GETRANGE.
+type scopedCall struct{ gen, head *redis.StringCmd }
+
+// readScoped is ReadScoped through q (nil: sent at once, alone).
+func (d *Deployment) readScoped(ctx context.Context, q *natbatch.Queue[scopedCall], anchor, member keys.Key, maxBytes int) (ScopedRead, error) {
+	switch {
+	case anchor.IsZero() || member.IsZero():
+		return ScopedRead{}, errZeroKey
+	case anchor.Slot() != member.Slot():
+		return ScopedRead{}, errScopedCrossSlot
+	case maxBytes < 1 || maxBytes > MaxScopedReadBytes:
+		return ScopedRead{}, errScopedMaxBytes
+	}
+	c := scopedCall{gen: redis.NewStringCmd(ctx, "get", anchor.Redis()), head: getRange(ctx, member, maxBytes)}
+	if err := d.send(ctx, q, "read-scoped", c); err != nil {
+		return ScopedRead{}, err
+	}
+	r, err := scopedResult("read-scoped", c.gen, c.head, maxBytes)
+	if err != nil || len(r.Value) <= maxBytes {
+		return r, err
+	}
+	return d.sizeMember(ctx, "read-scoped", member, r)
+}
+
+// readMember is ReadMember through q (nil: sent at once).
+func (d *Deployment) readMember(ctx context.Context, q *natbatch.Queue[scopedCall], member keys.Key, maxBytes int) (ScopedRead, error) {
 	switch {
 	case member.IsZero():
 		return ScopedRead{}, errZeroKey
 	case maxBytes < 1 || maxBytes > MaxScopedReadBytes:
 		return ScopedRead{}, errMemberMaxBytes
 	}
-	head := d.regular.client.GetRange(ctx, member.Redis(), 0, int64(maxBytes))
-	r, err := scopedResult("read-member", nil, head, maxBytes)
+	c := scopedCall{head: getRange(ctx, member, maxBytes)}
+	if err := d.send(ctx, q, "read-member", c); err != nil {
+		return ScopedRead{}, err
+	}
+	r, err := scopedResult("read-member", nil, c.head, maxBytes)
 	if err != nil || len(r.Value) <= maxBytes {
 		return r, err
 	}
 	return d.sizeMember(ctx, "read-member", member, r)
+}
+
+// getRange is GETRANGE member 0 maxBytes: at most maxBytes+1 bytes.
+func getRange(ctx context.Context, member keys.Key, maxBytes int) *redis.StringCmd {
+	return redis.NewStringCmd(ctx, "getrange", member.Redis(), 0, int64(maxBytes))
+}
+
+// send sends c at once (q nil) or through q. Every command carries its own
+// error (a refusal or a transport failure is set on each), which
+// scopedResult reads; the error returned here is only that of a read whose
+// context ended before its result came.
+func (d *Deployment) send(ctx context.Context, q *natbatch.Queue[scopedCall], op string, c scopedCall) error {
+	if q == nil {
+		d.sendRead(ctx, c)
+		return nil
+	}
+	switch q.Do(ctx, c) {
+	case natbatch.Abandoned:
+		// Never sent, like a call that gave up waiting for a lane slot.
+		return batchCtxError(ctx, op, certainty.OverloadedBeforeSend)
+	case natbatch.Left:
+		return batchCtxError(ctx, op, certainty.Indeterminate)
+	}
+	return nil
+}
+
+// batchCtxError is the error of a read whose context ended while it was
+// queued (OVERLOADED_BEFORE_SEND) or after its batch was taken.
+func batchCtxError(ctx context.Context, op string, o certainty.Outcome) error {
+	code := "batch-canceled"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = "batch-deadline"
+	}
+	return &certainty.Error{Outcome: o, Op: op, Code: code, Cause: ctx.Err()}
+}
+
+// sendRead sends one read: its GETRANGE alone, or with the GET in one
+// pipeline.
+func (d *Deployment) sendRead(ctx context.Context, c scopedCall) {
+	if c.gen == nil {
+		_ = d.regular.client.Process(ctx, c.head)
+		return
+	}
+	p := d.regular.client.Pipeline()
+	_ = p.BatchProcess(ctx, c.gen, c.head)
+	_, _ = p.Exec(ctx)
+}
+
+// sendReads sends reads as one pipeline; when the guard refused all of it
+// before sending (some read's command was refused), read by read.
+func (d *Deployment) sendReads(ctx context.Context, cs []scopedCall) {
+	if len(cs) == 1 {
+		d.sendRead(ctx, cs[0])
+		return
+	}
+	cmds := make([]redis.Cmder, 0, 2*len(cs))
+	for _, c := range cs {
+		if c.gen != nil {
+			cmds = append(cmds, c.gen)
+		}
+		cmds = append(cmds, c.head)
+	}
+	p := d.regular.client.Pipeline()
+	_ = p.BatchProcess(ctx, cmds...)
+	_, _ = p.Exec(ctx)
+	for _, cmd := range cmds {
+		var rej *guard.Rejection
+		if !errors.As(cmd.Err(), &rej) {
+			return
+		}
+	}
+	for _, c := range cs {
+		for _, cmd := range [...]*redis.StringCmd{c.gen, c.head} {
+			if cmd != nil {
+				cmd.SetErr(nil)
+			}
+		}
+		d.sendRead(ctx, c)
+	}
 }
 
 // sizeMember asks for the exact length of a member whose read answered
