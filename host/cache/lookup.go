@@ -325,7 +325,7 @@ func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime
 			if err != nil {
 				return runtime.ScopedRead{}, ref, false, err
 			}
-			rd, err := c.dep.ReadMember(ctx, ref.entry, r.readBound)
+			rd, err := c.reads.ReadMember(ctx, ref.entry, r.readBound)
 			rd.Anchor, rd.AnchorFound = gen, err == nil
 			r.m.generationRead(true)
 			return rd, ref, false, err
@@ -359,7 +359,7 @@ func (c *Cache) read(ctx context.Context, r *region, loc keys.Location) (runtime
 		if trust {
 			epoch, sent = r.gens.epoch.Load(), c.clock()
 		}
-		rd, err = c.dep.ReadScoped(ctx, anchor, ref.entry, r.readBound)
+		rd, err = c.reads.ReadScoped(ctx, anchor, ref.entry, r.readBound)
 		if err != nil {
 			return rd, ref, moved, err
 		}
