@@ -441,7 +441,8 @@ func bytesOp(name string, g *goCache, key string) contender {
 // its system calls per op under strace -c.
 func cacheSolo(ctx context.Context, plain *redis.Client, o runOpts) error {
 	names := []string{"go-redis/cache Get→product", "go-redis/cache Get→[]byte", "go-redis/cache TinyLFU Get→[]byte",
-		"caphost Lookup, product guest", "caphost Lookup, bytes codec", "caphost Lookup, L1", "caphost LookupAppend, L1"}
+		"caphost Lookup, product guest", "caphost Lookup, bytes codec", "caphost Lookup, L1", "caphost LookupAppend, L1",
+		"caphost Lookup, product guest in AssemblyScript"}
 	if !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, o.solo) }) {
 		return nil
 	}
@@ -453,7 +454,7 @@ func cacheSolo(ctx context.Context, plain *redis.Client, o runOpts) error {
 	for _, c := range []contender{
 		typedOp(names[0], s.gcTyped), bytesOp(names[1], s.gcBytes, gcKeyBytes), bytesOp(names[2], s.gcL1, gcKeyL1),
 		lookupOp(names[3], s.hostA, regionProducts, false),
-		lookupOp(names[3]+" in AssemblyScript", s.hostC, regionProducts, false),
+		lookupOp(names[7], s.hostC, regionProducts, false),
 		lookupOp(names[4], s.hostA, regionRaw, false),
 		lookupOp(names[5], s.hostA, regionL1, true), appendOp(names[6], s.hostA, regionL1),
 	} {
