@@ -252,11 +252,8 @@ func (d *Deployment) sendReads(ctx context.Context, cs []scopedCall) {
 	p := d.regular.client.Pipeline()
 	_ = p.BatchProcess(ctx, cmds...)
 	_, _ = p.Exec(ctx)
-	for _, cmd := range cmds {
-		var rej *guard.Rejection
-		if !errors.As(cmd.Err(), &rej) {
-			return
-		}
+	if !guard.RefusedWhole(cmds) {
+		return
 	}
 	for _, c := range cs {
 		for _, cmd := range [...]*redis.StringCmd{c.gen, c.head} {

@@ -283,6 +283,21 @@ func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
+// RefusedWhole reports a pipeline the guard refused before sending any of
+// it: every command carries a pre-send *Rejection. ProcessPipelineHook
+// refuses a pipeline whole for one refused command, so a caller that
+// batched independent calls into one pipeline sends them again one by one
+// when this is true: each call is then refused only for its own command.
+func RefusedWhole(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		var rej *Rejection
+		if !errors.As(cmd.Err(), &rej) || rej.Sent {
+			return false
+		}
+	}
+	return len(cmds) > 0
+}
+
 // commandLabel is e's name, or UnknownCommand for nil (not in the catalog).
 func commandLabel(e *commands.Entry) string {
 	if e == nil {

@@ -448,3 +448,23 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestRefusedWhole(t *testing.T) {
+	g, _ := newGuard(t, nil)
+	h := g.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
+	pipeline := func(cmds ...redis.Cmder) []redis.Cmder {
+		_ = h(context.Background(), cmds)
+		return cmds
+	}
+	ok := func() redis.Cmder { return redis.NewStringCmd(context.Background(), "get", ns+"a") }
+	bad := func() redis.Cmder { return redis.NewStringCmd(context.Background(), "get", "outside:a") }
+	assert.True(t, RefusedWhole(pipeline(ok(), bad(), ok())), "one refused command refuses the pipeline whole")
+	assert.False(t, RefusedWhole(pipeline(ok(), ok())), "admitted")
+	assert.False(t, RefusedWhole(nil))
+	sent := ok()
+	sent.SetErr(&Rejection{Reason: ReasonReplyTooLarge, Sent: true})
+	refused := bad()
+	refused.SetErr(&Rejection{Reason: ReasonNamespace})
+	assert.False(t, RefusedWhole([]redis.Cmder{refused, sent}), "a withheld reply was sent: not a pre-send refusal")
+	assert.False(t, RefusedWhole([]redis.Cmder{refused, ok()}), "a command without an error was sent")
+}
