@@ -2,13 +2,13 @@ package programs
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/certainty"
+	"github.com/caphost/caphost/runtime/guard"
 	"github.com/caphost/caphost/runtime/keys"
 )
 
@@ -183,10 +183,12 @@ func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 	pipe := b.e.client.Pipeline()
 	_ = pipe.BatchProcess(sctx, cmds...)
 	_, _ = pipe.Exec(sctx) // every command carries its own error
+	refused := len(cmds) > 1 && guard.RefusedWhole(cmds)
 	for i, c := range batch {
 		err := cmds[i].Err()
-		if err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
-			// An exact NOSCRIPT ran nothing: load and send this call alone.
+		if refused || err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
+			// Refused whole for one call's command, or an exact NOSCRIPT
+			// (nothing ran): this call is sent again alone.
 			c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
 		} else {
 			c.r, c.err = b.e.decodeFastCmd(c.fp, cmds[i], err)
@@ -260,9 +262,5 @@ func sendFast(ctx context.Context, s intsSender, fp *fastProgram, id string, ks 
 // ctxError reports a call that ended with its context: o says whether it
 // can have been sent.
 func ctxError(ctx context.Context, fp *fastProgram, o certainty.Outcome) error {
-	code := "batch-canceled"
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		code = "batch-deadline"
-	}
-	return &Error{Program: fp.program.spec.ID, Err: &certainty.Error{Outcome: o, Op: "batch", Code: code, Cause: ctx.Err()}}
+	return &Error{Program: fp.program.spec.ID, Err: batchCtxError(ctx, o)}
 }

@@ -139,7 +139,12 @@ func (b *Batcher) queued() int {
 	return len(b.queue)
 }
 
-func waitQueued(t *testing.T, b *Batcher, n int) {
+// queuer is a Batcher or a Batched Executor: something calls queue in.
+type queuer interface{ queued() int }
+
+func (e *Executor) queued() int { return e.calls.Queued() }
+
+func waitQueued(t *testing.T, b queuer, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return b.queued() == n }, 5*time.Second, time.Millisecond, "want %d queued", n)
 }
@@ -621,7 +626,7 @@ func TestBatcherMixesPrograms(t *testing.T) {
 // and call(i, 2) for every i < n behind it, lets the flight go, checks
 // that the 2n queued calls left as one pipeline and returns, for every i,
 // its owners by the status they got.
-func raceInOnePipeline(t *testing.T, g *gate, b *Batcher, n int, call func(i, owner int) (string, error)) map[int]map[string][]int {
+func raceInOnePipeline(t *testing.T, g *gate, b queuer, n int, call func(i, owner int) (string, error)) map[int]map[string][]int {
 	t.Helper()
 	type res struct {
 		i, owner int

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caphost/caphost/policy"
+	"github.com/caphost/caphost/runtime/internal/natbatch"
 	"github.com/caphost/caphost/runtime/keys"
 )
 
@@ -27,6 +28,8 @@ type Executor struct {
 	notifySubmit, leaseAcquireV2, leaseReleaseV2    *fastProgram
 	leaseAcquireV3, leaseReleaseV3                  *fastProgram
 	permitAcquireV3, permitRenewV3, permitReleaseV3 *fastProgram
+	// calls, when set (Batched), batches run's calls naturally.
+	calls *natbatch.Queue[*programCall]
 }
 
 // NewExecutor binds a catalog to the script-lane client in one mode. There
@@ -94,15 +97,24 @@ func (e *Executor) run(ctx context.Context, id string, ks []keys.Key, args ...an
 		v   any
 		err error
 	)
-	if e.mode == policy.ProgramsFunctionsProvisioned {
-		v, err = e.fcall(ctx, p, wire, args)
+	if e.calls != nil {
+		v, err = e.runQueued(ctx, p, wire, args)
 	} else {
-		v, err = e.evalsha(ctx, p, wire, args)
+		v, err = e.call(ctx, p, wire, args)
 	}
 	if err != nil {
 		return reply{}, &Error{Program: id, Err: err}
 	}
 	return decodeReply(&e.cat.manifest, &p.spec, v)
+}
+
+// call sends one call of p alone: FCALL (FCALL_RO), or EVALSHA with the
+// NOSCRIPT recovery.
+func (e *Executor) call(ctx context.Context, p Program, wire []string, args []any) (any, error) {
+	if e.mode == policy.ProgramsFunctionsProvisioned {
+		return e.fcall(ctx, p, wire, args)
+	}
+	return e.evalsha(ctx, p, wire, args)
 }
 
 func (e *Executor) fcall(ctx context.Context, p Program, wire []string, args []any) (any, error) {
