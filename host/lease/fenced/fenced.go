@@ -221,9 +221,20 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{exec: dep.Programs(), keys: rt.Keys(), drift: drift, threshold: threshold, maxTTL: maxTTL, maxWait: maxWait,
+	return &Client{exec: dep.Programs().Batched(batchFlights, batchSize), keys: rt.Keys(), drift: drift, threshold: threshold, maxTTL: maxTTL, maxWait: maxWait,
 		purposes: purposes, log: o.log, m: m, now: o.now, jitter: rand.Int64N, repl: cfg.Replication}, nil
 }
+
+// batchFlights and batchSize bound the batching of the fenced programs'
+// calls (programs.Executor.Batched): a lone call is sent at once; calls
+// arriving while 4 are in flight leave together, at most 64 per pipeline,
+// each its own atomic call with its own certainty. Validity is measured
+// from before a call is handed over, so time spent queued only shortens
+// it. The replicated variants (program then WAIT) are sent alone.
+const (
+	batchFlights = 4
+	batchSize    = 64
+)
 
 // AcceptsPurpose reports whether purpose is on the configured list (every
 // purpose slug when the list is empty).
