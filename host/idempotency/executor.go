@@ -188,6 +188,17 @@ type Executor struct {
 	afterRenew   func(programs.IdemRenewStatus, error)
 }
 
+// batchFlights and batchSize bound the batching of the idempotency
+// programs' calls (programs.Executor.Batched): a lone call is sent at
+// once; calls arriving while 4 are in flight leave together, at most 64
+// per pipeline, each its own atomic call with its own certainty. A
+// processing lease's validity is measured from before its call is handed
+// over, so time spent queued only shortens it.
+const (
+	batchFlights = 4
+	batchSize    = 64
+)
+
 // New binds an executor to cfg.Role of rt.
 func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Executor, error) {
 	if rt == nil {
@@ -203,7 +214,7 @@ func New(rt *runtime.Runtime, cfg Config, opts ...Option) (*Executor, error) {
 	if err := checkBudgets(cfg.MaxResponseBytes, dep.Budgets()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	e := &Executor{exec: dep.Programs(), keys: rt.Keys(), cfg: cfg, log: slog.Default(), now: time.Now, after: time.After}
+	e := &Executor{exec: dep.Programs().Batched(batchFlights, batchSize), keys: rt.Keys(), cfg: cfg, log: slog.Default(), now: time.Now, after: time.After}
 	for _, o := range opts {
 		if o != nil {
 			o(e)
