@@ -94,7 +94,8 @@ func New(ctx context.Context, dep *runtime.Deployment, kb *keys.Builder, cfg Con
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	c := &Cache{log: o.Log, clock: o.Clock, dep: dep, reads: dep.NewScopedReader(readFlights, readBatch), exec: dep.Programs(), keys: kb, guests: o.Guests, cfg: cfg,
+	c := &Cache{log: o.Log, clock: o.Clock, dep: dep, reads: dep.NewScopedReader(batchFlights, batchSize),
+		exec: dep.Programs().Batched(batchFlights, batchSize), keys: kb, guests: o.Guests, cfg: cfg,
 		rewrites: make(chan struct{}, maxRewrites), verifier: newVerifier()}
 	_, _ = rand.Read(c.instance[:])
 	if cfg.HintSecret.IsZero() {
@@ -268,14 +269,15 @@ func (c *Cache) compile(ctx context.Context, candidate string, cand *abi.Descrip
 	return out, nil
 }
 
-// readFlights and readBatch bound the lookups' L2 read batching
-// (runtime.ScopedReader): reads that arrive while readFlights pipelines
-// are in flight leave together when one completes, at most readBatch in
-// one pipeline, so 32 concurrent lookups pay a few write and read
-// syscalls instead of 32 of each.
+// batchFlights and batchSize bound the batching of the lookups' L2 reads
+// (runtime.ScopedReader) and of the program calls (writes, claims,
+// generation creation; programs.Executor.Batched): calls that arrive
+// while batchFlights are in flight leave together when one completes, at
+// most batchSize in one pipeline, so 32 concurrent lookups pay a few
+// write and read syscalls instead of 32 of each.
 const (
-	readFlights = 4
-	readBatch   = 32
+	batchFlights = 4
+	batchSize    = 32
 )
 
 // putOverhead bounds what a cache-put-v2 call sends besides the value:
