@@ -32,6 +32,9 @@ type pathOpen struct{ nr, flagsArg uint32 }
 type filterRules struct {
 	// refuse are system calls refused with EACCES.
 	refuse []uint32
+	// deny are system calls refused with EPERM, as the kernel refuses
+	// them to a process without the capability they need.
+	deny []uint32
 	// opath are the open calls whose O_PATH form is refused with EACCES
 	// (an O_PATH descriptor reads nothing, so Landlock lets it through,
 	// and fstat of it reads the metadata); openat2, whose flags sit in a
@@ -44,15 +47,34 @@ type filterRules struct {
 }
 
 // sandboxRules are the rules of a sandbox's filter: no change of a
-// file's metadata and no reading of a path's in every sandbox, with
-// noInet (a brokered sandbox) no socket(2) or connect(2) at all, and
-// with noOpen (a sandbox granted no file) no open of any path either.
+// file's metadata and no reading of a path's in every sandbox, no change
+// of the mount tree or of namespaces either, with noInet (a brokered
+// sandbox) no socket(2) or connect(2) at all, and with noOpen (a sandbox
+// granted no file) no open of any path either.
 func sandboxRules(noInet, noOpen bool) filterRules {
 	refuse := slices.Concat(metadataSyscalls(), metadataReadSyscalls())
 	if noOpen {
 		refuse = append(refuse, openSyscalls()...)
 	}
-	return filterRules{refuse: refuse, opath: pathOpens(), noInet: noInet}
+	return filterRules{refuse: refuse, deny: mountSyscalls(), opath: pathOpens(), noInet: noInet}
+}
+
+// mountSyscalls are the calls that change the mount tree, the root or
+// the namespaces of the calling process, or open a file by handle
+// (reaching around the mount tree), with the same names on amd64 and
+// arm64 (sandboxFilter refuses them with EPERM). A plugin in its own
+// user and mount namespace holds every capability there, so only this
+// keeps it from undoing the root confine gave it (hidePaths): mounting
+// over it, moving or detaching mounts, pivoting or entering another
+// namespace. Landlock refuses mount changes too, where it is applied.
+func mountSyscalls() []uint32 {
+	return []uint32{
+		unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
+		unix.SYS_UNSHARE, unix.SYS_SETNS,
+		unix.SYS_OPEN_TREE, unix.SYS_OPEN_TREE_ATTR, unix.SYS_MOVE_MOUNT, unix.SYS_MOUNT_SETATTR,
+		unix.SYS_FSOPEN, unix.SYS_FSMOUNT, unix.SYS_FSCONFIG, unix.SYS_FSPICK,
+		unix.SYS_OPEN_BY_HANDLE_AT,
+	}
 }
 
 // sandboxFilter is the classic BPF program restrictSockets installs for
@@ -85,6 +107,9 @@ func sandboxFilter(arch uint32, r filterRules) ([]unix.SockFilter, error) {
 	for _, nr := range r.refuse {
 		p = append(p, insn{code: jeq, k: nr, jt: "eacces"})
 	}
+	for _, nr := range r.deny {
+		p = append(p, insn{code: jeq, k: nr, jt: "eperm"})
+	}
 	if r.noInet {
 		p = append(p, insn{code: jeq, k: unix.SYS_SOCKET, jt: "eacces"}, insn{code: jeq, k: unix.SYS_CONNECT, jt: "eacces"})
 	}
@@ -112,6 +137,7 @@ func sandboxFilter(arch uint32, r filterRules) ([]unix.SockFilter, error) {
 	p = append(p,
 		insn{label: "allow", code: ret, k: unix.SECCOMP_RET_ALLOW},
 		insn{label: "eacces", code: ret, k: unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)},
+		insn{label: "eperm", code: ret, k: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
 		insn{label: "enosys", code: ret, k: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
 	)
 	return assemble(p)
@@ -202,6 +228,11 @@ func nativeAudit() uint32 {
 //     ENOENT and one that exists with EACCES: a plugin could map which
 //     files exist (a secret's file, a configuration). Refused before
 //     the lookup, every path answers the same;
+//   - the calls that change the mount tree, the root or the namespaces
+//     (mountSyscalls: mount, umount2, pivot_root, chroot, unshare, setns,
+//     the new mount API) and open_by_handle_at fail with EPERM: a plugin
+//     in its own user and mount namespace (see hidePaths) holds every
+//     capability there, and must not undo the root it was given;
 //   - a system call of another ABI (i386 through int 0x80, x32) fails
 //     with ENOSYS: its arguments are not what the filter reads.
 //

@@ -19,7 +19,9 @@ import (
 // families and protocols a transport uses pass, every other socket,
 // io_uring, foreign ABIs and every call that changes a file's metadata do
 // not; every call that reads a path's metadata, an O_PATH open and
-// openat2 are refused while plain opens and the fd forms pass. Without
+// openat2 are refused while plain opens and the fd forms pass; every
+// call that changes the mount tree, the root or a namespace is refused
+// with EPERM in every sandbox. Without
 // internet sockets (a brokered sandbox) socket(2) and connect(2) are
 // refused whatever their arguments.
 // (TestSandboxClosesSocketGaps, TestSandboxRefusesMetadataChanges and
@@ -28,6 +30,7 @@ func TestSandboxFilter(t *testing.T) {
 	const native, i386 = 0xc0ffee01, unix.AUDIT_ARCH_I386
 	allow := int(unix.SECCOMP_RET_ALLOW)
 	eacces := int(unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES))
+	eperm := int(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
 	enosys := int(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	type call struct {
 		name       string
@@ -72,6 +75,32 @@ func TestSandboxFilter(t *testing.T) {
 	for _, nr := range metadataReadSyscalls() {
 		reads = append(reads, call{name: "metadata read " + strconv.Itoa(int(nr)), arch: native, nr: nr})
 	}
+	// The mount tree, the root and the namespaces stay as confine left
+	// them, in every sandbox: a plugin in its own namespaces holds every
+	// capability there.
+	mounts := []call{
+		{name: "mount", arch: native, nr: unix.SYS_MOUNT, want: eperm},
+		{name: "umount2", arch: native, nr: unix.SYS_UMOUNT2, want: eperm},
+		{name: "pivot_root", arch: native, nr: unix.SYS_PIVOT_ROOT, want: eperm},
+		{name: "chroot", arch: native, nr: unix.SYS_CHROOT, want: eperm},
+		{name: "unshare", arch: native, nr: unix.SYS_UNSHARE, want: eperm},
+		{name: "setns", arch: native, nr: unix.SYS_SETNS, want: eperm},
+		{name: "open_tree", arch: native, nr: unix.SYS_OPEN_TREE, want: eperm},
+		{name: "open_tree_attr", arch: native, nr: unix.SYS_OPEN_TREE_ATTR, want: eperm},
+		{name: "move_mount", arch: native, nr: unix.SYS_MOVE_MOUNT, want: eperm},
+		{name: "mount_setattr", arch: native, nr: unix.SYS_MOUNT_SETATTR, want: eperm},
+		{name: "fsopen", arch: native, nr: unix.SYS_FSOPEN, want: eperm},
+		{name: "fsmount", arch: native, nr: unix.SYS_FSMOUNT, want: eperm},
+		{name: "fsconfig", arch: native, nr: unix.SYS_FSCONFIG, want: eperm},
+		{name: "fspick", arch: native, nr: unix.SYS_FSPICK, want: eperm},
+		{name: "open_by_handle_at", arch: native, nr: unix.SYS_OPEN_BY_HANDLE_AT, want: eperm},
+		// Still allowed: what reads the mount tree, and the calls a Go
+		// program makes anyway.
+		{name: "listmount", arch: native, nr: unix.SYS_LISTMOUNT, want: allow},
+		{name: "clone", arch: native, nr: unix.SYS_CLONE, want: allow},
+		{name: "fchdir", arch: native, nr: unix.SYS_FCHDIR, want: allow},
+	}
+	require.Len(t, mounts, len(mountSyscalls())+3, "every refused call has its case")
 	require.GreaterOrEqual(t, len(changes), 14)
 	require.GreaterOrEqual(t, len(reads), 16)
 	opath := []call{
@@ -115,7 +144,7 @@ func TestSandboxFilter(t *testing.T) {
 		return out
 	}
 	t.Run("direct", func(t *testing.T) {
-		run(t, sandboxRules(false, false), slices.Concat(sockets, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
+		run(t, sandboxRules(false, false), slices.Concat(sockets, changes, mounts, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys)))
 	})
 	t.Run("no open", func(t *testing.T) {
 		// A sandbox granted no file: every open of a path is refused,
@@ -131,7 +160,7 @@ func TestSandboxFilter(t *testing.T) {
 			calls = append(calls, call{name: "open " + strconv.Itoa(int(nr)), arch: native, nr: nr, arg1: unix.O_RDONLY, arg2: unix.O_RDONLY, want: eacces})
 		}
 		require.NotEmpty(t, openSyscalls())
-		calls = slices.Concat(calls, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
+		calls = slices.Concat(calls, changes, mounts, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
 		run(t, sandboxRules(false, true), calls)
 	})
 	t.Run("no inet", func(t *testing.T) {
@@ -147,7 +176,7 @@ func TestSandboxFilter(t *testing.T) {
 		calls = append(calls, call{name: "socketpair", arch: native, nr: unix.SYS_SOCKETPAIR, domain: unix.AF_UNIX, want: allow},
 			call{name: "sendmsg", arch: native, nr: unix.SYS_SENDMSG, want: allow},
 			call{name: "recvmsg", arch: native, nr: unix.SYS_RECVMSG, want: allow})
-		calls = slices.Concat(calls, changes, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
+		calls = slices.Concat(calls, changes, mounts, with(reads, eacces), with(opath, eacces), with([]call{openat2}, enosys))
 		run(t, sandboxRules(true, false), calls)
 	})
 }
