@@ -179,8 +179,8 @@ func (o transportObserver) BrokerRefused(name, reason string) {
 // transport plugin's current process reported (transport.Plugin.
 // Sandboxed): caphost_notify_transport_sandbox{transport,restricted},
 // the Landlock ABI it confined itself with, 0 when none; restricted is
-// transport.SandboxLevel.Restricted, a closed set ("fs,tcp,sockets,hosts",
-// "none"…). It is read live, so a restarted plugin's report shows.
+// transport.SandboxLevel.Restricted, a closed set
+// ("fs,tcp,sockets,hosts,paths", "none"…). It is read live, so a restarted plugin's report shows.
 type sandboxCollector struct {
 	desc    *prometheus.Desc
 	mu      sync.Mutex
@@ -190,7 +190,7 @@ type sandboxCollector struct {
 func newSandboxCollector() *sandboxCollector {
 	return &sandboxCollector{plugins: map[string]*transport.Plugin{}, desc: prometheus.NewDesc(
 		"caphost_notify_transport_sandbox",
-		"Landlock ABI each transport plugin confined itself with (0: none), and what it restricts (fs, tcp, udp, sockets, hosts).",
+		"Landlock ABI each transport plugin confined itself with (0: none), and what it restricts (fs, tcp, udp, sockets, hosts, paths).",
 		[]string{"transport", "restricted"}, nil)}
 }
 

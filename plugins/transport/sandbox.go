@@ -151,6 +151,14 @@ type SandboxLevel struct {
 	// only the host:port targets the host's connect broker dials for it
 	// (Sandbox.Dial), over TCP, and no UDP at all.
 	Hosts bool
+	// Paths: the plugin's root is a file system of its own holding only
+	// the paths its Sandbox grants, in its own user and mount namespace,
+	// so that any other path does not exist for it, whether or not it
+	// exists on the host (Linux; only with Sockets, whose filter keeps
+	// the plugin from changing its mounts). Without it, a sandbox with
+	// file grants can tell an existing path (EACCES) from a missing one
+	// (ENOENT).
+	Paths bool
 }
 
 // String is the Landlock ABI and what is restricted, for example
@@ -164,14 +172,14 @@ func (l SandboxLevel) String() string {
 }
 
 // Restricted lists what is restricted, a bounded label value: "fs",
-// "tcp", "udp", "sockets" and "hosts" in that order, joined by commas,
-// or "none".
+// "tcp", "udp", "sockets", "hosts" and "paths" in that order, joined by
+// commas, or "none".
 func (l SandboxLevel) Restricted() string {
 	var r []string
 	for _, x := range []struct {
 		on   bool
 		name string
-	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}, {l.Sockets, "sockets"}, {l.Hosts, "hosts"}} {
+	}{{l.FS, "fs"}, {l.TCP, "tcp"}, {l.UDP, "udp"}, {l.Sockets, "sockets"}, {l.Hosts, "hosts"}, {l.Paths, "paths"}} {
 		if x.on {
 			r = append(r, x.name)
 		}
@@ -190,7 +198,7 @@ func (l SandboxLevel) valid() bool {
 	switch {
 	case l.LandlockABI < 0 || l.LandlockABI > 255:
 		return false
-	case l.Hosts && !l.Sockets:
+	case (l.Hosts || l.Paths) && !l.Sockets:
 		return false
 	case l.LandlockABI == 0:
 		return !l.FS && !l.TCP && !l.UDP

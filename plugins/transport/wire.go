@@ -93,6 +93,7 @@ type wireConfigured struct {
 	SandboxUDP  bool   `json:"sandbox_udp,omitzero"`
 	SandboxSock bool   `json:"sandbox_sockets,omitzero"`
 	SandboxHost bool   `json:"sandbox_hosts,omitzero"`
+	SandboxPath bool   `json:"sandbox_paths,omitzero"`
 	// Dial are the Sandbox's broker targets, which the host records
 	// once for the process.
 	Dial []string `json:"dial,omitzero"`
@@ -100,13 +101,13 @@ type wireConfigured struct {
 
 func configuredOK(l SandboxLevel, dial []string) wireConfigured {
 	return wireConfigured{OK: true, LandlockABI: uint8(l.LandlockABI), SandboxFS: l.FS, SandboxTCP: l.TCP,
-		SandboxUDP: l.UDP, SandboxSock: l.Sockets, SandboxHost: l.Hosts, Dial: dial}
+		SandboxUDP: l.UDP, SandboxSock: l.Sockets, SandboxHost: l.Hosts, SandboxPath: l.Paths, Dial: dial}
 }
 
 // level is the sandbox the reply reports.
 func (w wireConfigured) level() SandboxLevel {
 	return SandboxLevel{LandlockABI: int(w.LandlockABI), FS: w.SandboxFS, TCP: w.SandboxTCP, UDP: w.SandboxUDP,
-		Sockets: w.SandboxSock, Hosts: w.SandboxHost}
+		Sockets: w.SandboxSock, Hosts: w.SandboxHost, Paths: w.SandboxPath}
 }
 
 // ValidateMessage checks m against the wire bounds; the error names the

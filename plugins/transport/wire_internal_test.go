@@ -20,7 +20,9 @@ func FuzzDecodeConfigured(f *testing.F) {
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`, `{"ok":true,"landlock_abi":3,"sandbox_tcp":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true,"dial":["hooks.example:443"]}`,
-		`{"ok":true,"dial":["[::1]:25","a:1"]}`} {
+		`{"ok":true,"dial":["[::1]:25","a:1"]}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_paths":true}`,
+		`{"ok":true,"sandbox_paths":true}`, `{"ok":true,"sandbox_sockets":true,"sandbox_paths":1}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -51,12 +53,14 @@ func FuzzDecodeConfigured(f *testing.F) {
 func TestDecodeConfiguredSandbox(t *testing.T) {
 	for doc, want := range map[string]SandboxLevel{
 		`{"ok":true}`: {},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                                             {LandlockABI: 7, FS: true, TCP: true},
-		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                                                {LandlockABI: 3, FS: true},
-		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`:                         {LandlockABI: 10, FS: true, TCP: true, UDP: true},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`:                      {LandlockABI: 7, FS: true, TCP: true, Sockets: true},
-		`{"ok":true,"sandbox_sockets":true}`:                                                                            {Sockets: true},
-		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true}`: {LandlockABI: 7, FS: true, TCP: true, Sockets: true, Hosts: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true}`:                                                                  {LandlockABI: 7, FS: true, TCP: true},
+		`{"ok":true,"landlock_abi":3,"sandbox_fs":true}`:                                                                                     {LandlockABI: 3, FS: true},
+		`{"ok":true,"landlock_abi":10,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_udp":true}`:                                              {LandlockABI: 10, FS: true, TCP: true, UDP: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true}`:                                           {LandlockABI: 7, FS: true, TCP: true, Sockets: true},
+		`{"ok":true,"sandbox_sockets":true}`:                                                                                                 {Sockets: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true}`:                      {LandlockABI: 7, FS: true, TCP: true, Sockets: true, Hosts: true},
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_tcp":true,"sandbox_sockets":true,"sandbox_hosts":true,"sandbox_paths":true}`: {LandlockABI: 7, FS: true, TCP: true, Sockets: true, Hosts: true, Paths: true},
+		`{"ok":true,"sandbox_sockets":true,"sandbox_paths":true}`:                                                                            {Sockets: true, Paths: true},
 	} {
 		w, err := decodeConfigured([]byte(doc))
 		require.NoError(t, err, doc)
@@ -77,6 +81,12 @@ func TestDecodeConfiguredSandbox(t *testing.T) {
 		`{"key":"dir","code":"x","sandbox_sockets":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_fs":true}`,
 		`{"ok":true,"landlock_abi":7,"sandbox_hosts":true}`,
+		`{"ok":true,"landlock_abi":7,"sandbox_fs":true,"sandbox_paths":true}`,
+		`{"ok":true,"sandbox_sockets":true,"sandbox_paths":1}`,
+		`{"ok":true,"sandbox_sockets":true,"sandbox_paths":true,"sandbox_paths":true}`,
+		`{"ok":true,"sandbox_sockets":true,"sandbox_path":true}`,
+		`{"ok":true,"sandbox_sockets":true,"Sandbox_Paths":true}`,
+		`{"key":"dir","code":"x","sandbox_paths":true}`,
 		`{"ok":true,"dial":["example.com"]}`,
 		`{"ok":true,"dial":["example.com:443","example.com:443"]}`,
 		`{"ok":true,"dial":["a:1","b:1","c:1","d:1","e:1","f:1","g:1","h:1","i:1"]}`,
@@ -120,4 +130,19 @@ func FuzzLogBridge(f *testing.F) {
 		require.NotContains(t, line, `"plugin_secret"`)
 		require.NotContains(t, line, `"plugin_to"`)
 	})
+}
+
+// TestSandboxLevelLabels: Restricted names what is restricted in its
+// documented order (a closed set of metric label values), and a level
+// claiming hidden paths without the seccomp filter that keeps them
+// hidden is not one a plugin can have.
+func TestSandboxLevelLabels(t *testing.T) {
+	require.Equal(t, "none", SandboxLevel{}.Restricted())
+	require.Equal(t, "fs,tcp,udp,sockets,hosts,paths",
+		SandboxLevel{LandlockABI: 10, FS: true, TCP: true, UDP: true, Sockets: true, Hosts: true, Paths: true}.Restricted())
+	require.Equal(t, "fs,tcp,sockets,paths", SandboxLevel{LandlockABI: 6, FS: true, TCP: true, Sockets: true, Paths: true}.Restricted())
+	require.Equal(t, "landlock-v6:fs,tcp,sockets,paths", SandboxLevel{LandlockABI: 6, FS: true, TCP: true, Sockets: true, Paths: true}.String())
+	require.True(t, SandboxLevel{Sockets: true, Paths: true}.valid())
+	require.False(t, SandboxLevel{Paths: true}.valid())
+	require.False(t, SandboxLevel{LandlockABI: 6, FS: true, TCP: true, Paths: true}.valid())
 }
