@@ -310,9 +310,10 @@ func TestNotifyCapability(t *testing.T) {
 	assert.Equal(t, 1.0, gaugeValue(t, reg, "caphost_notify_best_effort_total", map[string]string{"outcome": "ACCEPTED"}))
 	assert.Equal(t, 1.0, gaugeValue(t, reg, "caphost_notify_transport_launches_total", map[string]string{"transport": "webhook", "result": "ok"}))
 	// The webhook plugin confined itself (this needs a kernel with Landlock
-	// ABI 4 or later: files, TCP ports and the socket filter) and reaches
-	// its receiver through the host's connect broker only.
-	assert.GreaterOrEqual(t, gaugeValue(t, reg, "caphost_notify_transport_sandbox", map[string]string{"transport": "webhook", "restricted": "fs,tcp,sockets,hosts"}), 4.0)
+	// ABI 4 or later: files, TCP ports and the socket filter, and user
+	// namespaces for its own root), reaches its receiver through the
+	// host's connect broker only, and sees no path of the host's.
+	assert.GreaterOrEqual(t, gaugeValue(t, reg, "caphost_notify_transport_sandbox", map[string]string{"transport": "webhook", "restricted": "fs,tcp,sockets,hosts,paths"}), 4.0)
 
 	st := statusOf(t, h, notify.CapabilityID)
 	assert.Equal(t, capability.StateActive, st.State)

@@ -180,7 +180,8 @@ func (o transportObserver) BrokerRefused(name, reason string) {
 // Sandboxed): caphost_notify_transport_sandbox{transport,restricted},
 // the Landlock ABI it confined itself with, 0 when none; restricted is
 // transport.SandboxLevel.Restricted, a closed set
-// ("fs,tcp,sockets,hosts,paths", "none"…). It is read live, so a restarted plugin's report shows.
+// ("fs,tcp,sockets,hosts,paths", "none"…). It is read live, so a
+// restarted plugin's report shows.
 type sandboxCollector struct {
 	desc    *prometheus.Desc
 	mu      sync.Mutex

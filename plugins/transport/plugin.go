@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	plugin "github.com/hashicorp/go-plugin"
@@ -68,6 +69,10 @@ type Config struct {
 	// Observer receives restarts, launches and calls (and the connect
 	// broker's refusals when it is a BrokerObserver); nil ignores them.
 	Observer Observer
+
+	// namespaceHook, a test's, changes the namespaces each launch asks
+	// for (isolate): breaking them proves the fallback.
+	namespaceHook func(*syscall.SysProcAttr)
 }
 
 // Errors of Launch, matched with errors.Is.
@@ -181,9 +186,12 @@ type Plugin struct {
 	failures atomic.Int32
 	// sandbox is what the latest configured process reported.
 	sandbox atomic.Pointer[SandboxLevel]
-	kick    chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// shared: the kernel refused this plugin namespaces of its own, and
+	// it is launched in the host's from then on (see isolate).
+	shared atomic.Bool
+	kick   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 var _ Transport = (*Plugin)(nil)
@@ -212,10 +220,40 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
-// start launches one instance and configures it. Each process gets a
-// fresh broker socket pair, its end passed as descriptor 3
-// (exec.Cmd.ExtraFiles, which go-plugin leaves as they are).
+// start launches one instance and configures it. The process starts in
+// namespaces of its own (isolate) unless the kernel refused them to an
+// earlier launch of p: a launch they fail is retried once without, and
+// if that starts, p keeps to it and says so once, as a warning (its
+// sandbox cannot hide paths; SandboxLevel.Paths).
 func (p *Plugin) start(ctx context.Context) (*instance, error) {
+	own := !p.shared.Load()
+	inst, err := p.spawn(own)
+	if refused := err; err != nil && own && namespaceRefused(err) {
+		if inst, err = p.spawn(false); err == nil {
+			p.shared.Store(true)
+			p.log.Warn("transport plugin runs in the host's namespaces: the kernel refused it user and mount namespaces of its own, so its sandbox cannot hide paths",
+				slog.Any("error", refused))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	level, dial, err := p.configure(ctx, inst)
+	if err != nil {
+		inst.kill()
+		return nil, err
+	}
+	inst.broker.freeze(ctx, dial)
+	inst.broker.start()
+	p.sandbox.Store(&level)
+	return inst, nil
+}
+
+// spawn launches one process, in namespaces of its own when own (and
+// the system has them). Each process gets a fresh broker socket pair,
+// its end passed as descriptor 3 (exec.Cmd.ExtraFiles, which go-plugin
+// leaves as they are).
+func (p *Plugin) spawn(own bool) (*instance, error) {
 	b, child, err := newBroker(p.log)
 	switch {
 	case err != nil && brokerRequired:
@@ -229,6 +267,9 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 		b.onRefuse = func(reason string) { o.BrokerRefused(p.cfg.Name, reason) }
 	}
 	cmd := exec.Command(p.cfg.Path)
+	if own {
+		isolate(cmd, p.cfg.namespaceHook)
+	}
 	if child != nil { // nil where there is no broker (not unix)
 		cmd.ExtraFiles = []*os.File{child}
 	}
@@ -268,14 +309,6 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
-	level, dial, err := p.configure(ctx, inst)
-	if err != nil {
-		inst.kill()
-		return nil, err
-	}
-	b.freeze(ctx, dial)
-	b.start()
-	p.sandbox.Store(&level)
 	return inst, nil
 }
 

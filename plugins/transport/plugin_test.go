@@ -169,7 +169,8 @@ func TestLaunchRefusesBadConfigAndSettings(t *testing.T) {
 }
 
 // TestPluginEnvironmentIsMinimal: the plugin process sees go-plugin's
-// handshake variables and nothing of the host's environment.
+// handshake variables, the name of the host's namespaces it was launched
+// out of, and nothing of the host's environment.
 func TestPluginEnvironmentIsMinimal(t *testing.T) {
 	t.Setenv("CAPHOST_REDIS_ADDR", "127.0.0.1:6379")
 	t.Setenv("CAPHOST_SECRET_FOR_TEST", "hunter2")
@@ -183,7 +184,8 @@ func TestPluginEnvironmentIsMinimal(t *testing.T) {
 		k, _, _ := strings.Cut(kv, "=")
 		keys = append(keys, k)
 	}
-	assert.ElementsMatch(t, []string{"CAPHOST_TRANSPORT_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS"}, keys)
+	assert.ElementsMatch(t, []string{"CAPHOST_TRANSPORT_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS",
+		"CAPHOST_TRANSPORT_NAMESPACES"}, keys)
 	cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "cmdline"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(cmdline), t.TempDir(), "settings never travel in argv")

@@ -19,7 +19,12 @@ import (
 // no file and reach no server outside what its Sandbox names, and bind no
 // TCP port at all. Descriptors already open (go-plugin's socket, stdio,
 // the broker socket) keep working. Paths must be absolute and exist when
-// the sandbox is applied.
+// the sandbox is applied. Where the host could give the plugin
+// namespaces of its own (Linux), the plugin's root then holds only the
+// paths its Sandbox grants, at their own paths: any other path is
+// missing for it (SandboxLevel.Paths). A granted path is mounted, so
+// the plugin keeps the file or directory it named then, even if the
+// host later moves it or puts a link in its place.
 //
 // A network transport declares Dial: its connections are then made by
 // the host's connect broker (through the Env its Factory gets), and the
@@ -333,15 +338,22 @@ func (sb Sandbox) ports() string {
 // every file, TCP connect and bind, UDP where the ABI restricts it, and
 // (ABI 6+) signals and abstract unix sockets reaching outside the
 // plugin's own Landlock domain.
-func confine(sb Sandbox) (SandboxLevel, error) {
+//
+// First, in the plugin's own namespaces (host names the host's, from
+// envNamespaces), it makes the plugin's root hold only sb's grants
+// (hidePaths); shown reports why that was not done (wrapping
+// errPathsShown), and the rest applies either way.
+func confine(sb Sandbox, host string) (level SandboxLevel, shown, err error) {
 	rules, err := sb.rules()
 	if err != nil {
-		return SandboxLevel{}, err
+		return SandboxLevel{}, nil, err
 	}
-	var level SandboxLevel
+	if shown = hidePaths(sb, host); shown != nil && !errors.Is(shown, errPathsShown) {
+		return SandboxLevel{}, nil, shown
+	}
 	if abi, err := ll.LandlockGetABIVersion(); err == nil && abi > 0 {
 		if err := landlock.V11.BestEffort().Restrict(rules...); err != nil {
-			return SandboxLevel{}, fmt.Errorf("%w: %w", errSandbox, err)
+			return SandboxLevel{}, nil, fmt.Errorf("%w: %w", errSandbox, err)
 		}
 		level = levelFor(abi)
 	}
@@ -353,8 +365,13 @@ func confine(sb Sandbox) (SandboxLevel, error) {
 		_, _ = x509.SystemCertPool()
 	}
 	if level.Sockets, err = restrictSockets(!sb.direct(), sb.opensNothing()); err != nil {
-		return SandboxLevel{}, err
+		return SandboxLevel{}, nil, err
 	}
 	level.Hosts = level.Sockets && !sb.direct()
-	return level, nil
+	// Without the filter the plugin could change its mounts back.
+	level.Paths = level.Sockets && shown == nil
+	if shown == nil && !level.Sockets {
+		shown = fmt.Errorf("%w: no seccomp filter keeps the mounts as they are", errPathsShown)
+	}
+	return level, shown, nil
 }

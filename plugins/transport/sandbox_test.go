@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -68,8 +69,9 @@ func probe(t *testing.T, p *transport.Plugin, probes ...[2]string) string {
 // TestSandboxConfinesFilesAndTCP: a plugin reaches the one directory and
 // the one TCP port its Sandbox declares, and nothing else: not a file
 // beside it (a stand-in for a secret://file/… file), not its host's
-// /proc entry, not another local port (a stand-in for Redis); it can
-// neither write where it may only read nor listen.
+// /proc entry (both missing from its own root), not another local port
+// (a stand-in for Redis); it can neither write where it may only read
+// nor listen.
 func TestSandboxConfinesFilesAndTCP(t *testing.T) {
 	abi := requireLandlock(t)
 	secret := filepath.Join(t.TempDir(), "redis-password")
@@ -84,19 +86,19 @@ func TestSandboxConfinesFilesAndTCP(t *testing.T) {
 	p := launchProbe(t, map[string]string{"allow-dir": allowed, "allow-port": allowedPort},
 		slog.New(slog.NewJSONHandler(&buf, nil)))
 
-	assert.Equal(t, "read-denied.connect-denied", probe(t, p,
+	assert.Equal(t, "read-missing.connect-denied", probe(t, p,
 		[2]string{"read", secret}, [2]string{"connect", "127.0.0.1:" + redisPort}))
 	assert.Equal(t, "read-ok.connect-ok", probe(t, p,
 		[2]string{"read", readable}, [2]string{"connect", "127.0.0.1:" + allowedPort}))
 	// This test process is dumpable, unlike caphost serve: only the
 	// sandbox keeps the plugin out of its host's environment here.
-	assert.Equal(t, "read-denied.write-denied.bind-denied", probe(t, p,
+	assert.Equal(t, "read-missing.write-denied.bind-denied", probe(t, p,
 		[2]string{"read", "/proc/" + strconv.Itoa(os.Getpid()) + "/environ"},
 		[2]string{"write", filepath.Join(allowed, "new.txt")},
 		[2]string{"bind", "127.0.0.1:0"}))
 	assert.NoFileExists(t, filepath.Join(allowed, "new.txt"))
 
-	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true}
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Paths: true}
 	assert.Equal(t, want, p.Sandboxed(), "the level the plugin reported over Configure")
 	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
 	assert.Contains(t, buf.String(), `"plugin_landlock_abi":"`+strconv.Itoa(want.LandlockABI)+`"`)
@@ -234,6 +236,105 @@ func TestSandboxHidesPathExistence(t *testing.T) {
 	assert.Equal(t, "read-denied.read-denied", probe(t, bare, [2]string{"read", exists}, [2]string{"read", missing}))
 }
 
+// TestSandboxHidesPathExistenceWithFileGrants: a sandbox granted files
+// (the file sink's directory to write, here one to read too) runs in a
+// root of its own that holds only its grants: a file beside them, a file
+// of the host's elsewhere, one of the system's, and paths that exist
+// nowhere all answer alike, missing, and so on each of eight threads
+// that were running before the sandbox was applied. What it is granted
+// it still reads, and writes where it may. Launched in the host's
+// namespaces (the fallback), Landlock alone tells an existing path
+// (denied) from a missing one, and the level says paths are not hidden.
+func TestSandboxHidesPathExistenceWithFileGrants(t *testing.T) {
+	requireLandlock(t)
+	parent := t.TempDir()
+	readable, writable := filepath.Join(parent, "read"), filepath.Join(parent, "sink")
+	require.NoError(t, os.Mkdir(readable, 0o700))
+	require.NoError(t, os.Mkdir(writable, 0o700))
+	inside := filepath.Join(readable, "allowed.txt")
+	beside, host := filepath.Join(parent, "secret.key"), filepath.Join(t.TempDir(), "caphost.yaml")
+	for _, f := range []string{inside, beside, host} {
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o600))
+	}
+	missing, missingElsewhere := filepath.Join(parent, "no-such-file"), filepath.Join(t.TempDir(), "no-such-file")
+	settings := func() map[string]string { return map[string]string{"allow-dir": readable, "write-dir": writable} }
+
+	p := launchProbe(t, settings(), nil)
+	require.True(t, p.Sandboxed().Paths, "the plugin runs in a root of its own")
+	assert.Equal(t, "read-missing.read-missing.read-missing", probe(t, p,
+		[2]string{"read", beside}, [2]string{"read", host}, [2]string{"read", "/etc/passwd"}))
+	assert.Equal(t, "read-missing.read-missing.read-missing", probe(t, p,
+		[2]string{"read", missing}, [2]string{"read", missingElsewhere}, [2]string{"read", "/etc/no-such-file"}))
+	// Beside the grants, creating a file is refused whether or not one
+	// is there (the root is read-only); elsewhere the directory is gone.
+	assert.Equal(t, "write-denied.write-denied.write-missing", probe(t, p,
+		[2]string{"write", beside}, [2]string{"write", missing}, [2]string{"write", missingElsewhere}))
+	assert.Equal(t, "threads-missing.threads-missing.threads-ok", probe(t, p,
+		[2]string{"threads", beside}, [2]string{"threads", missing}, [2]string{"threads", inside}))
+	assert.Equal(t, "read-ok.write-ok.write-denied", probe(t, p, [2]string{"read", inside},
+		[2]string{"write", filepath.Join(writable, "intent.json")}, [2]string{"write", filepath.Join(readable, "new.txt")}))
+	assert.FileExists(t, filepath.Join(writable, "intent.json"))
+	assert.NoFileExists(t, filepath.Join(readable, "new.txt"))
+	assert.NoFileExists(t, missing)
+
+	shared, _ := launchPlugin(t, "misbehaving", "probe", withMode(settings()), func(c *transport.Config) {
+		transport.WithNamespaceHook(c, refuseNamespaces(new(atomic.Int32)))
+	})
+	require.False(t, shared.Sandboxed().Paths)
+	assert.Equal(t, "read-denied.read-missing", probe(t, shared, [2]string{"read", beside}, [2]string{"read", missing}),
+		"in the host's namespaces, Landlock alone answers")
+	assert.Equal(t, "read-ok", probe(t, shared, [2]string{"read", inside}))
+}
+
+// TestSandboxFallsBackToHostNamespaces: where the kernel refuses a
+// plugin namespaces of its own (here an id map it refuses with EINVAL,
+// as a kernel with user namespaces off refuses the clone), the host
+// launches it again in its own namespaces, warns once, and keeps to that
+// across restarts without asking again. The plugin works, confined by
+// Landlock and the filter as before, and reports that it does not hide
+// paths; so does the level's label.
+func TestSandboxFallsBackToHostNamespaces(t *testing.T) {
+	abi := requireLandlock(t)
+	var buf logtest.Buffer
+	asked := new(atomic.Int32)
+	dir := t.TempDir()
+	p, rec := launchFile(t, dir, func(c *transport.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		transport.WithNamespaceHook(c, refuseNamespaces(asked))
+	})
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Hosts: true}
+	assert.Equal(t, want, p.Sandboxed())
+	assert.NotContains(t, p.Sandboxed().Restricted(), "paths")
+	assert.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+
+	require.NoError(t, syscall.Kill(transport.PluginPID(p), syscall.SIGKILL))
+	wait(t, rec.restarts)
+	require.NoError(t, wait(t, rec.launches))
+	assert.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-2")).Code)
+	assert.Equal(t, want, p.Sandboxed())
+	assert.Equal(t, int32(1), asked.Load(), "namespaces asked for once, then not again")
+	assert.Equal(t, 1, strings.Count(buf.String(), `"msg":"transport plugin runs in the host's namespaces`), buf.String())
+	assert.Contains(t, buf.String(), "invalid argument")
+	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox does not hide paths`)
+	assert.FileExists(t, filepath.Join(dir, "intent-2.json"))
+}
+
+// refuseNamespaces breaks the namespaces a launch asks for (an id map
+// of no ids, which the kernel refuses with EINVAL) and counts the
+// launches that asked.
+func refuseNamespaces(asked *atomic.Int32) func(*syscall.SysProcAttr) {
+	return func(a *syscall.SysProcAttr) {
+		asked.Add(1)
+		a.UidMappings[0].Size = 0
+	}
+}
+
+// withMode is settings for the test plugin's probe mode.
+func withMode(settings map[string]string) map[string]string {
+	settings["mode"] = "probe"
+	return settings
+}
+
 // TestSandboxNetworkBase: a network transport's sandbox lets it read the
 // system CA pool, which a sandbox without the network base does not. The
 // resolver configuration is granted only to a sandbox that makes its own
@@ -260,29 +361,46 @@ func TestSandboxNetworkBase(t *testing.T) {
 
 // TestFileSinkPluginStaysInItsDirectory: the real file sink plugin's
 // grant is its directory itself. Moved away and replaced by a link to
-// another directory after launch, the path leads the plugin somewhere
-// it may not write: the delivery is refused and nothing lands there.
-// Unconfined, the sink would follow the link and write the document.
+// another directory after launch, the path leads the plugin nowhere
+// else: in its own root the path is a mount of the directory itself, so
+// the document lands in the moved directory; launched in the host's
+// namespaces, the link leads somewhere Landlock lets it not write, and
+// the delivery is refused. Either way nothing lands in the other
+// directory. Unconfined, the sink would follow the link and write there.
 func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
 	requireLandlock(t)
-	root := t.TempDir()
-	dir, elsewhere := filepath.Join(root, "sink"), filepath.Join(root, "elsewhere")
-	require.NoError(t, os.Mkdir(dir, 0o700))
-	require.NoError(t, os.Mkdir(elsewhere, 0o700))
-	p, _ := launchFile(t, dir, nil)
-	require.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
-	// A redelivery finds the name taken without a stat (which the sandbox
-	// refuses).
-	require.Equal(t, "file-exists", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+	for name, shared := range map[string]bool{"own root": false, "host's namespaces": true} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			dir, elsewhere := filepath.Join(root, "sink"), filepath.Join(root, "elsewhere")
+			require.NoError(t, os.Mkdir(dir, 0o700))
+			require.NoError(t, os.Mkdir(elsewhere, 0o700))
+			var mod func(*transport.Config)
+			if shared {
+				mod = func(c *transport.Config) { transport.WithNamespaceHook(c, refuseNamespaces(new(atomic.Int32))) }
+			}
+			p, _ := launchFile(t, dir, mod)
+			require.Equal(t, !shared, p.Sandboxed().Paths)
+			require.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+			// A redelivery finds the name taken without a stat (which the
+			// sandbox refuses).
+			require.Equal(t, "file-exists", p.Deliver(context.Background(), message(t, "intent-1")).Code)
 
-	require.NoError(t, os.Rename(dir, dir+".moved"))
-	require.NoError(t, os.Symlink(elsewhere, dir))
-	r := p.Deliver(context.Background(), message(t, "intent-2"))
-	assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "file-create-failed"}, r)
-	entries, err := os.ReadDir(elsewhere)
-	require.NoError(t, err)
-	assert.Empty(t, entries)
-	assert.FileExists(t, filepath.Join(dir+".moved", "intent-1.json"))
+			require.NoError(t, os.Rename(dir, dir+".moved"))
+			require.NoError(t, os.Symlink(elsewhere, dir))
+			r := p.Deliver(context.Background(), message(t, "intent-2"))
+			if shared {
+				assert.Equal(t, transport.Receipt{Outcome: transport.RejectedDefinite, Code: "file-create-failed"}, r)
+			} else {
+				assert.Equal(t, transport.Receipt{Outcome: transport.Accepted, Code: "file-written", ProviderRef: "intent-2.json"}, r)
+				assert.FileExists(t, filepath.Join(dir+".moved", "intent-2.json"))
+			}
+			entries, err := os.ReadDir(elsewhere)
+			require.NoError(t, err)
+			assert.Empty(t, entries)
+			assert.FileExists(t, filepath.Join(dir+".moved", "intent-1.json"))
+		})
+	}
 }
 
 // listenAt is a TCP listener on addr that accepts and closes connections
@@ -343,9 +461,9 @@ func TestSandboxBrokerDialsOnlyDeclaredHosts(t *testing.T) {
 	assert.Equal(t, "read-denied.read-denied", probe(t, p,
 		[2]string{"read", "/etc/resolv.conf"}, [2]string{"read", "/etc/hosts"}))
 
-	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Hosts: true}
+	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Hosts: true, Paths: true}
 	assert.Equal(t, want, p.Sandboxed())
-	assert.Equal(t, "fs,tcp,sockets,hosts", transport.SandboxLevel{FS: true, TCP: true, Sockets: true, Hosts: true}.Restricted())
+	assert.Equal(t, "fs,tcp,sockets,hosts,paths", transport.SandboxLevel{FS: true, TCP: true, Sockets: true, Hosts: true, Paths: true}.Restricted())
 	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox applied"`)
 	assert.Contains(t, buf.String(), `"plugin_dial_targets":"1"`)
 	assert.Contains(t, buf.String(), `"msg":"transport broker refused a dial"`)

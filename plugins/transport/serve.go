@@ -37,6 +37,7 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // let it load.
 func Serve(f Factory) {
 	env := pluginEnv()
+	ns := os.Getenv(envNamespaces)
 	go exitWithParent(os.Getppid(), time.Second)
 	net.DefaultResolver.PreferGo = true
 	// JSON lines on stderr: the host parses them, bounds them and logs
@@ -44,7 +45,7 @@ func Serve(f Factory) {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, env: env, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, env: env, ns: ns, log: log}}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestBytes+1<<10))...)
 		},
@@ -56,9 +57,12 @@ func Serve(f Factory) {
 type server struct {
 	factory Factory
 	env     Env
-	log     hclog.Logger
-	mu      sync.Mutex
-	impl    Transport
+	// ns names the host's namespaces (envNamespaces), "" when the plugin
+	// runs in them.
+	ns   string
+	log  hclog.Logger
+	mu   sync.Mutex
+	impl Transport
 }
 
 // replyMargin is how much of the host's deadline the plugin keeps for
@@ -93,11 +97,15 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 	if d, ok := impl.(Sandboxed); ok {
 		sb = d.Sandbox()
 	}
-	level, err := confine(sb)
+	level, shown, err := confine(sb, s.ns)
 	if err != nil {
 		s.log.Error("transport sandbox not applied", "error", err.Error())
 		_ = impl.Close()
 		return reply(wireConfigured{Key: "sandbox", Code: "not-applied"})
+	}
+	if shown != nil {
+		s.log.Warn("transport sandbox does not hide paths: the plugin can tell which paths outside its grants exist",
+			"reason", shown.Error())
 	}
 	if level.complete() {
 		s.log.Info("transport sandbox applied", "landlock_abi", level.LandlockABI,

@@ -24,7 +24,7 @@ func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, env: env, reply: reply, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, env: env, ns: os.Getenv(envNamespaces), reply: reply, log: log}}},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          log,
 	})
@@ -33,6 +33,7 @@ func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map
 type rawServer struct {
 	build    Factory
 	env      Env
+	ns       string
 	reply    func(ctx context.Context, settings map[string]string, req []byte) []byte
 	log      hclog.Logger
 	mu       sync.Mutex
@@ -48,7 +49,7 @@ func (s *rawServer) configure(ctx context.Context, req []byte) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if impl, err := s.build(settings, s.env); impl != nil || err != nil {
-		s.real = &server{factory: func(map[string]string, Env) (Transport, error) { return impl, err }, log: s.log}
+		s.real = &server{factory: func(map[string]string, Env) (Transport, error) { return impl, err }, ns: s.ns, log: s.log}
 		return s.real.configure(ctx, req)
 	}
 	s.settings = settings

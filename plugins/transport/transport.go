@@ -1,8 +1,9 @@
 // Package transport owns caphost's notification transports: the
 // submission-certainty vocabulary (Outcome, Receipt), the Transport
 // interface the dispatcher calls, the host side of the out-of-process
-// transports that run as hashicorp go-plugin processes over gRPC, the
-// sandbox those processes apply to themselves (Sandbox), and the connect
+// transports that run as hashicorp go-plugin processes over gRPC (each
+// in user and mount namespaces of its own, on Linux), the sandbox those
+// processes apply to themselves (Sandbox), and the connect
 // broker through which the host dials a plugin's declared targets for it
 // (Sandbox.Dial, and the Env a transport's Factory gets).
 //

@@ -21,8 +21,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -75,8 +77,66 @@ func build(settings map[string]string, env transport.Env) (transport.Transport, 
 	if settings["dial-unlisted"] == "true" {
 		sb.Dial = append(sb.Dial, "redis.internal:6379") // a host no setting names
 	}
-	return &probe{sb: sb, env: env}, nil
+	return &probe{sb: sb, env: env, threads: startThreads(8)}, nil
 }
+
+// thread is an OS thread started before the sandbox was applied, kept
+// for the threads probe: it reads each path it is sent.
+type thread struct {
+	tid  int
+	read chan string
+	err  chan error
+}
+
+// startThreads starts n goroutines each locked to an OS thread of its
+// own, before confinement, and returns them once all are running.
+func startThreads(n int) []*thread {
+	ts := make([]*thread, n)
+	var up sync.WaitGroup
+	for i := range ts {
+		t := &thread{read: make(chan string), err: make(chan error)}
+		ts[i] = t
+		up.Add(1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread is this goroutine's alone
+			t.tid = unix.Gettid()
+			up.Done()
+			for path := range t.read {
+				_, err := os.ReadFile(path)
+				t.err <- err
+			}
+		}()
+	}
+	up.Wait()
+	return ts
+}
+
+// onThreads reads path on every one of ts, all at once, and returns the
+// error they all got, or errThreadsDiffer.
+func onThreads(ts []*thread, path string) error {
+	tids := map[int]bool{}
+	for _, t := range ts {
+		tids[t.tid] = true
+		t.read <- path
+	}
+	var errs []error
+	for _, t := range ts {
+		errs = append(errs, <-t.err)
+	}
+	if len(tids) != len(ts) {
+		return errThreadsDiffer
+	}
+	for _, err := range errs[1:] {
+		if result(err) != result(errs[0]) {
+			return errThreadsDiffer
+		}
+	}
+	return errs[0]
+}
+
+// errThreadsDiffer: the threads probe's threads were not distinct, or
+// did not all get the same answer.
+var errThreadsDiffer = errors.New("threads differ")
 
 // probe declares a Sandbox of one readable directory ("allow-dir"), one
 // writable directory ("write-dir"), one
@@ -88,9 +148,13 @@ func build(settings map[string]string, env transport.Env) (transport.Transport, 
 // ACCEPTED with the results joined by "." as its code, for example
 // "read-denied.connect-ok":
 //
-//   - read <path>: read the file: read-ok, read-denied (EACCES, EPERM) or
-//     read-failed;
-//   - write <path>: create the file: write-ok, write-denied, write-failed;
+//   - read <path>: read the file: read-ok, read-denied (EACCES, EPERM,
+//     EROFS), read-missing (ENOENT) or read-failed;
+//   - threads <path>: read the file at once on each of eight OS threads
+//     started before the sandbox was applied: threads-ok, -denied,
+//     -missing… when all got the same answer, threads-failed when not;
+//   - write <path>: create the file: write-ok, write-denied, write-missing,
+//     write-failed;
 //   - connect <host:port>: a TCP connection: connect-ok, connect-denied,
 //     connect-refused, connect-failed;
 //   - broker <host:port>: a TCP connection through the host's connect
@@ -113,8 +177,9 @@ func build(settings map[string]string, env transport.Env) (transport.Transport, 
 //   - roots: load the system CA pool: roots-ok, roots-empty,
 //     roots-denied, roots-failed.
 type probe struct {
-	sb  transport.Sandbox
-	env transport.Env
+	sb      transport.Sandbox
+	env     transport.Env
+	threads []*thread
 }
 
 func (p *probe) Name() string               { return "probe" }
@@ -130,6 +195,8 @@ func (p *probe) Deliver(ctx context.Context, m transport.Message) transport.Rece
 		switch kind {
 		case "read":
 			_, err = os.ReadFile(arg)
+		case "threads":
+			err = onThreads(p.threads, arg)
 		case "write":
 			err = os.WriteFile(arg, []byte("x"), 0o600)
 		case "unix":
@@ -212,8 +279,10 @@ func result(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS):
 		return "denied"
+	case errors.Is(err, fs.ErrNotExist):
+		return "missing"
 	case errors.As(err, new(*net.DNSError)):
 		return "dns"
 	case errors.Is(err, syscall.ECONNREFUSED):
