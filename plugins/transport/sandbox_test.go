@@ -286,6 +286,54 @@ func TestSandboxHidesPathExistenceWithFileGrants(t *testing.T) {
 	assert.Equal(t, "read-ok", probe(t, shared, [2]string{"read", inside}))
 }
 
+// TestSandboxRootFollowsGrantLinks: a granted path that is a symbolic
+// link (relative or absolute) leads the plugin, in its own root, where it
+// leads on the host: the link is recreated and its target mounted at its
+// own path, so both names reach the grant, and what lies beside the
+// target stays missing.
+func TestSandboxRootFollowsGrantLinks(t *testing.T) {
+	requireLandlock(t)
+	parent, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	real, sink := filepath.Join(parent, "real"), filepath.Join(parent, "sink")
+	require.NoError(t, os.Mkdir(real, 0o700))
+	require.NoError(t, os.Mkdir(sink, 0o700))
+	inside, beside := filepath.Join(real, "allowed.txt"), filepath.Join(parent, "secret.key")
+	require.NoError(t, os.WriteFile(inside, []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(beside, []byte("x"), 0o600))
+	rel, abs := filepath.Join(parent, "rel"), filepath.Join(parent, "abs")
+	require.NoError(t, os.Symlink("real", rel))
+	require.NoError(t, os.Symlink(sink, abs))
+
+	p := launchProbe(t, map[string]string{"allow-dir": rel, "write-dir": abs}, nil)
+	require.True(t, p.Sandboxed().Paths)
+	assert.Equal(t, "read-ok.read-ok.read-missing", probe(t, p,
+		[2]string{"read", filepath.Join(rel, "allowed.txt")}, [2]string{"read", inside}, [2]string{"read", beside}))
+	assert.Equal(t, "write-ok.write-ok", probe(t, p,
+		[2]string{"write", filepath.Join(abs, "a.json")}, [2]string{"write", filepath.Join(sink, "b.json")}))
+	assert.FileExists(t, filepath.Join(sink, "a.json"))
+	assert.FileExists(t, filepath.Join(sink, "b.json"))
+}
+
+// TestSandboxRootNestsGrants: a directory to write inside one to read
+// is mounted over it, writable, while the rest of the readable one stays
+// read-only; both read.
+func TestSandboxRootNestsGrants(t *testing.T) {
+	requireLandlock(t)
+	parent := t.TempDir()
+	sink := filepath.Join(parent, "sink")
+	require.NoError(t, os.Mkdir(sink, 0o700))
+	file := filepath.Join(parent, "config.txt")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+
+	p := launchProbe(t, map[string]string{"allow-dir": parent, "write-dir": sink}, nil)
+	require.True(t, p.Sandboxed().Paths)
+	assert.Equal(t, "read-ok.write-ok.write-denied", probe(t, p, [2]string{"read", file},
+		[2]string{"write", filepath.Join(sink, "a.json")}, [2]string{"write", filepath.Join(parent, "b.json")}))
+	assert.FileExists(t, filepath.Join(sink, "a.json"))
+	assert.NoFileExists(t, filepath.Join(parent, "b.json"))
+}
+
 // TestSandboxFallsBackToHostNamespaces: where the kernel refuses a
 // plugin namespaces of its own (here an id map it refuses with EINVAL,
 // as a kernel with user namespaces off refuses the clone), the host
