@@ -1,7 +1,5 @@
 package transport
 
-import "syscall"
-
 // PluginPID returns the process id of p's current plugin process, 0 while
 // it restarts: tests kill it to prove the crash handling.
 func PluginPID(p *Plugin) int {
@@ -13,7 +11,10 @@ func PluginPID(p *Plugin) int {
 	return p.cur.pid
 }
 
-// WithNamespaceHook makes every launch of the plugin configured by c ask
-// for its namespaces as hook leaves them: tests break them to prove the
-// fallback to the host's.
-func WithNamespaceHook(c *Config, hook func(*syscall.SysProcAttr)) { c.namespaceHook = hook }
+// WithoutNamespaces makes every launch of the plugin configured by c run
+// it in the host's namespaces, as a host that cannot name its own does.
+func WithoutNamespaces(c *Config) { c.testNamespaces = "shared" }
+
+// WithRefusedNamespaces makes the tests' plugin (the misbehaving one)
+// ask for namespaces the kernel refuses, at every launch.
+func WithRefusedNamespaces(c *Config) { c.testNamespaces = "refused" }

@@ -6,38 +6,27 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
-// isolate makes cmd start in a user and mount namespace of its own, the
-// host's uid and gid mapped to root there (nothing else is mapped: no
-// new privilege on the host), and names the host's namespaces in its
-// environment (envNamespaces). hook, a test's, may change the request.
-// It leaves cmd as it was when the host cannot name its own namespaces
-// (no /proc): the plugin could not tell them apart, and it says so.
-func isolate(cmd *exec.Cmd, hook func(*syscall.SysProcAttr)) {
-	ids, err := namespaceIDs()
-	if err != nil {
-		return
+// isolate asks the plugin cmd starts to run in a user and mount
+// namespace of its own (enterNamespaces), naming the host's in its
+// environment (envNamespaces). It leaves cmd as it was when the host
+// cannot name its own namespaces (no /proc): the plugin could not tell
+// them apart, and says so.
+func isolate(cmd *exec.Cmd) {
+	if ids, err := namespaceIDs(); err == nil {
+		cmd.Env = append(cmd.Env, envNamespaces+"="+ids)
 	}
-	attr := &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		// Unprivileged, a gid map needs setgroups(2) denied.
-		GidMappingsEnableSetgroups: false,
-	}
-	if hook != nil {
-		hook(attr)
-	}
-	cmd.SysProcAttr = attr
-	cmd.Env = append(cmd.Env, envNamespaces+"="+ids)
 }
 
 // namespaceIDs names the calling process's mount and user namespaces by
@@ -54,24 +43,75 @@ func namespaceIDs() (string, error) {
 	return strings.Join(ids, ","), nil
 }
 
-// namespaceRefused: err is a launch the kernel refused before the plugin
-// ran, with an error clone(2) or the id map writes give when user
-// namespaces are off or exhausted (user.max_user_namespaces,
-// kernel.unprivileged_userns_clone, a container's seccomp policy). An
-// exec failure (a binary not executable) looks the same: the caller
-// retries without namespaces and keeps to that only when the retry
-// starts.
-func namespaceRefused(err error) bool {
-	var pe *fs.PathError
-	if !errors.As(err, &pe) || pe.Op != "fork/exec" {
-		return false
+// enteredPrefix marks envNamespaces in the process enterNamespaces
+// started in new namespaces.
+const enteredPrefix = "entered:"
+
+// enterNamespaces puts the plugin in a user and mount namespace of its
+// own when the host asked for it (envNamespaces), before anything else
+// runs: it starts its own binary again (/proc/self/exe, the image the
+// host checked) in new namespaces, the host's uid and gid mapped to root
+// there and nothing else, with the same arguments, environment, stdio
+// and broker descriptor, waits for it and exits with its status. Killed
+// by the host, or left by it, this process takes the new one with it
+// (Pdeathsig, exitWithParent). It returns in the process that is to
+// serve: host names the host's namespaces when that process runs in new
+// ones; otherwise host is "" and err (wrapping errPathsShown) says why.
+//
+// The host cannot start the plugin in new namespaces itself: caphost
+// serve is not dumpable (PR_SET_DUMPABLE 0), which a child inherits
+// until it execs, and only root may write the id maps of such a child
+// (EACCES otherwise). The plugin's own image is dumpable.
+func enterNamespaces() (host string, err error) {
+	host = os.Getenv(envNamespaces)
+	if entered, ok := strings.CutPrefix(host, enteredPrefix); ok {
+		return entered, nil
 	}
-	for _, e := range []error{unix.EPERM, unix.EINVAL, unix.ENOSPC, unix.EACCES, unix.EUSERS} {
-		if errors.Is(pe.Err, e) {
-			return true
+	if host == "" {
+		return "", fmt.Errorf("%w: launched in the host's namespaces", errPathsShown)
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Args[0] = os.Args[0]
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envNamespaces+"=") {
+			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	return false
+	cmd.Env = append(cmd.Env, envNamespaces+"="+enteredPrefix+host)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	var broker *os.File
+	if _, err := unix.FcntlInt(brokerFD, unix.F_GETFD, 0); err == nil {
+		broker = os.NewFile(brokerFD, "broker")
+		cmd.ExtraFiles = []*os.File{broker}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		// Unprivileged, a gid map needs setgroups(2) denied.
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	refuseNamespacesForTest(cmd.SysProcAttr)
+	// Pdeathsig follows the thread that started the child: this one,
+	// locked for the process's life.
+	runtime.LockOSThread()
+	if err := cmd.Start(); err != nil {
+		runtime.UnlockOSThread()
+		return "", fmt.Errorf("%w: the kernel refused namespaces of its own: %w", errPathsShown, err)
+	}
+	if broker != nil {
+		_ = broker.Close() // the new process's now: the host reads its end
+	}
+	signal.Ignore(os.Interrupt) // as go-plugin's server does
+	go exitWithParent(os.Getppid(), time.Second)
+	_ = cmd.Wait()
+	code := cmd.ProcessState.ExitCode()
+	if code < 0 {
+		code = 1 // killed by a signal
+	}
+	os.Exit(code)
+	return "", nil // not reached
 }
 
 // grant is one path of a sandbox's root: where it is on the host with

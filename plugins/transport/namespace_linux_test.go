@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -86,22 +85,4 @@ func TestGrantsMergeAndOrder(t *testing.T) {
 		{target: sub, dir: true},
 		{target: file},
 	}, mine)
-}
-
-// TestNamespaceRefused: only a launch refused before the plugin ran, with
-// the errors of a kernel refusing user namespaces, is retried without.
-func TestNamespaceRefused(t *testing.T) {
-	for err, want := range map[error]bool{
-		&fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.EPERM}:  true,
-		&fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.EINVAL}: true,
-		&fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.ENOSPC}: true,
-		&fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.EUSERS}: true,
-		&fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.ENOENT}: false,
-		&fs.PathError{Op: "open", Path: "/bin/x", Err: unix.EPERM}:       false,
-		unix.EPERM: false,
-	} {
-		assert.Equal(t, want, namespaceRefused(err), err.Error())
-	}
-	wrapped := &fs.PathError{Op: "fork/exec", Path: "/bin/x", Err: unix.EPERM}
-	assert.True(t, namespaceRefused(fmt.Errorf("%w: x: %w", ErrLaunch, wrapped)), "through Launch's wrapping")
 }

@@ -5,15 +5,16 @@ package transport
 import (
 	"fmt"
 	"os/exec"
-	"syscall"
 )
 
-// isolate launches the plugin as it is: this system has no user and
-// mount namespaces.
-func isolate(*exec.Cmd, func(*syscall.SysProcAttr)) {}
+// isolate asks for nothing: this system has no user and mount
+// namespaces.
+func isolate(*exec.Cmd) {}
 
-// namespaceRefused: no launch here asks for namespaces.
-func namespaceRefused(error) bool { return false }
+// enterNamespaces cannot enter any here.
+func enterNamespaces() (string, error) {
+	return "", fmt.Errorf("%w: no user and mount namespaces on this system", errPathsShown)
+}
 
 // hidePaths cannot hide anything here.
 func hidePaths(Sandbox, string) error {

@@ -14,7 +14,8 @@ import (
 )
 
 // TestPluginExitsWithItsHost: a host killed with SIGKILL cannot stop its
-// plugins; each plugin notices it was re-parented and exits by itself.
+// plugins; each plugin notices it was re-parented and exits by itself,
+// and takes the process it serves from (in namespaces of its own) along.
 func TestPluginExitsWithItsHost(t *testing.T) {
 	path, sum := pluginBin(t, "file")
 	host := exec.Command(os.Args[0], "-test.run=^$")
@@ -28,14 +29,25 @@ func TestPluginExitsWithItsHost(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	require.NoError(t, err, "host said %q", line)
 	require.True(t, alive(pid))
+	kids, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", strconv.Itoa(pid), "children"))
+	require.NoError(t, err)
+	pids := []int{pid}
+	for _, f := range strings.Fields(string(kids)) {
+		kid, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, kid)
+	}
+	require.Len(t, pids, 2, "the plugin serves from a process of its own, in new namespaces")
 
 	require.NoError(t, host.Process.Kill())
 	_ = host.Wait()
 	// Waits for the exit; the minute is a bound on a hung test.
 	deadline := time.Now().Add(time.Minute)
-	for alive(pid) {
-		require.True(t, time.Now().Before(deadline), "plugin %d still running a minute after its host died", pid)
-		time.Sleep(50 * time.Millisecond)
+	for _, pid := range pids {
+		for alive(pid) {
+			require.True(t, time.Now().Before(deadline), "plugin %d still running a minute after its host died", pid)
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

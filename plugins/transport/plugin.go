@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	plugin "github.com/hashicorp/go-plugin"
@@ -70,9 +69,10 @@ type Config struct {
 	// broker's refusals when it is a BrokerObserver); nil ignores them.
 	Observer Observer
 
-	// namespaceHook, a test's, changes the namespaces each launch asks
-	// for (isolate): breaking them proves the fallback.
-	namespaceHook func(*syscall.SysProcAttr)
+	// testNamespaces, a test's: "shared" launches the plugin without
+	// asking for namespaces of its own, "refused" makes the tests'
+	// plugin ask for ones the kernel refuses.
+	testNamespaces string
 }
 
 // Errors of Launch, matched with errors.Is.
@@ -186,12 +186,12 @@ type Plugin struct {
 	failures atomic.Int32
 	// sandbox is what the latest configured process reported.
 	sandbox atomic.Pointer[SandboxLevel]
-	// shared: the kernel refused this plugin namespaces of its own, and
-	// it is launched in the host's from then on (see isolate).
-	shared atomic.Bool
-	kick   chan struct{}
-	done   chan struct{}
-	wg     sync.WaitGroup
+	// pathsWarned: the host said once that this plugin's sandbox does not
+	// hide paths.
+	pathsWarned atomic.Bool
+	kick        chan struct{}
+	done        chan struct{}
+	wg          sync.WaitGroup
 }
 
 var _ Transport = (*Plugin)(nil)
@@ -220,21 +220,12 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
-// start launches one instance and configures it. The process starts in
-// namespaces of its own (isolate) unless the kernel refused them to an
-// earlier launch of p: a launch they fail is retried once without, and
-// if that starts, p keeps to it and says so once, as a warning (its
-// sandbox cannot hide paths; SandboxLevel.Paths).
+// start launches one instance and configures it. The process is asked
+// to run in namespaces of its own (isolate, enterNamespaces); where it
+// could not, p says so once, as a warning: its sandbox does not hide
+// paths (SandboxLevel.Paths), and the plugin logs why.
 func (p *Plugin) start(ctx context.Context) (*instance, error) {
-	own := !p.shared.Load()
-	inst, err := p.spawn(own)
-	if refused := err; err != nil && own && namespaceRefused(err) {
-		if inst, err = p.spawn(false); err == nil {
-			p.shared.Store(true)
-			p.log.Warn("transport plugin runs in the host's namespaces: the kernel refused it user and mount namespaces of its own, so its sandbox cannot hide paths",
-				slog.Any("error", refused))
-		}
-	}
+	inst, err := p.spawn()
 	if err != nil {
 		return nil, err
 	}
@@ -246,14 +237,17 @@ func (p *Plugin) start(ctx context.Context) (*instance, error) {
 	inst.broker.freeze(ctx, dial)
 	inst.broker.start()
 	p.sandbox.Store(&level)
+	if level.Sockets && !level.Paths && !p.pathsWarned.Swap(true) {
+		p.log.Warn("transport plugin sandbox does not hide paths: it runs without a root of its own (see the plugin's reason)",
+			slog.String("restricted", level.Restricted()))
+	}
 	return inst, nil
 }
 
-// spawn launches one process, in namespaces of its own when own (and
-// the system has them). Each process gets a fresh broker socket pair,
-// its end passed as descriptor 3 (exec.Cmd.ExtraFiles, which go-plugin
+// spawn launches one process. Each gets a fresh broker socket pair, its
+// end passed as descriptor 3 (exec.Cmd.ExtraFiles, which go-plugin
 // leaves as they are).
-func (p *Plugin) spawn(own bool) (*instance, error) {
+func (p *Plugin) spawn() (*instance, error) {
 	b, child, err := newBroker(p.log)
 	switch {
 	case err != nil && brokerRequired:
@@ -267,8 +261,13 @@ func (p *Plugin) spawn(own bool) (*instance, error) {
 		b.onRefuse = func(reason string) { o.BrokerRefused(p.cfg.Name, reason) }
 	}
 	cmd := exec.Command(p.cfg.Path)
-	if own {
-		isolate(cmd, p.cfg.namespaceHook)
+	switch p.cfg.testNamespaces {
+	case "shared":
+	case "refused":
+		cmd.Env = append(cmd.Env, "CAPHOST_TRANSPORT_TEST_REFUSE_NAMESPACES=1")
+		isolate(cmd)
+	default:
+		isolate(cmd)
 	}
 	if child != nil { // nil where there is no broker (not unix)
 		cmd.ExtraFiles = []*os.File{child}

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -277,9 +276,7 @@ func TestSandboxHidesPathExistenceWithFileGrants(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(readable, "new.txt"))
 	assert.NoFileExists(t, missing)
 
-	shared, _ := launchPlugin(t, "misbehaving", "probe", withMode(settings()), func(c *transport.Config) {
-		transport.WithNamespaceHook(c, refuseNamespaces(new(atomic.Int32)))
-	})
+	shared, _ := launchPlugin(t, "misbehaving", "probe", withMode(settings()), transport.WithRefusedNamespaces)
 	require.False(t, shared.Sandboxed().Paths)
 	assert.Equal(t, "read-denied.read-missing", probe(t, shared, [2]string{"read", beside}, [2]string{"read", missing}),
 		"in the host's namespaces, Landlock alone answers")
@@ -336,45 +333,35 @@ func TestSandboxRootNestsGrants(t *testing.T) {
 
 // TestSandboxFallsBackToHostNamespaces: where the kernel refuses a
 // plugin namespaces of its own (here an id map it refuses with EINVAL,
-// as a kernel with user namespaces off refuses the clone), the host
-// launches it again in its own namespaces, warns once, and keeps to that
-// across restarts without asking again. The plugin works, confined by
-// Landlock and the filter as before, and reports that it does not hide
-// paths; so does the level's label.
+// as a kernel with user namespaces off refuses the clone), the plugin
+// runs on in the host's namespaces, confined by Landlock and the filter
+// as before, and says why; it reports that it does not hide paths, and
+// so does the level's label. The host warns once, not at each restart.
 func TestSandboxFallsBackToHostNamespaces(t *testing.T) {
 	abi := requireLandlock(t)
 	var buf logtest.Buffer
-	asked := new(atomic.Int32)
 	dir := t.TempDir()
-	p, rec := launchFile(t, dir, func(c *transport.Config) {
+	exists := filepath.Join(t.TempDir(), "secret.key")
+	require.NoError(t, os.WriteFile(exists, []byte("x"), 0o600))
+	p, rec := launchPlugin(t, "misbehaving", "probe", withMode(map[string]string{"write-dir": dir}), func(c *transport.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
-		transport.WithNamespaceHook(c, refuseNamespaces(asked))
+		transport.WithRefusedNamespaces(c)
 	})
 	want := transport.SandboxLevel{LandlockABI: min(abi, 11), FS: true, TCP: true, UDP: abi >= 10, Sockets: true, Hosts: true}
 	assert.Equal(t, want, p.Sandboxed())
 	assert.NotContains(t, p.Sandboxed().Restricted(), "paths")
-	assert.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-1")).Code)
+	assert.Equal(t, "write-ok.read-denied", probe(t, p,
+		[2]string{"write", filepath.Join(dir, "a.json")}, [2]string{"read", exists}))
 
 	require.NoError(t, syscall.Kill(transport.PluginPID(p), syscall.SIGKILL))
 	wait(t, rec.restarts)
 	require.NoError(t, wait(t, rec.launches))
-	assert.Equal(t, "file-written", p.Deliver(context.Background(), message(t, "intent-2")).Code)
+	assert.Equal(t, "write-ok", probe(t, p, [2]string{"write", filepath.Join(dir, "b.json")}))
 	assert.Equal(t, want, p.Sandboxed())
-	assert.Equal(t, int32(1), asked.Load(), "namespaces asked for once, then not again")
-	assert.Equal(t, 1, strings.Count(buf.String(), `"msg":"transport plugin runs in the host's namespaces`), buf.String())
+	assert.Equal(t, 1, strings.Count(buf.String(), `"msg":"transport plugin sandbox does not hide paths`), buf.String())
+	assert.Equal(t, 2, strings.Count(buf.String(), `"plugin_msg":"transport sandbox does not hide paths`), "the plugin's, at each launch")
+	assert.Contains(t, buf.String(), "the kernel refused namespaces of its own")
 	assert.Contains(t, buf.String(), "invalid argument")
-	assert.Contains(t, buf.String(), `"plugin_msg":"transport sandbox does not hide paths`)
-	assert.FileExists(t, filepath.Join(dir, "intent-2.json"))
-}
-
-// refuseNamespaces breaks the namespaces a launch asks for (an id map
-// of no ids, which the kernel refuses with EINVAL) and counts the
-// launches that asked.
-func refuseNamespaces(asked *atomic.Int32) func(*syscall.SysProcAttr) {
-	return func(a *syscall.SysProcAttr) {
-		asked.Add(1)
-		a.UidMappings[0].Size = 0
-	}
 }
 
 // withMode is settings for the test plugin's probe mode.
@@ -425,7 +412,7 @@ func TestFileSinkPluginStaysInItsDirectory(t *testing.T) {
 			require.NoError(t, os.Mkdir(elsewhere, 0o700))
 			var mod func(*transport.Config)
 			if shared {
-				mod = func(c *transport.Config) { transport.WithNamespaceHook(c, refuseNamespaces(new(atomic.Int32))) }
+				mod = transport.WithoutNamespaces
 			}
 			p, _ := launchFile(t, dir, mod)
 			require.Equal(t, !shared, p.Sandboxed().Paths)

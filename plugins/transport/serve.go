@@ -36,8 +36,10 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // resolver, never the C library's, whose modules the sandbox would not
 // let it load.
 func Serve(f Factory) {
+	// First: the process that serves may be a new one, in namespaces of
+	// its own.
+	ns, nsErr := enterNamespaces()
 	env := pluginEnv()
-	ns := os.Getenv(envNamespaces)
 	go exitWithParent(os.Getppid(), time.Second)
 	net.DefaultResolver.PreferGo = true
 	// JSON lines on stderr: the host parses them, bounds them and logs
@@ -45,7 +47,7 @@ func Serve(f Factory) {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, env: env, ns: ns, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &server{factory: f, env: env, ns: ns, nsErr: nsErr, log: log}}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestBytes+1<<10))...)
 		},
@@ -57,12 +59,13 @@ func Serve(f Factory) {
 type server struct {
 	factory Factory
 	env     Env
-	// ns names the host's namespaces (envNamespaces), "" when the plugin
-	// runs in them.
-	ns   string
-	log  hclog.Logger
-	mu   sync.Mutex
-	impl Transport
+	// ns names the host's namespaces (envNamespaces) when the plugin
+	// runs in new ones; "" when not, and nsErr says why.
+	ns    string
+	nsErr error
+	log   hclog.Logger
+	mu    sync.Mutex
+	impl  Transport
 }
 
 // replyMargin is how much of the host's deadline the plugin keeps for
@@ -102,6 +105,9 @@ func (s *server) configure(_ context.Context, req []byte) ([]byte, error) {
 		s.log.Error("transport sandbox not applied", "error", err.Error())
 		_ = impl.Close()
 		return reply(wireConfigured{Key: "sandbox", Code: "not-applied"})
+	}
+	if shown != nil && s.nsErr != nil {
+		shown = s.nsErr
 	}
 	if shown != nil {
 		s.log.Warn("transport sandbox does not hide paths: the plugin can tell which paths outside its grants exist",

@@ -19,12 +19,13 @@ import (
 // Deliver reply bytes are whatever reply returns, unvalidated: the
 // misbehaving plugin. Only builds with the transporttest tag contain it.
 func ServeTestPlugin(build Factory, reply func(ctx context.Context, settings map[string]string, req []byte) []byte) {
+	ns, nsErr := enterNamespaces()
 	env := pluginEnv()
 	net.DefaultResolver.PreferGo = true
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
-		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, env: env, ns: os.Getenv(envNamespaces), reply: reply, log: log}}},
+		Plugins:         plugin.PluginSet{pluginKey: &grpcPlugin{srv: &rawServer{build: build, env: env, ns: ns, nsErr: nsErr, reply: reply, log: log}}},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          log,
 	})
@@ -34,6 +35,7 @@ type rawServer struct {
 	build    Factory
 	env      Env
 	ns       string
+	nsErr    error
 	reply    func(ctx context.Context, settings map[string]string, req []byte) []byte
 	log      hclog.Logger
 	mu       sync.Mutex
@@ -49,7 +51,7 @@ func (s *rawServer) configure(ctx context.Context, req []byte) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if impl, err := s.build(settings, s.env); impl != nil || err != nil {
-		s.real = &server{factory: func(map[string]string, Env) (Transport, error) { return impl, err }, ns: s.ns, log: s.log}
+		s.real = &server{factory: func(map[string]string, Env) (Transport, error) { return impl, err }, ns: s.ns, nsErr: s.nsErr, log: s.log}
 		return s.real.configure(ctx, req)
 	}
 	s.settings = settings
