@@ -30,9 +30,12 @@ func (e *SettingError) Error() string { return "transport: setting " + e.Key + "
 // the host's handshake) it prints a notice and exits with status 1.
 //
 // The process confines itself once the host has configured it: see
-// Sandbox. Its transport's connections go through the host's connect
-// broker (the Env passed to f), on the descriptor the host passed as 3. Name resolution
-// in a sandbox with its own sockets (Sandbox.ConnectTCP) uses Go's own
+// Sandbox. Before that, on Linux and when the host asks, it starts its
+// own image again in a user and mount namespace of its own, which then
+// serves, and only waits for it (see enterNamespaces). Its transport's
+// connections go through the host's connect broker (the Env passed to
+// f), on the descriptor the host passed as 3. Name resolution in a
+// sandbox with its own sockets (Sandbox.ConnectTCP) uses Go's own
 // resolver, never the C library's, whose modules the sandbox would not
 // let it load.
 func Serve(f Factory) {
