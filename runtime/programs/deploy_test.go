@@ -53,7 +53,7 @@ func checkVerifyAfterDeploy(t *testing.T, c *Catalog, admin redis.UniversalClien
 	for _, n := range rep.Nodes {
 		assert.True(t, n.LibraryPresent && n.LibraryCodeMatches && n.InfoMatches, n.Addr)
 		assert.Equal(t, "ca-redis-programs-v1", n.InfoSet)
-		assert.Equal(t, int64(14), n.InfoVersion)
+		assert.Equal(t, int64(15), n.InfoVersion)
 		assert.Equal(t, digest, n.InfoDigest)
 	}
 	require.NoError(t, LoadScripts(ctx, c, admin))
@@ -90,14 +90,14 @@ func TestDeployVerifyStandalone(t *testing.T) {
 	assert.True(t, rep.Nodes[0].LibraryPresent)
 	assert.False(t, rep.Nodes[0].LibraryCodeMatches)
 
-	// A library of the previous set version (the same sources, set v13)
-	// fails Verify twice over: its code names v13 in its header and its info
-	// function reports v13. Deploying set 14 replaces it in place: the
+	// A library of the previous set version (the same sources, set v14)
+	// fails Verify twice over: its code names v14 in its header and its info
+	// function reports v14. Deploying set 15 replaces it in place: the
 	// library keeps its name (function names are global in Redis, so a
 	// second library could not register them alongside).
 	files := embeddedCopy(t)
 	manifest := files["program-set.json"]
-	manifest.Data = bytes.Replace(manifest.Data, []byte(`"setVersion": 14,`), []byte(`"setVersion": 13,`), 1)
+	manifest.Data = bytes.Replace(manifest.Data, []byte(`"setVersion": 15,`), []byte(`"setVersion": 14,`), 1)
 	previous, err := loadFS(files)
 	require.NoError(t, err)
 	require.NoError(t, Deploy(ctx, previous, admin))
@@ -105,7 +105,7 @@ func TestDeployVerifyStandalone(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotDeployed)
 	assert.False(t, rep.Nodes[0].LibraryCodeMatches)
 	assert.False(t, rep.Nodes[0].InfoMatches)
-	assert.Equal(t, int64(13), rep.Nodes[0].InfoVersion)
+	assert.Equal(t, int64(14), rep.Nodes[0].InfoVersion)
 	require.NoError(t, Deploy(ctx, c, admin))
 	_, err = Verify(ctx, c, policy.ProgramsFunctionsProvisioned, admin, admin)
 	require.NoError(t, err)

@@ -22,10 +22,11 @@ type Executor struct {
 	// plans are the RatePlan programs prepared for the plan path, by
 	// planProgram (nil: not in the catalog).
 	plans [planPrograms]*fastProgram
-	// notifySubmit, the lease*V2 and *V3 and the permit*V3 are those
-	// programs prepared for the integer-only path (nil: not in the
-	// catalog).
-	notifySubmit, leaseAcquireV2, leaseReleaseV2    *fastProgram
+	// notifySubmit (v2), notifySubmitV3, the lease*V2 and *V3 and the
+	// permit*V3 are those programs prepared for the integer-only path
+	// (nil: not in the catalog).
+	notifySubmit, notifySubmitV3                    *fastProgram
+	leaseAcquireV2, leaseReleaseV2                  *fastProgram
 	leaseAcquireV3, leaseReleaseV3                  *fastProgram
 	permitAcquireV3, permitRenewV3, permitReleaseV3 *fastProgram
 	// calls, when set (Batched), batches run's calls naturally.
@@ -48,7 +49,7 @@ func NewExecutor(c *Catalog, mode policy.ProgramMode, script redis.UniversalClie
 	for i, id := range planProgramIDs {
 		e.plans[i] = e.prepare(id)
 	}
-	e.notifySubmit = e.prepare(notifySubmitV2)
+	e.notifySubmit, e.notifySubmitV3 = e.prepare(notifySubmitV2), e.prepare(notifySubmitV3)
 	e.leaseAcquireV2, e.leaseReleaseV2 = e.prepare(leaseAcquireV2), e.prepare(leaseReleaseV2)
 	e.leaseAcquireV3, e.leaseReleaseV3 = e.prepareShort(leaseAcquireV3), e.prepareShort(leaseReleaseV3)
 	e.permitAcquireV3, e.permitRenewV3 = e.prepare(concurrencyAcquireV3), e.prepare(concurrencyRenewV3)

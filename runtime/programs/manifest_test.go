@@ -50,8 +50,8 @@ func TestDecodeManifestEmbedded(t *testing.T) {
 	assert.Equal(t, "ca-redis-programs-v1", m.ProgramSet)
 	assert.Equal(t, "7.0", m.MinimumRedisVersion)
 	assert.Equal(t, int64(2592000000), m.MaxTTLMillis)
-	assert.Equal(t, 14, m.SetVersion)
-	assert.Len(t, m.Programs, 59)
+	assert.Equal(t, 15, m.SetVersion)
+	assert.Len(t, m.Programs, 60)
 	for _, p := range m.Programs {
 		assert.Equal(t, "7.0", p.MinimumRedisVersion)
 		// Only the rate programs read Redis TIME (once per call).

@@ -10,7 +10,8 @@ import (
 )
 
 // Notification intent programs (notify-submit/claim/finalize/quarantine/
-// inspect-v1, notify-submit-v2, notify-claim-v2, notify-finalize-v2). A shard's stream, its quarantine stream and the intent
+// inspect-v1, notify-submit-v2 and -v3, notify-claim-v2, notify-finalize-v2).
+// A shard's stream, its quarantine stream and the intent
 // records located in it share one Cluster slot (a keys.Sharded layout of
 // keys.CapNotify); every facade refuses keys of different slots before
 // sending (ErrCrossSlot).
@@ -82,14 +83,16 @@ type NotifySubmitRequest struct {
 	MaxLen int64
 }
 
-// NotifySubmitResult is the result of notify-submit-v1 and -v2.
+// NotifySubmitResult is the result of notify-submit-v1, -v2 and -v3.
 type NotifySubmitResult struct {
 	Status NotifySubmitStatus
 	// EntryID is the stream entry of the intent (the first one on a
-	// duplicate); notify-submit-v2 does not report it ("").
-	EntryID   string
-	State     NotifyState
-	Attempts  int
+	// duplicate); notify-submit-v2 and -v3 do not report it ("").
+	EntryID  string
+	State    NotifyState
+	Attempts int
+	// RecordTTL is the record's TTL; notify-submit-v3 reports it for a
+	// new intent only (the retention it set; 0 on a duplicate).
 	RecordTTL time.Duration
 }
 

@@ -6,10 +6,10 @@ package programs
 
 import "github.com/caphost/caphost/runtime/certainty"
 
-// NotifySubmitStatus is the status enum of notify-submit-v1 and -v2.
+// NotifySubmitStatus is the status enum of notify-submit-v1, -v2 and -v3.
 type NotifySubmitStatus uint8
 
-// Statuses of notify-submit-v1 and -v2 (codes as in the manifest).
+// Statuses of notify-submit-v1, -v2 and -v3 (codes as in the manifest).
 const (
 	// NotifySubmitted is SUBMITTED (code 1, APPLIED).
 	NotifySubmitted NotifySubmitStatus = iota + 1
@@ -206,7 +206,7 @@ func (s NotifyInspectStatus) Outcome() certainty.Outcome {
 // another id).
 func notifyStatuses(id string) []statusDef {
 	switch id {
-	case "notify-submit-v1", "notify-submit-v2":
+	case "notify-submit-v1", "notify-submit-v2", "notify-submit-v3":
 		return notifySubmitStatuses()
 	case "notify-claim-v1":
 		return notifyClaimStatuses()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,6 +49,9 @@ func notifyShardKeys(t testing.TB, b *keys.Builder, tag string) (stream, quarant
 func notifyProgramKeys(t testing.TB, b *keys.Builder, program, tag string) []keys.Key {
 	s, q, r := notifyShardKeys(t, b, tag)
 	switch program {
+	case "notify-submit-v3":
+		st, recs := notifyShardRecords(t, b, tag, MaxNotifySubmitGroup)
+		return append([]keys.Key{st}, recs...)
 	case "notify-quarantine-v1":
 		return []keys.Key{s, q, r}
 	case "notify-inspect-v1":
@@ -167,6 +171,7 @@ func notifyFacades() map[string]facadeCall {
 			}
 			return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), ms(r.RecordTTL)}, nil
 		},
+		"notify-submit-v3": notifySubmitV3Facade,
 		"notify-claim-v1": func(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
 			g, err1 := str(a[0])
 			eid, err2 := str(a[1])
@@ -225,4 +230,59 @@ func notifyFinalizeFacade(call func(*Executor, context.Context, keys.Key, keys.K
 			Outcome: NotifyReceiptOutcome(o), Final: fin == 1, Receipt: rc})
 		return r.Status.String(), r.Outcome(), []any{int64(r.State), int64(r.Attempts), b2i(r.Acked)}, err
 	}
+}
+
+// notifyShardRecords returns the stream of tag's shard and n intent
+// records located in it (tags tag/0, tag/1, ... that land in that shard),
+// as one notify-submit-v3 call takes them.
+func notifyShardRecords(t testing.TB, b *keys.Builder, tag string, n int) (keys.Key, []keys.Key) {
+	t.Helper()
+	stream, _, _ := notifyShardKeys(t, b, tag)
+	sum := sha256.Sum256([]byte(tag))
+	intents, err := b.PrepareSharded(keys.ShardSpec{Capability: keys.CapNotify, Region: "n-" + hex.EncodeToString(sum[:8]),
+		KeyVersion: 1, Shards: 4, AnchorKind: "stream", MemberKinds: []string{"intent"}})
+	require.NoError(t, err)
+	var recs []keys.Key
+	for i := 0; len(recs) < n; i++ {
+		require.Less(t, i, 1000, "no records in the shard")
+		loc, err := intents.Locate([][]byte{[]byte(tag + "/" + strconv.Itoa(i))})
+		require.NoError(t, err)
+		if intents.AnchorOf(loc) != stream {
+			continue
+		}
+		ks, err := intents.AppendMembers(nil, loc, []byte("intent"))
+		require.NoError(t, err)
+		recs = append(recs, ks[0])
+	}
+	return stream, recs
+}
+
+// notifySubmitV3Facade runs a notify-submit-v3 vector step: ARGV is
+// retention, maxLen, then id, plan, digest per intent (records ks[1..]).
+// The step's status is the first intent's; its values are status, state
+// and attempts of every intent.
+func notifySubmitV3Facade(ctx context.Context, e *Executor, ks []keys.Key, a []any) (string, certainty.Outcome, []any, error) {
+	if len(a) < 5 || (len(a)-2)%3 != 0 {
+		return "", 0, nil, fmt.Errorf("notify-submit-v3 vector: %d arguments", len(a))
+	}
+	var reqs []NotifySubmitRequest
+	for i := 2; i < len(a); i += 3 {
+		req, err := notifySubmitFixture([]any{a[i], a[i+1], a[i+2], a[0], a[1]})
+		if err != nil {
+			return "", 0, nil, err
+		}
+		reqs = append(reqs, req)
+	}
+	rs, err := e.NotifySubmitV3(ctx, ks[0], ks[1:1+len(reqs)], reqs)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	var vals []any
+	for _, r := range rs {
+		if r.Err != nil {
+			return "", 0, nil, r.Err
+		}
+		vals = append(vals, int64(r.Status), int64(r.State), int64(r.Attempts))
+	}
+	return rs[0].Status.String(), rs[0].Outcome(), vals, nil
 }
