@@ -14,7 +14,7 @@ import (
 
 // Batcher sends program calls with integer-only replies — rate
 // evaluations (RatePlan calls of any lean rate program), durable
-// notification submits (notify-submit-v2) and efficiency-lease acquires
+// notification submits (notify-submit-v3) and efficiency-lease acquires
 // and releases (lease-{acquire,release}-v2 and -v3) — that arrive while
 // the script lane is busy as one pipeline ("natural batching"); one
 // pipeline may mix programs and policies. A call goes out at once, alone,
@@ -28,7 +28,9 @@ import (
 // Each call stays its own EVALSHA/FCALL: atomic on its own, decoded and
 // certainty-classified on its own (a connection lost mid-pipeline leaves
 // each call it affected never-sent or INDETERMINATE, exactly as it would a
-// lone call). A queued call whose context ends before its batch is taken is
+// lone call). The exception is the notify submit: queued submits of one
+// stream share a notify-submit-v3 call of up to four intents, each judged
+// on its own inside it, all sharing its certainty. A queued call whose context ends before its batch is taken is
 // removed and reported OVERLOADED_BEFORE_SEND (never sent, like a call that
 // gave up waiting for a lane slot); one whose batch was taken reports
 // INDETERMINATE at once, while the batch completes for the others. The
@@ -173,30 +175,139 @@ func (b *Batcher) next() {
 }
 
 // send runs batch as one pipeline and delivers every result, waking every
-// call but the sender (batch[0]).
+// call but the sender (batch[0]). Queued notify submits of one stream
+// share notify-submit-v3 calls (groupSubmits): the server pays the script
+// call once per group instead of once per intent.
 func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 	sctx := context.WithoutCancel(ctx)
-	cmds := make([]redis.Cmder, len(batch))
-	for i, c := range batch {
-		cmds[i] = newFastCmd(sctx, c.fp, c.args)
+	groups := groupSubmits(b.e.notifySubmitV3, batch)
+	cmds := make([]redis.Cmder, len(groups))
+	args := make([][]any, len(groups))
+	for i, g := range groups {
+		args[i] = g[0].args
+		if len(g) > 1 {
+			args[i] = mergeSubmits(g)
+		}
+		cmds[i] = newFastCmd(sctx, g[0].fp, args[i])
 	}
 	pipe := b.e.client.Pipeline()
 	_ = pipe.BatchProcess(sctx, cmds...)
 	_, _ = pipe.Exec(sctx) // every command carries its own error
-	refused := len(cmds) > 1 && guard.RefusedWhole(cmds)
-	for i, c := range batch {
-		err := cmds[i].Err()
-		if refused || err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
-			// Refused whole for one call's command, or an exact NOSCRIPT
-			// (nothing ran): this call is sent again alone.
-			c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
-		} else {
-			c.r, c.err = b.e.decodeFastCmd(c.fp, cmds[i], err)
+	// The guard refuses a pipeline whole for one refused command: then
+	// every call, and every intent of a shared submit, is sent again
+	// alone, so each is refused only for its own.
+	refused := len(batch) > 1 && guard.RefusedWhole(cmds)
+	for i, g := range groups {
+		if refused {
+			for _, c := range g {
+				c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
+				if c != batch[0] {
+					c.wake <- struct{}{}
+				}
+			}
+			continue
 		}
-		if i > 0 {
-			c.wake <- struct{}{}
+		var (
+			r   reply
+			err = cmds[i].Err()
+		)
+		if err != nil && b.e.mode == policy.ProgramsEvalshaManaged && isNoScript(err) {
+			// An exact NOSCRIPT ran nothing: load and send this call alone.
+			r, err = b.e.runInts(sctx, g[0].fp, args[i])
+		} else {
+			r, err = b.e.decodeFastCmd(g[0].fp, cmds[i], err)
+		}
+		// Every member of a group shares its call's reply and error: a
+		// lost reply is every member's.
+		for j, c := range g {
+			c.r, c.err = r, err
+			if len(g) > 1 {
+				c.r.item, c.r.items = j, len(g)
+			}
+			if c != batch[0] {
+				c.wake <- struct{}{}
+			}
 		}
 	}
+}
+
+// submitGroup is what the notify submits sharing one call have in common:
+// the stream and the shared arguments (retention, maxLen).
+type submitGroup struct {
+	stream            string
+	retention, maxLen int64
+}
+
+// groupSubmits splits batch into the calls to send, in order of their
+// first member: a call of its own for every call that is not a lone
+// notify-submit-v3 intent (fp), and for those, groups of at most
+// MaxNotifySubmitGroup intents of one submitGroup whose plans total at
+// most maxNotifyGroupPlanBytes (a larger plan goes alone).
+func groupSubmits(fp *fastProgram, batch []*batchCall) [][]*batchCall {
+	out := make([][]*batchCall, 0, len(batch))
+	type open struct {
+		key   submitGroup
+		at    int // index in out
+		bytes int
+	}
+	var opens []open
+	for _, c := range batch {
+		key, plan, ok := loneSubmit(fp, c)
+		if !ok {
+			out = append(out, []*batchCall{c})
+			continue
+		}
+		o := -1
+		for i := range opens {
+			if opens[i].key == key {
+				o = i
+				break
+			}
+		}
+		if o >= 0 && len(out[opens[o].at]) < MaxNotifySubmitGroup && opens[o].bytes+len(plan) <= maxNotifyGroupPlanBytes {
+			out[opens[o].at] = append(out[opens[o].at], c)
+			opens[o].bytes += len(plan)
+			continue
+		}
+		out = append(out, []*batchCall{c})
+		if o >= 0 {
+			opens[o].at, opens[o].bytes = len(out)-1, len(plan)
+		} else {
+			opens = append(opens, open{key, len(out) - 1, len(plan)})
+		}
+	}
+	return out
+}
+
+// loneSubmit reports whether c is a notify-submit-v3 call of one intent
+// as Batcher.NotifySubmit builds it (command, target, 2, stream, record,
+// retention, maxLen, id, plan, digest) and returns its group and plan.
+func loneSubmit(fp *fastProgram, c *batchCall) (submitGroup, []byte, bool) {
+	if fp == nil || c.fp != fp || len(c.args) != 10 {
+		return submitGroup{}, nil, false
+	}
+	stream, ok1 := c.args[3].(string)
+	ret, ok2 := c.args[5].(int64)
+	maxLen, ok3 := c.args[6].(int64)
+	plan, ok4 := c.args[8].([]byte)
+	return submitGroup{stream, ret, maxLen}, plan, ok1 && ok2 && ok3 && ok4
+}
+
+// mergeSubmits builds one notify-submit-v3 call of the intents of g: the
+// stream, every record, the shared arguments, then each intent's id, plan
+// and digest, in g's order.
+func mergeSubmits(g []*batchCall) []any {
+	a := g[0].args
+	args := make([]any, 0, 7+len(g)*4)
+	args = append(args, a[0], a[1], 1+len(g), a[3])
+	for _, c := range g {
+		args = append(args, c.args[4])
+	}
+	args = append(args, a[5], a[6])
+	for _, c := range g {
+		args = append(args, c.args[7], c.args[8], c.args[9])
+	}
+	return args
 }
 
 func (b *Batcher) unqueue(c *batchCall) {

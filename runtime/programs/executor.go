@@ -72,6 +72,10 @@ type reply struct {
 	// short: the program answered with the bare integer 1, status 1 with
 	// the fields the request implies (see decodeShort).
 	short bool
+	// item and items place one caller's intent in a notify-submit-v3
+	// reply its Batcher shared among items callers (both 0: the call was
+	// the caller's own).
+	item, items int
 }
 
 func (r *reply) int(i int) int64 { return r.ints[i] }

@@ -131,8 +131,7 @@ func notifySubmitResult(r *reply) (NotifySubmitResult, error) {
 	return res, nil
 }
 
-// notifySubmitV2 is the program Executor.NotifySubmitV2 and
-// Batcher.NotifySubmit run.
+// notifySubmitV2 is the program Executor.NotifySubmitV2 runs.
 const notifySubmitV2 = "notify-submit-v2"
 
 // NotifySubmitV2 is NotifySubmit through notify-submit-v2: the same keys,
@@ -140,13 +139,6 @@ const notifySubmitV2 = "notify-submit-v2"
 // integer-only reply (a Batcher pipelines it). EntryID is not reported.
 func (e *Executor) NotifySubmitV2(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
 	return notifySubmitV2Call(ctx, e, stream, record, &req)
-}
-
-// NotifySubmit is Executor.NotifySubmitV2, batched: submits that arrive
-// while the Batcher's sends are in flight leave together as one pipeline,
-// each still its own atomic call with its own status and certainty.
-func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
-	return notifySubmitV2Call(ctx, b, stream, record, &req)
 }
 
 func notifySubmitV2Call(ctx context.Context, s intsSender, stream, record keys.Key, req *NotifySubmitRequest) (NotifySubmitResult, error) {

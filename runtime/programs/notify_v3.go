@@ -9,7 +9,8 @@ import (
 	"github.com/caphost/caphost/runtime/keys"
 )
 
-// notifySubmitV3 is the program Executor.NotifySubmitV3 runs.
+// notifySubmitV3 is the program Executor.NotifySubmitV3 and
+// Batcher.NotifySubmit run.
 const notifySubmitV3 = "notify-submit-v3"
 
 // Bounds of one notify-submit-v3 call.
@@ -19,6 +20,9 @@ const (
 	// (12) admit four, and four already pay the script call once for four
 	// intents (docs/notify.md).
 	MaxNotifySubmitGroup = 4
+	// maxNotifyGroupPlanBytes bounds the plans a Batcher puts into one
+	// call; a larger plan goes in a call of its own.
+	maxNotifyGroupPlanBytes = 1 << 20
 )
 
 // ErrNotifyGroup rejects a NotifySubmitV3 call that is not 1..4 intents
@@ -96,6 +100,35 @@ func (e *Executor) NotifySubmitV3(ctx context.Context, stream keys.Key, records 
 		}
 	}
 	return out, nil
+}
+
+// NotifySubmit is NotifySubmitV2 through notify-submit-v3, batched: a
+// lone submit goes out at once as a call of one intent; submits that
+// arrive while the Batcher's sends are in flight leave together as one
+// pipeline, in which those of one stream (with the same Retention and
+// MaxLen) share notify-submit-v3 calls of up to MaxNotifySubmitGroup
+// intents. Each intent is still judged on its own, with its own status;
+// a lost reply leaves every intent of its call INDETERMINATE.
+func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req NotifySubmitRequest) (NotifySubmitResult, error) {
+	fp := b.e.notifySubmitV3
+	if fp == nil {
+		return NotifySubmitResult{}, &CompatibilityError{Program: notifySubmitV3, Reason: "program not in catalog"}
+	}
+	if err := notifyV3Keys(stream, record); err != nil {
+		return NotifySubmitResult{}, err
+	}
+	if !validNotifySubmit(&req) {
+		return NotifySubmitResult{Status: NotifySubmitInvalid}, nil
+	}
+	// The layout groupSubmits reads and mergeSubmits extends.
+	args := []any{fp.command, fp.target, 2, stream.Redis(), record.Redis(),
+		req.Retention.Milliseconds(), req.MaxLen, req.IntentID, req.Plan, req.PlanDigest}
+	r, err := b.do(ctx, fp, args)
+	if err != nil {
+		return NotifySubmitResult{}, err
+	}
+	res, err := notifySubmitV3Item(&r, r.item, max(1, r.items), req.Retention)
+	return res, err
 }
 
 // notifyV3Keys refuses unbuilt keys and a record outside stream's slot.

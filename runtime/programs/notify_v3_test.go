@@ -7,9 +7,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -137,6 +139,7 @@ func TestNotifySubmitV3RefusesBeforeSend(t *testing.T) {
 	ctx := context.Background()
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, gatedClient(t, s, g))
 	require.NoError(t, err)
+	b := e.NewBatcher(1, 64)
 	stream, recs := notifyShardRecords(t, testBuilder(t), "v3-refuse", 4)
 	good := v3Request("good", "plan")
 	bad := []func(r *NotifySubmitRequest){
@@ -153,15 +156,22 @@ func TestNotifySubmitV3RefusesBeforeSend(t *testing.T) {
 	for i, mut := range bad {
 		req := good
 		mut(&req)
+		r, err := b.NotifySubmit(ctx, stream, recs[0], req)
+		require.NoError(t, err, i)
+		assert.Equal(t, NotifySubmitInvalid, r.Status, i)
 		rs, err := e.NotifySubmitV3(ctx, stream, recs[:1], []NotifySubmitRequest{req})
 		require.NoError(t, err, i)
 		assert.Equal(t, NotifySubmitInvalid, rs[0].Status, i)
 	}
 	other, _, _ := notifyShardKeys(t, testBuilder(t), "v3-refuse-elsewhere")
 	if other.Slot() != stream.Slot() {
+		_, err = b.NotifySubmit(ctx, other, recs[0], good)
+		require.ErrorIs(t, err, ErrCrossSlot)
 		_, err = e.NotifySubmitV3(ctx, other, recs[:1], []NotifySubmitRequest{good})
 		require.ErrorIs(t, err, ErrCrossSlot)
 	}
+	_, err = b.NotifySubmit(ctx, stream, keys.Key{}, good)
+	require.ErrorIs(t, err, ErrZeroKey)
 	_, err = e.NotifySubmitV3(ctx, stream, []keys.Key{{}}, []NotifySubmitRequest{good})
 	require.ErrorIs(t, err, ErrZeroKey)
 	longer := good
@@ -189,6 +199,200 @@ func TestNotifySubmitV3RefusesBeforeSend(t *testing.T) {
 	assert.Zero(t, n)
 	names, _ = g.take()
 	assert.Equal(t, []string{"evalsha", "script load", "evalsha"}, names, "one call (NOSCRIPT, loaded, sent again)")
+}
+
+// Queued submits are grouped by stream (and retention and maxLen) into
+// notify-submit-v3 calls of at most four intents whose plans total at most
+// 1 MiB, beside the other programs' calls of the same pipeline; every
+// intent gets its own status, and each stream holds one entry per intent.
+func TestBatcherNotifySubmitGroups(t *testing.T) {
+	eachBatcherMode(t, func(t *testing.T, mode policy.ProgramMode, s *redistest.Server, g *gate, b *Batcher) {
+		ctx := context.Background()
+		bld := testBuilder(t)
+		streamA, recsA := notifyShardRecords(t, bld, "group-a-"+string(mode), 7)
+		streamB, recsB := notifyShardRecords(t, bld, "group-b-"+string(mode), 3)
+		type sub struct {
+			stream, record keys.Key
+			req            NotifySubmitRequest
+		}
+		var subs []sub
+		for i, r := range recsA[:6] {
+			subs = append(subs, sub{streamA, r, v3Request("a"+strconv.Itoa(i), "plan-a")})
+		}
+		// Same stream, another retention: a group of its own.
+		longer := v3Request("a-longer", "plan-a")
+		longer.Retention = time.Hour
+		subs = append(subs, sub{streamA, recsA[6], longer})
+		// 600 KiB plans: two would pass the 1 MiB bound, so one per call.
+		for i, r := range recsB {
+			subs = append(subs, sub{streamB, r, v3Request("b"+strconv.Itoa(i), string(bytes.Repeat([]byte{'b', byte(i)}, 300<<10)))})
+		}
+		// Warm (loads the script), then hold the only flight.
+		warmStream, warmRec := notifyShardRecords(t, bld, "group-warm-"+string(mode), 1)
+		_, err := b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan"))
+		require.NoError(t, err)
+		g.take()
+		release, paused := g.holdNextCommand()
+		held := make(chan error, 1)
+		go func() {
+			_, err := b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan"))
+			held <- err
+		}()
+		<-paused
+		type res struct {
+			i   int
+			r   NotifySubmitResult
+			err error
+		}
+		out := make(chan res, len(subs))
+		for i, x := range subs {
+			go func() {
+				r, err := b.NotifySubmit(ctx, x.stream, x.record, x.req)
+				out <- res{i, r, err}
+			}()
+		}
+		rate, _ := rateKeys(t, bld, "group-rate-"+string(mode), "bucket")
+		rateDone := goCall(ctx, b, rate, bucketPlan(10))
+		waitQueued(t, b, len(subs)+1)
+		release()
+		require.NoError(t, <-held)
+		rr := <-rateDone
+		require.NoError(t, rr.err)
+		assert.Equal(t, RateAllowed, rr.r.Status)
+		for range subs {
+			x := <-out
+			require.NoError(t, x.err, "submit %d", x.i)
+			assert.Equal(t, NotifySubmitted, x.r.Status, "submit %d", x.i)
+			assert.Equal(t, NotifyPending, x.r.State, "submit %d", x.i)
+			assert.Equal(t, subs[x.i].req.Retention, x.r.RecordTTL, "submit %d", x.i)
+		}
+		for _, c := range []struct {
+			stream keys.Key
+			n      int64
+		}{{streamA, 7}, {streamB, 3}} {
+			n, err := s.Admin().XLen(ctx, c.stream.Redis()).Result()
+			require.NoError(t, err)
+			assert.Equal(t, c.n, n)
+		}
+		names, pipes := g.take()
+		// A: 4 + 2 intents, and the longer retention alone; B: 1 + 1 + 1;
+		// the rate call: 7 calls in one pipeline.
+		assert.Equal(t, []int{7}, pipes)
+		call := "pipeline:" + string(map[policy.ProgramMode]string{policy.ProgramsEvalshaManaged: "evalsha", policy.ProgramsFunctionsProvisioned: "fcall"}[mode])
+		assert.Equal(t, 7, count(names, call), "%v", names)
+	})
+}
+
+// A pipeline whose replies never come leaves every intent of every
+// grouped call INDETERMINATE; a repeat afterwards reconciles: each intent
+// has exactly one entry, and its repeat is DUPLICATE iff the first call
+// applied.
+func TestBatcherNotifySubmitStalledIsIndeterminate(t *testing.T) {
+	s := redistest.StartStandalone(t)
+	p := redistest.NewProxy(t, s.Addr())
+	user, pass := s.AdminUser()
+	g := &gate{}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1,
+		PoolSize: 4, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(g)
+	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, c)
+	require.NoError(t, err)
+	b := e.NewBatcher(1, 64)
+	ctx := context.Background()
+	stream, recs := notifyShardRecords(t, testBuilder(t), "v3-stall", 4)
+	warmStream, warmRec := notifyShardRecords(t, testBuilder(t), "v3-stall-warm", 1)
+	_, err = b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan")) // loads the script
+	require.NoError(t, err)
+
+	release, paused := g.holdNextCommand()
+	held := make(chan error, 1)
+	go func() {
+		_, err := b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan"))
+		held <- err
+	}()
+	<-paused
+	errs := make(chan error, len(recs))
+	for i, r := range recs {
+		go func() {
+			_, err := b.NotifySubmit(ctx, stream, r, v3Request("stall-"+strconv.Itoa(i), "plan"))
+			errs <- err
+		}()
+	}
+	waitQueued(t, b, len(recs))
+	p.Stall()
+	release()
+	assert.Equal(t, certainty.Indeterminate, certainty.Classify(<-held, true))
+	for range recs {
+		err := <-errs
+		require.Error(t, err)
+		assert.Equal(t, certainty.Indeterminate, certainty.Classify(err, true), "%v", err)
+	}
+	p.Passthrough()
+	assert.Zero(t, b.queued())
+	_, pipes := g.take()
+	assert.Equal(t, []int{1}, pipes, "the four intents were one call")
+	applied, err := s.Admin().XLen(ctx, stream.Redis()).Result()
+	require.NoError(t, err)
+	for i, r := range recs {
+		res, err := b.NotifySubmit(ctx, stream, r, v3Request("stall-"+strconv.Itoa(i), "plan"))
+		require.NoError(t, err)
+		if applied == 4 {
+			assert.Equal(t, NotifyDuplicate, res.Status, "the stalled call applied")
+		} else {
+			assert.Equal(t, NotifySubmitted, res.Status, "the stalled call never ran")
+		}
+	}
+	n, err := s.Admin().XLen(ctx, stream.Redis()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), n, "one entry per intent")
+}
+
+// A queued submit whose context ends before its batch is taken is never
+// sent; the others of its stream still share a call.
+func TestBatcherNotifySubmitCanceledIsNeverSent(t *testing.T) {
+	eachBatcherMode(t, func(t *testing.T, mode policy.ProgramMode, s *redistest.Server, g *gate, b *Batcher) {
+		ctx := context.Background()
+		stream, recs := notifyShardRecords(t, testBuilder(t), "v3-cancel-"+string(mode), 3)
+		warmStream, warmRec := notifyShardRecords(t, testBuilder(t), "v3-cancel-warm-"+string(mode), 1)
+		_, err := b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan"))
+		require.NoError(t, err)
+		g.take()
+		release, paused := g.holdNextCommand()
+		held := make(chan error, 1)
+		go func() {
+			_, err := b.NotifySubmit(ctx, warmStream, warmRec[0], v3Request("warm", "plan"))
+			held <- err
+		}()
+		<-paused
+		cctx, cancel := context.WithCancel(ctx)
+		errs := make([]chan error, len(recs))
+		for i, r := range recs {
+			errs[i] = make(chan error, 1)
+			cx := ctx
+			if i == 1 {
+				cx = cctx
+			}
+			go func() {
+				_, err := b.NotifySubmit(cx, stream, r, v3Request("cancel-"+strconv.Itoa(i), "plan"))
+				errs[i] <- err
+			}()
+			waitQueued(t, b, i+1)
+		}
+		cancel()
+		err = <-errs[1]
+		require.Error(t, err)
+		assert.Equal(t, certainty.OverloadedBeforeSend, certainty.Classify(err, true), "%v", err)
+		release()
+		require.NoError(t, <-held)
+		require.NoError(t, <-errs[0])
+		require.NoError(t, <-errs[2])
+		n, err := s.Admin().Exists(ctx, recs[1].Redis()).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the canceled intent was never sent")
+		_, pipes := g.take()
+		assert.Equal(t, []int{1}, pipes, "the two others shared one call")
+	})
 }
 
 // The reply decoder: an intent's slot, the slots past the call's intents,

@@ -155,8 +155,8 @@ func notifyFacades() map[string]facadeCall {
 			if err != nil {
 				return "", 0, nil, err
 			}
-			// The batched path must agree with the lone call: a repeat of
-			// the request through a Batcher is the same call again.
+			// The batched path (notify-submit-v3) must agree with v2: a
+			// repeat of the request through a Batcher finds what v2 did.
 			again, err := e.NewBatcher(1, 1).NotifySubmit(ctx, ks[0], ks[1], req)
 			if err != nil {
 				return "", 0, nil, err
