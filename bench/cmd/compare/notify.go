@@ -196,8 +196,8 @@ func notifyRows(ctx context.Context, rt *runtime.Runtime, plain *redis.Client, o
 			return err
 		}
 	}
-	fmt.Println(`notify rows: submit = caphost host/notify/intent Submit (notify-submit-v2: dedup record + XADD MAXLEN ~, one
-  EVALSHA per submit; concurrent submits share a pipeline) against go-redis XADD MAXLEN ~ of the same encoded plan (no record, no dedup; target ≥ 0.9×, its A/A
+	fmt.Println(`notify rows: submit = caphost host/notify/intent Submit (notify-submit-v3: dedup record + XADD MAXLEN ~;
+  concurrent submits share a pipeline, those of one shard calls of up to four intents) against go-redis XADD MAXLEN ~ of the same encoded plan (no record, no dedup; target ≥ 0.9×, its A/A
   control is XADD against a twin client); webhook plugin call =
   one Deliver of the webhook transport as a go-plugin process (gRPC over a Unix socket) against the same code in
   process, both posting to a local receiver that verifies the signature: the difference is the plugin overhead

@@ -15,8 +15,9 @@ import (
 )
 
 // BenchmarkSubmit compares a durable Submit (guard, EVALSHA of
-// notify-submit-v2: dedup record + XADD MAXLEN ~; concurrent submits
-// pipelined) with a plain go-redis
+// notify-submit-v3: dedup record + XADD MAXLEN ~; concurrent submits
+// pipelined, those of one shard sharing calls of up to four intents)
+// with a plain go-redis
 // XADD of the same plan bytes to the same private server (redistest's
 // unguarded admin client: no record, no dedup), on connection pools of the
 // same size (4), at 1 and 32 goroutines, in both program modes

@@ -7,12 +7,14 @@
 //
 // Guarantees: at-least-once delivery plus an idempotent consumer — never
 // "exactly once". A submit with an idempotency key already used returns
-// the first intent (notify-submit-v2 creates the record and appends the
+// the first intent (notify-submit-v3 creates the record and appends the
 // entry in one step). Every call reports its certainty: a submit whose
 // reply was lost is INDETERMINATE, and repeating it with the same key
 // resolves it (Duplicate, with the same id). Concurrent submits are
-// pipelined (a programs.Batcher): each stays its own atomic call with its
-// own certainty, and a lone submit is sent at once. Claim (notify-claim-v2)
+// pipelined (a programs.Batcher), and those of one shard share script
+// calls of up to four intents: each intent is still judged on its own,
+// and a lost reply leaves every intent of its call INDETERMINATE. A lone
+// submit is sent at once. Claim (notify-claim-v2)
 // never begins an attempt after one that was claimed and never finalized:
 // that attempt may have been sent, so the intent becomes INDETERMINATE and
 // the claim reports InDoubt — even when the attempt never reached its

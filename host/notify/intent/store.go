@@ -161,10 +161,11 @@ const (
 type Store struct {
 	dep  *runtime.Deployment
 	exec *programs.Executor
-	// submits pipelines concurrent submits (notify-submit-v2): a lone
+	// submits pipelines concurrent submits (notify-submit-v3): a lone
 	// submit goes out at once, alone; those arriving while
-	// submitFlights sends are in flight leave together, each its own
-	// atomic call with its own certainty.
+	// submitFlights sends are in flight leave together, those of one
+	// shard sharing calls of up to four intents, each intent judged on
+	// its own.
 	submits    *programs.Batcher
 	intents    *keys.Sharded
 	quarantine *keys.Sharded
