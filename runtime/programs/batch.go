@@ -298,7 +298,7 @@ func loneSubmit(fp *fastProgram, c *batchCall) (submitGroup, []byte, bool) {
 // and digest, in g's order.
 func mergeSubmits(g []*batchCall) []any {
 	a := g[0].args
-	args := make([]any, 0, 7+len(g)*4)
+	args := make([]any, 0, 6+4*len(g))
 	args = append(args, a[0], a[1], 1+len(g), a[3])
 	for _, c := range g {
 		args = append(args, c.args[4])

@@ -80,7 +80,7 @@ func (e *Executor) NotifySubmitV3(ctx context.Context, stream keys.Key, records 
 		return out, nil
 	}
 	ret, maxLen := reqs[0].Retention.Milliseconds(), reqs[0].MaxLen
-	args := make([]any, 0, 5+k*4)
+	args := make([]any, 0, 6+4*k)
 	args = append(args, fp.command, fp.target, 1+k, stream.Redis())
 	for _, i := range send[:k] {
 		args = append(args, records[i].Redis())
@@ -127,8 +127,7 @@ func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req
 	if err != nil {
 		return NotifySubmitResult{}, err
 	}
-	res, err := notifySubmitV3Item(&r, r.item, max(1, r.items), req.Retention)
-	return res, err
+	return notifySubmitV3Item(&r, r.item, max(1, r.items), req.Retention)
 }
 
 // notifyV3Keys refuses unbuilt keys and a record outside stream's slot.
