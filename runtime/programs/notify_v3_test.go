@@ -498,3 +498,72 @@ func FuzzNotifySubmitV3Reply(f *testing.F) {
 		}
 	})
 }
+
+// On Cluster the grouped calls of a pipeline go to the primaries of their
+// streams' slots (go-redis splits the pipeline by the first key, the
+// stream): concurrent submits of intents of several shards, each intent
+// three times, leave exactly one SUBMITTED and one stream entry per
+// intent. The grouping itself depends on arrival; the outcome does not.
+func TestBatcherNotifySubmitCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	cat := mustCatalog(t)
+	require.NoError(t, Deploy(ctx, cat, cl.Admin()))
+	for _, mode := range []policy.ProgramMode{policy.ProgramsEvalshaManaged, policy.ProgramsFunctionsProvisioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := NewExecutor(cat, mode, clusterClient(t, cl))
+			require.NoError(t, err)
+			b := e.NewBatcher(1, 64)
+			type intent struct {
+				stream, record keys.Key
+				req            NotifySubmitRequest
+			}
+			var intents []intent
+			slots := map[uint16]bool{}
+			const shards, perShard, repeats = 6, 4, 3
+			for sh := range shards {
+				st, recs := notifyShardRecords(t, testBuilder(t), "v3-cluster-"+string(mode)+"-"+strconv.Itoa(sh), perShard)
+				slots[st.Slot()] = true
+				for i, r := range recs {
+					intents = append(intents, intent{st, r, v3Request("c-"+strconv.Itoa(sh)+"-"+strconv.Itoa(i), "plan")})
+				}
+			}
+			require.Greater(t, len(slots), 1)
+			type res struct {
+				i   int
+				s   NotifySubmitStatus
+				err error
+			}
+			out := make(chan res, len(intents)*repeats)
+			for w := range repeats {
+				for j := range intents {
+					go func() {
+						i := (j + w*perShard) % len(intents)
+						r, err := b.NotifySubmit(ctx, intents[i].stream, intents[i].record, intents[i].req)
+						out <- res{i, r.Status, err}
+					}()
+				}
+			}
+			submitted := map[int]int{}
+			for range len(intents) * repeats {
+				x := <-out
+				require.NoError(t, x.err)
+				switch x.s {
+				case NotifySubmitted:
+					submitted[x.i]++
+				case NotifyDuplicate:
+				default:
+					t.Fatalf("intent %d: %s", x.i, x.s)
+				}
+			}
+			for i := range intents {
+				assert.Equal(t, 1, submitted[i], "intent %d submitted once", i)
+			}
+			for sh := range shards {
+				n, err := cl.Admin().XLen(ctx, intents[sh*perShard].stream.Redis()).Result()
+				require.NoError(t, err)
+				assert.Equal(t, int64(perShard), n, "shard %d: one entry per intent", sh)
+			}
+		})
+	}
+}
