@@ -9,6 +9,7 @@ import (
 	"github.com/caphost/caphost/policy"
 	"github.com/caphost/caphost/runtime/certainty"
 	"github.com/caphost/caphost/runtime/guard"
+	"github.com/caphost/caphost/runtime/internal/natbatch"
 	"github.com/caphost/caphost/runtime/keys"
 )
 
@@ -44,34 +45,26 @@ import (
 //
 // A Batcher is safe for concurrent use. Its only state is the queue.
 type Batcher struct {
-	e          *Executor
-	maxFlights int
-	maxBatch   int
-
-	mu      sync.Mutex
-	flights int          // sends in flight (lone calls and batches)
-	queue   []*batchCall // waiting, oldest first
-	calls   sync.Pool    // *batchCall
+	e     *Executor
+	q     *natbatch.Queue[*batchCall]
+	calls sync.Pool // *batchCall
 }
 
-// batchCall is one queued evaluation.
+// batchCall is one call: its program and arguments, and the reply or
+// error the send fills.
 type batchCall struct {
 	fp   *fastProgram
 	args []any
 	r    reply
 	err  error
-	// wake receives exactly one signal: "send this batch" (batch set) or
-	// "your result is ready".
-	wake  chan struct{}
-	batch []*batchCall // set when this call sends the batch it heads
-	taken bool         // under mu: left the queue as part of a batch
 }
 
 // NewBatcher returns a Batcher over e with at most maxFlights concurrent
 // sends and at most maxBatch calls per pipeline (both at least 1).
 func (e *Executor) NewBatcher(maxFlights, maxBatch int) *Batcher {
-	b := &Batcher{e: e, maxFlights: max(1, maxFlights), maxBatch: max(1, maxBatch)}
-	b.calls.New = func() any { return &batchCall{wake: make(chan struct{}, 1)} }
+	b := &Batcher{e: e}
+	b.q = natbatch.New(maxFlights, maxBatch, b.sendOne, b.send)
+	b.calls.New = func() any { return new(batchCall) }
 	return b
 }
 
@@ -95,91 +88,39 @@ func (b *Batcher) RateTokenBucketPlan(ctx context.Context, state, dedup keys.Key
 }
 
 func (b *Batcher) do(ctx context.Context, fp *fastProgram, args []any) (reply, error) {
-	b.mu.Lock()
-	if b.flights < b.maxFlights {
-		b.flights++
-		b.mu.Unlock()
-		defer b.next()
-		return b.e.runInts(ctx, fp, args)
-	}
-	if len(b.queue) >= b.maxFlights*b.maxBatch {
-		b.mu.Unlock()
-		return b.e.runInts(ctx, fp, args) // alone, under the lane's bound
-	}
 	c := b.calls.Get().(*batchCall)
 	c.fp, c.args = fp, args
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
-
-	select {
-	case <-c.wake:
-	case <-ctx.Done():
-		b.mu.Lock()
-		if !c.taken {
-			b.unqueue(c)
-			b.mu.Unlock()
-			b.recycle(c)
-			// Like a call that gave up waiting for a lane slot.
-			return reply{}, ctxError(ctx, fp, certainty.OverloadedBeforeSend)
-		}
-		lead := c.batch != nil
-		b.mu.Unlock()
-		if lead {
-			<-c.wake // the "send" signal is on its way; the others need it sent
-			break
-		}
-		select {
-		case <-c.wake: // the result arrived after all
-		default:
-			// In a batch sent by another call: stop waiting. The sender
-			// still delivers to c, which is then left to the GC.
-			return reply{}, ctxError(ctx, fp, certainty.Indeterminate)
-		}
-	}
-	if c.batch != nil {
-		b.sendBatch(ctx, c.batch)
+	switch b.q.Do(ctx, c) {
+	case natbatch.Abandoned:
+		b.recycle(c)
+		// Like a call that gave up waiting for a lane slot.
+		return reply{}, ctxError(ctx, fp, certainty.OverloadedBeforeSend)
+	case natbatch.Left:
+		// In a batch sent by another call: the sender still delivers to
+		// c, which is then left to the GC.
+		return reply{}, ctxError(ctx, fp, certainty.Indeterminate)
 	}
 	r, err := c.r, c.err
 	b.recycle(c)
 	return r, err
 }
 
-// sendBatch sends batch and then hands the flight on, even if sending
-// panicked.
-func (b *Batcher) sendBatch(ctx context.Context, batch []*batchCall) {
-	defer b.next()
-	b.send(ctx, batch)
+// recycle returns a call nobody else references any more to the pool.
+func (b *Batcher) recycle(c *batchCall) {
+	*c = batchCall{}
+	b.calls.Put(c)
 }
 
-// next hands the finished send's slot to the queue: the oldest queued calls
-// (at most maxBatch) become a batch sent by its first call.
-func (b *Batcher) next() {
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.flights--
-		b.mu.Unlock()
-		return
-	}
-	n := min(len(b.queue), b.maxBatch)
-	batch := make([]*batchCall, n)
-	copy(batch, b.queue)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	for _, c := range batch {
-		c.taken = true
-	}
-	batch[0].batch = batch
-	b.mu.Unlock()
-	batch[0].wake <- struct{}{}
+// sendOne sends one call alone.
+func (b *Batcher) sendOne(ctx context.Context, c *batchCall) {
+	c.r, c.err = b.e.runInts(ctx, c.fp, c.args)
 }
 
-// send runs batch as one pipeline and delivers every result, waking every
-// call but the sender (batch[0]). Queued notify submits of one stream
+// send runs batch as one pipeline (natbatch wakes the callers) and
+// fills every call's result. Queued notify submits of one stream
 // share notify-submit-v3 calls (groupSubmits): the server pays the script
 // call once per group instead of once per intent.
-func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
-	sctx := context.WithoutCancel(ctx)
+func (b *Batcher) send(sctx context.Context, batch []*batchCall) {
 	groups := groupSubmits(b.e.notifySubmitV3, batch)
 	cmds := make([]redis.Cmder, len(groups))
 	args := make([][]any, len(groups))
@@ -201,9 +142,6 @@ func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 		if refused {
 			for _, c := range g {
 				c.r, c.err = b.e.runInts(sctx, c.fp, c.args)
-				if c != batch[0] {
-					c.wake <- struct{}{}
-				}
 			}
 			continue
 		}
@@ -223,9 +161,6 @@ func (b *Batcher) send(ctx context.Context, batch []*batchCall) {
 			c.r, c.err = r, err
 			if len(g) > 1 {
 				c.r.item, c.r.items = j, len(g)
-			}
-			if c != batch[0] {
-				c.wake <- struct{}{}
 			}
 		}
 	}
@@ -308,23 +243,6 @@ func mergeSubmits(g []*batchCall) []any {
 		args = append(args, c.args[7], c.args[8], c.args[9])
 	}
 	return args
-}
-
-func (b *Batcher) unqueue(c *batchCall) {
-	for i, q := range b.queue {
-		if q == c {
-			copy(b.queue[i:], b.queue[i+1:])
-			b.queue[len(b.queue)-1] = nil
-			b.queue = b.queue[:len(b.queue)-1]
-			return
-		}
-	}
-}
-
-// recycle returns a call nobody else references any more to the pool.
-func (b *Batcher) recycle(c *batchCall) {
-	*c = batchCall{wake: c.wake}
-	b.calls.Put(c)
 }
 
 // intsSender sends one call of a program prepared for the integer-only

@@ -133,11 +133,7 @@ func eachBatcherMode(t *testing.T, body func(t *testing.T, mode policy.ProgramMo
 	}
 }
 
-func (b *Batcher) queued() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.queue)
-}
+func (b *Batcher) queued() int { return b.q.Queued() }
 
 // queuer is a Batcher or a Batched Executor: something calls queue in.
 type queuer interface{ queued() int }
@@ -240,7 +236,7 @@ func TestBatcherBatchesOnlyUnderLoad(t *testing.T) {
 			assert.Equal(t, 1, count(names, call))
 			assert.Equal(t, 20, count(names, "pipeline:"+call))
 			assert.Zero(t, b.queued())
-			assert.Zero(t, b.flights)
+			assert.Zero(t, b.q.InFlight())
 		})
 	}
 }
@@ -329,7 +325,7 @@ func TestBatcherAbandonedMemberIsIndeterminate(t *testing.T) {
 	assert.Regexp(t, `^1:6\d{6}:\d+:r1$`, v, "the abandoned call was still sent and applied")
 	_, pipes := g.take()
 	assert.Equal(t, []int{2}, pipes)
-	assert.Zero(t, b.flights)
+	assert.Zero(t, b.q.InFlight())
 }
 
 // An exact NOSCRIPT inside a pipeline ran nothing: each affected call is
@@ -391,7 +387,7 @@ func TestBatcherStalledPipelineIsIndeterminate(t *testing.T) {
 	}
 	p.Passthrough()
 	assert.Zero(t, b.queued())
-	assert.Zero(t, b.flights)
+	assert.Zero(t, b.q.InFlight())
 	r, err := b.RateTokenBucketPlan(ctx, st, keys.Key{}, plan, RateScale, "")
 	require.NoError(t, err)
 	assert.Equal(t, RateAllowed, r.Status)

@@ -179,6 +179,14 @@ func (q *Queue[T]) recycle(w *waiter[T]) {
 	q.pool.Put(w)
 }
 
+// InFlight is the number of sends in flight, lone calls and batches (for
+// tests and gauges).
+func (q *Queue[T]) InFlight() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.flights
+}
+
 // Queued is the number of calls waiting (for tests and gauges).
 func (q *Queue[T]) Queued() int {
 	q.mu.Lock()

@@ -131,6 +131,7 @@ func TestLoneCallsAreSentAlone(t *testing.T) {
 	}
 	assert.Equal(t, [][]int{{0}, {1}, {2}}, s.take())
 	assert.Equal(t, 0, q.Queued())
+	assert.Equal(t, 0, q.InFlight(), "every flight handed back")
 }
 
 // TestQueuedCallsLeaveTogether: with every flight held, later calls
@@ -164,6 +165,7 @@ func TestQueuedCallsLeaveTogether(t *testing.T) {
 	assert.Equal(t, Sent, <-held[1])
 	assert.Equal(t, [][]int{{10}, {11}, {1, 2}, {3, 4}}, s.take())
 	assert.Equal(t, 0, q.Queued())
+	assert.Equal(t, 0, q.InFlight())
 
 	// A batch of one (a single queued call) is still a batch send.
 	release, paused := s.holdNext()
