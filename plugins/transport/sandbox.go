@@ -18,8 +18,8 @@ import (
 // the transport and before it answers the host: from then on it can open
 // no file and reach no server outside what its Sandbox names, and bind no
 // TCP port at all. Descriptors already open (go-plugin's socket, stdio,
-// the broker socket) keep working. Paths must be absolute and exist when
-// the sandbox is applied. Where the host could give the plugin
+// the broker socket) keep working. Paths must be absolute, not the root
+// itself, and exist when the sandbox is applied. Where the host could give the plugin
 // namespaces of its own (Linux), the plugin's root then holds only the
 // paths its Sandbox grants, at their own paths: any other path is
 // missing for it (SandboxLevel.Paths). A granted path is mounted, so
@@ -226,13 +226,18 @@ var errSandbox = errors.New("transport: sandbox")
 // direct: the plugin makes its own internet sockets (ConnectTCP).
 func (sb Sandbox) direct() bool { return len(sb.ConnectTCP) > 0 }
 
-// check refuses a relative path, a malformed, duplicate or excess Dial
-// target, and Dial with ConnectTCP.
+// check refuses a relative path, the root itself, a malformed, duplicate
+// or excess Dial target, and Dial with ConnectTCP.
 func (sb Sandbox) check() error {
 	for _, p := range [][]string{sb.ReadDirs, sb.ReadFiles, sb.WriteDirs} {
 		for _, path := range p {
-			if !filepath.IsAbs(path) {
+			switch {
+			case !filepath.IsAbs(path):
 				return fmt.Errorf("%w: path not absolute", errSandbox)
+			case filepath.Clean(path) == "/":
+				// The whole file system is no sandbox, and a plugin's own
+				// root could not hold it writable.
+				return fmt.Errorf("%w: the root granted", errSandbox)
 			}
 		}
 	}
