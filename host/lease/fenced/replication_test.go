@@ -77,11 +77,19 @@ func replicaCounter(t *testing.T, w *world, srv *redistest.Server) int64 {
 	require.NoError(t, err)
 	raw, err := srv.Admin().Get(ctxT(t), key.Redis()).Result()
 	require.NoError(t, err)
-	parts := strings.Split(raw, ":")
-	require.Len(t, parts, 4, raw)
-	n, err := strconv.ParseInt(parts[2], 10, 64)
-	require.NoError(t, err)
+	n, ok := storedCounter(raw)
+	require.True(t, ok, raw)
 	return n
+}
+
+// storedCounter is the counter a fence counter's stored value holds.
+func storedCounter(raw string) (int64, bool) {
+	parts := strings.Split(raw, ":")
+	if len(parts) != 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(parts[2], 10, 64)
+	return n, err == nil
 }
 
 func ledgerRequest(t *testing.T, reg fence.Registration, op string) Request {
@@ -253,12 +261,26 @@ func TestLostWaitReplyIsIndeterminateAndReconciled(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lease.ReleaseDone, rel)
 
+	_, counter, err := w.c.keysOf("ledger", "acct-7")
+	require.NoError(t, err)
 	loseWaitReply := func() {
 		_, err := w.c.Inspect(ctx, ledgerRequest(t, reg, "warm")) // a live pooled connection
 		require.NoError(t, err)
+		before := replicaCounter(t, w, primary)
 		replica.Pause()
+		// Stall once the acquire has applied on the primary, not after a
+		// fixed time from here (under load the acquire and its WAIT's
+		// timeout could both pass first): its reply is then on its way,
+		// and the WAIT blocks on the paused replica for ackTimeout.
 		go func() {
-			time.Sleep(200 * time.Millisecond) // the acquire's reply is through; the WAIT blocks
+			for ctx.Err() == nil {
+				raw, err := primary.Admin().Get(ctx, counter.Redis()).Result()
+				if n, ok := storedCounter(raw); err == nil && ok && n > before {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // the acquire's reply passes the proxy
 			p.Stall()
 		}()
 	}
