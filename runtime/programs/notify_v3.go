@@ -69,7 +69,7 @@ func (e *Executor) NotifySubmitV3(ctx context.Context, stream keys.Key, records 
 	var send [MaxNotifySubmitGroup]int // indexes of the valid requests
 	k := 0
 	for i := range reqs {
-		if validNotifySubmit(&reqs[i]) {
+		if e.validNotifySubmit(&reqs[i]) {
 			send[k] = i
 			k++
 		} else {
@@ -117,7 +117,7 @@ func (b *Batcher) NotifySubmit(ctx context.Context, stream, record keys.Key, req
 	if err := notifyV3Keys(stream, record); err != nil {
 		return NotifySubmitResult{}, err
 	}
-	if !validNotifySubmit(&req) {
+	if !b.e.validNotifySubmit(&req) {
 		return NotifySubmitResult{Status: NotifySubmitInvalid}, nil
 	}
 	// The layout groupSubmits reads and mergeSubmits extends.
@@ -140,18 +140,16 @@ func notifyV3Keys(stream, record keys.Key) error {
 
 // validNotifySubmit checks what notify-submit-v2 checked in Lua and v3
 // leaves to the host: ids and digests of 64 lower-hex, a plan of
-// 1..MaxNotifyPlanBytes, a retention of 1 ms..30 days in whole
-// milliseconds as sent, a MaxLen of 1..MaxNotifyStreamLen.
-func validNotifySubmit(req *NotifySubmitRequest) bool {
+// 1..MaxNotifyPlanBytes, a retention of 1 ms up to the manifest's
+// maxTtlMillis in whole milliseconds as sent, a MaxLen of
+// 1..MaxNotifyStreamLen.
+func (e *Executor) validNotifySubmit(req *NotifySubmitRequest) bool {
 	ret := req.Retention.Milliseconds()
 	return lowerHex64(req.IntentID) && lowerHex64(req.PlanDigest) &&
 		len(req.Plan) >= 1 && len(req.Plan) <= MaxNotifyPlanBytes &&
-		ret >= 1 && ret <= maxNotifyRetentionMillis &&
+		ret >= 1 && ret <= e.cat.manifest.MaxTTLMillis &&
 		req.MaxLen >= 1 && req.MaxLen <= MaxNotifyStreamLen
 }
-
-// maxNotifyRetentionMillis is the manifest's maxTtlMillis (30 days).
-const maxNotifyRetentionMillis = 2_592_000_000
 
 func lowerHex64(s string) bool {
 	if len(s) != 64 {
