@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -133,10 +131,7 @@ func TestBatchRefusedWholeResends(t *testing.T) {
 		Budgets: policy.Budgets{MaxRequestBytes: 320, MaxReplyBytes: 1 << 20}, Scripts: cat})
 	require.NoError(t, err)
 	g := &gate{}
-	user, pass := s.AdminUser()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: user, Password: pass, DisableIdentity: true,
-		MaxRetries: -1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
-	t.Cleanup(func() { _ = c.Close() })
+	c := standaloneClient(t, s)
 	c.AddHook(g)
 	c.AddHook(gd)
 	e, err := NewExecutor(cat, policy.ProgramsFunctionsProvisioned, c)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/require"
 
 	"github.com/caphost/caphost/internal/redistest"
@@ -211,6 +212,9 @@ func standaloneClient(t testing.TB, s *redistest.Server) *redis.Client {
 		Addr: s.Addr(), Username: user, Password: pass,
 		DisableIdentity: true, MaxRetries: -1, PoolSize: 4,
 		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		// No CLIENT MAINT_NOTIFICATIONS on connect, as the runtime's
+		// lanes: a test may put a guard, which refuses it, on the client.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -250,6 +254,9 @@ func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
 		Addrs: cl.Seeds(), Username: user, Password: pass,
 		DisableIdentity: true, MaxRetries: -1, PoolSize: 4,
 		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		// No CLIENT MAINT_NOTIFICATIONS on connect, as the runtime's
+		// lanes: a test may put a guard, which refuses it, on the client.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -289,12 +288,8 @@ func TestBatcherNotifySubmitGroups(t *testing.T) {
 // applied.
 func TestBatcherNotifySubmitStalledIsIndeterminate(t *testing.T) {
 	s := redistest.StartStandalone(t)
-	p := redistest.NewProxy(t, s.Addr())
-	user, pass := s.AdminUser()
+	c, p := proxiedClient(t, s)
 	g := &gate{}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1,
-		PoolSize: 4, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: time.Second})
-	t.Cleanup(func() { _ = c.Close() })
 	c.AddHook(g)
 	e, err := NewExecutor(mustCatalog(t), policy.ProgramsEvalshaManaged, c)
 	require.NoError(t, err)
